@@ -1,0 +1,5 @@
+//! Everything that runs on the task's side of the fence: the shim and what it sets up.
+
+pub mod logs;
+pub mod shim;
+pub mod spec;

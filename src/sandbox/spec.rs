@@ -1,0 +1,112 @@
+//! What the daemon and a shim tell each other through files in `tasks/<unit>/run/`.
+//!
+//! The daemon writes `attempt.ron` (an [`AttemptSpec`]) before it spawns `keel shim`; the shim
+//! writes `shim.ron` (a [`ShimRecord`]) as its first act, and `exit.ron` (an [`ExitRecord`])
+//! as its last. Each carries the attempt's generation, so a record left by an older attempt is
+//! never mistaken for the current one (fencing).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Everything the shim needs to run one attempt of a task.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AttemptSpec {
+    pub unit: String,
+    pub generation: u64,
+    pub attempt: u32,
+    /// The agent's argv (`command`, or `resume_command` from attempt 2 on).
+    pub argv: Vec<String>,
+    /// Variables set on top of the shim's own environment: the unit's `env` and `KEEL_*`.
+    pub env: Vec<(String, String)>,
+    /// The agent's working directory.
+    pub cwd: PathBuf,
+    /// `tasks/<unit>/run`: logs, progress file, exit record.
+    pub run_dir: PathBuf,
+    /// Rotate `output.log` when it reaches this size…
+    pub log_max_bytes: u64,
+    /// …keeping this many rotated files (`output.log.1` … `output.log.N`).
+    pub log_keep: u32,
+}
+
+/// Written by the shim as soon as it starts: who it is, so that a restarted daemon can find
+/// and re-adopt it even if the daemon died between spawning it and recording its pid.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShimRecord {
+    pub generation: u64,
+    pub pid: i32,
+    /// `/proc/<pid>/stat` field 22: with pid and boot id, names one process.
+    pub start_time: u64,
+    pub boot_id: String,
+}
+
+/// How the agent ended.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum AgentStatus {
+    Exited(i32),
+    Signaled(i32),
+}
+
+impl AgentStatus {
+    /// The exit code a shell (and tini) would report: the code, or 128 + the signal number.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            AgentStatus::Exited(code) => code,
+            AgentStatus::Signaled(signal) => 128 + signal,
+        }
+    }
+    pub fn success(self) -> bool {
+        self == AgentStatus::Exited(0)
+    }
+}
+
+impl fmt::Display for AgentStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AgentStatus::Exited(code) => write!(f, "exit:{code}"),
+            AgentStatus::Signaled(signal) => {
+                write!(f, "signal:{}", crate::unit::signal_name(*signal))
+            }
+        }
+    }
+}
+
+/// Written atomically by the shim when the agent has ended, before the shim exits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExitRecord {
+    pub generation: u64,
+    pub attempt: u32,
+    pub status: AgentStatus,
+    pub agent_pid: i32,
+    pub started_ms: u64,
+    pub ended_ms: u64,
+    /// Set when the agent could not be started at all (`execvp: No such file or directory`).
+    #[serde(default)]
+    pub spawn_error: Option<String>,
+}
+
+/// File names inside `run/`.
+pub fn attempt_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("attempt.ron")
+}
+pub fn shim_record_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("shim.ron")
+}
+pub fn exit_record_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("exit.ron")
+}
+pub fn output_log_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("output.log")
+}
+pub fn shim_log_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("shim.log")
+}
+pub fn progress_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("progress")
+}
+
+/// Sent by the daemon to a shim to mean "SIGKILL the agent and everything in its process
+/// group" (a shim cannot forward a SIGKILL it receives itself). SIGRTMIN+3: no agent uses it.
+pub fn kill_request_signal() -> i32 {
+    libc::SIGRTMIN() + 3
+}

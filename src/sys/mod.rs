@@ -1,0 +1,212 @@
+//! The few raw syscalls keel needs that neither std nor nix wrap: pidfds and clone3.
+//!
+//! Every `unsafe` block of keel lives under `src/sys/`, each with a `// SAFETY:` line.
+//! Everything else in the crate goes through these functions or through nix.
+
+pub mod process;
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `pidfd_open(2)`: a file descriptor that refers to `pid` and to nothing else, ever.
+/// Signals sent through it can never hit a recycled pid; it becomes readable when the process
+/// exits (for a child or a non-child alike).
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes two integer arguments and returns a new fd or -1; no memory is
+    // shared with the kernel.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `pidfd_send_signal(2)`. ESRCH once the process has been reaped: no pid-reuse race.
+pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32) -> io::Result<()> {
+    // SAFETY: integer arguments only; a NULL siginfo means "as if kill(2)".
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `CLONE_INTO_CGROUP`: libc's constant is an `int` that overflows (KERNEL-NOTES).
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// What a spawned process gets: its argv, environment, and the three standard fds.
+pub struct SpawnRequest<'a> {
+    pub program: &'a CString,
+    pub argv: &'a [CString],
+    pub envp: &'a [CString],
+    pub stdin: RawFd,
+    pub stdout: RawFd,
+    pub stderr: RawFd,
+    /// Extra clone3 flags (namespaces; CLONE_INTO_CGROUP with `cgroup_fd`).
+    pub extra_flags: u64,
+    pub cgroup_fd: Option<RawFd>,
+}
+
+/// Spawn a process with `clone3(CLONE_PIDFD)`: returns its pid and a pidfd for the event loop.
+/// The child starts a new session (it must not share the daemon's terminal or process group,
+/// so a Ctrl-C on a foreground daemon reaches the daemon only), resets its signal mask and
+/// execs. Only async-signal-safe calls happen between clone3 and execve: the argument arrays
+/// are built before the clone.
+pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)> {
+    let mut argv: Vec<*const libc::c_char> = request.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = request.envp.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+
+    let mut pidfd: libc::c_int = -1;
+    let mut args: libc::clone_args = clone_args_zeroed();
+    args.flags = libc::CLONE_PIDFD as u64 | request.extra_flags;
+    args.pidfd = &mut pidfd as *mut libc::c_int as u64;
+    args.exit_signal = libc::SIGCHLD as u64;
+    if let Some(fd) = request.cgroup_fd {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = fd as u64;
+    }
+    // SAFETY: clone3 without CLONE_VM behaves like fork: the child gets a copy of our address
+    // space. keel's daemon is single-threaded, and the child only calls async-signal-safe
+    // functions (dup2, setsid, sigprocmask, execve, _exit) on memory prepared above.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut libc::clone_args,
+            std::mem::size_of::<libc::clone_args>(),
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        child_exec(request, &argv, &envp);
+    }
+    // SAFETY: CLONE_PIDFD stored a fresh fd owned by nobody else in `pidfd`.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    Ok((pid as i32, pidfd))
+}
+
+fn child_exec(
+    request: &SpawnRequest<'_>,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> ! {
+    // SAFETY (whole function): we are the freshly cloned child; every call below is
+    // async-signal-safe and uses memory built before the clone. On any failure we _exit(127)
+    // without unwinding or running destructors.
+    unsafe {
+        if libc::dup2(request.stdin, 0) < 0
+            || libc::dup2(request.stdout, 1) < 0
+            || libc::dup2(request.stderr, 2) < 0
+        {
+            libc::_exit(127);
+        }
+        libc::setsid();
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::execve(request.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+        libc::_exit(127);
+    }
+}
+
+fn clone_args_zeroed() -> libc::clone_args {
+    // SAFETY: clone_args is a plain C struct of integers; all-zero is its documented default.
+    unsafe { std::mem::zeroed() }
+}
+
+/// `prctl(PR_SET_CHILD_SUBREAPER)`: orphans of our descendants are reparented to us, so we
+/// reap them (and a shim that outlives a daemon crash is reparented to the nearest subreaper).
+pub fn set_child_subreaper() -> io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
+}
+
+/// A process's start time in clock ticks since boot (`/proc/<pid>/stat`, field 22). Together with
+/// the pid and the boot id it names one process for the lifetime of the machine.
+pub fn process_start_time(pid: i32) -> io::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_start_time(&stat).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unparsable /proc/{pid}/stat"),
+        )
+    })
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) may contain spaces and
+/// parentheses, so fields are counted from the last `)`.
+pub fn parse_start_time(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // after_comm starts at field 3 (state); field 22 is the 20th from there.
+    after_comm.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The kernel's boot id: changes at every boot, so a recorded pid from an earlier boot is
+/// known to be gone.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Is `pid` alive and the same process as recorded (same start time)?
+pub fn same_process_alive(pid: i32, start_time: u64) -> bool {
+    match process_start_time(pid) {
+        Ok(now) => now == start_time && !is_zombie(pid),
+        Err(_) => false,
+    }
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after = &stat[stat.rfind(')')? + 1..];
+            after.split_whitespace().next().map(|s| s == "Z")
+        })
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_survives_odd_command_names() {
+        let stat = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_start_time(stat), Some(987654));
+    }
+
+    #[test]
+    fn own_start_time_is_stable() {
+        let pid = std::process::id() as i32;
+        let first = process_start_time(pid).unwrap();
+        assert_eq!(process_start_time(pid).unwrap(), first);
+        assert!(same_process_alive(pid, first));
+        assert!(!same_process_alive(pid, first + 1));
+    }
+
+    #[test]
+    fn pidfd_signal_reaches_a_live_child_and_not_a_reaped_one() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let fd = pidfd_open(child.id() as i32).unwrap();
+        pidfd_send_signal(&fd, libc::SIGKILL).unwrap();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        let err = pidfd_send_signal(&fd, libc::SIGKILL).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ESRCH));
+    }
+}

@@ -1,0 +1,1 @@
+//! Reserved for the shim's fork/exec helpers.
