@@ -1,5 +1,15 @@
 //! keel: a Linux process supervisor for unattended coding agents.
+//!
+//! The architecture is `../shared/DESIGN.md` made visible: [`unit`] files, durable [`state`],
+//! the [`daemon`] and its event loop, the shim in [`sandbox`], `keel init` in [`init`], and
+//! every raw syscall in [`sys`].
 
+pub mod cli;
+pub mod daemon;
+pub mod init;
+pub mod logger;
+pub mod notify;
+pub mod protocol;
 pub mod sandbox;
 pub mod state;
 pub mod sys;

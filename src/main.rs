@@ -1,1 +1,152 @@
-fn main(){}
+//! `keel`: command-line parsing and dispatch only. Exit codes: 0 success, 1 the request
+//! failed (one line on stderr naming what to fix), 2 usage error.
+
+use clap::{Parser, Subcommand};
+use keel::cli::{self, CliError};
+use keel::protocol::Request;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "keel", version, about = "A process supervisor for unattended coding agents")]
+struct Args {
+    /// State directory (default: $KEEL_STATE_DIR, else /var/lib/keel for root).
+    #[arg(long, global = true, value_name = "DIR")]
+    state: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the supervisor in the foreground.
+    Daemon {
+        /// Units directory (default: STATE/units).
+        #[arg(long, value_name = "DIR")]
+        units: Option<PathBuf>,
+    },
+    /// PID-1 mode: run and respawn the daemon, reap zombies, forward signals.
+    Init {
+        #[arg(long, value_name = "DIR")]
+        units: Option<PathBuf>,
+    },
+    /// One line per task: state, attempt, pid, last exit, progress.
+    Status {
+        unit: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a unit file and install it into the daemon's units directory.
+    Add { file: PathBuf },
+    /// Stop a task and remove its unit (a work directory holding files is kept).
+    Rm { unit: String },
+    /// Start a stopped, finished or failed task again.
+    Start { unit: String },
+    /// Stop a task (stop.signal, then SIGKILL after stop.timeout) and wait for it.
+    Stop { unit: String },
+    /// Stop a task and start it again with its current unit file.
+    Restart { unit: String },
+    /// Send a signal to a task's agent (default SIGKILL); the restart policy then applies.
+    Kill {
+        unit: String,
+        #[arg(short, long, default_value = "SIGKILL")]
+        signal: String,
+    },
+    /// The task's captured stdout and stderr.
+    Logs {
+        unit: String,
+        #[arg(short = 'n', long = "lines")]
+        lines: Option<usize>,
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// The journal of transitions.
+    Events {
+        unit: Option<String>,
+        #[arg(short, long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate unit files offline; prints file:line:col for each error.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Exit 0 iff the daemon answers and its loop is live.
+    Health,
+    /// Re-read the units directory.
+    Reload,
+    /// Stop every task (they resume at the next start) and end the daemon.
+    Shutdown {
+        /// Leave tasks running, to be re-adopted by the next daemon (upgrades).
+        #[arg(long)]
+        keep_tasks: bool,
+    },
+    #[command(hide = true)]
+    Shim {
+        #[arg(long)]
+        spec: PathBuf,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    let state_dir = cli::resolve_state_dir(args.state.as_deref());
+    let units_dir = |units: Option<PathBuf>| {
+        units
+            .map(|u| std::path::absolute(&u).unwrap_or(u))
+            .unwrap_or_else(|| state_dir.join("units"))
+    };
+    let result: Result<(), CliError> = match args.command {
+        Command::Daemon { units } => {
+            keel::logger::init("daemon");
+            let options = keel::daemon::Options {
+                state_dir: state_dir.clone(),
+                units_dir: units_dir(units),
+            };
+            match keel::daemon::Daemon::new(options) {
+                Ok(daemon) => std::process::exit(daemon.run()),
+                Err(e) => Err(CliError(e.to_string())),
+            }
+        }
+        Command::Init { units } => {
+            keel::logger::init("init");
+            std::process::exit(keel::init::run(&state_dir, &units_dir(units)));
+        }
+        Command::Shim { spec } => {
+            keel::logger::init("shim");
+            std::process::exit(keel::sandbox::shim::run(&spec));
+        }
+        Command::Status { unit, json } => cli::status::run(&state_dir, unit.as_deref(), json),
+        Command::Add { file } => cli::add::run(&state_dir, &file),
+        Command::Rm { unit } => cli::rm::run(&state_dir, &unit),
+        Command::Start { unit } => cli::simple::run(&state_dir, Request::Start { unit }),
+        Command::Stop { unit } => cli::simple::run(&state_dir, Request::Stop { unit }),
+        Command::Restart { unit } => cli::simple::run(&state_dir, Request::Restart { unit }),
+        Command::Kill { unit, signal } => match keel::unit::parse_signal(&signal) {
+            Ok(signal) => cli::simple::run(&state_dir, Request::Kill { unit, signal }),
+            Err(e) => {
+                eprintln!("keel: {e}");
+                std::process::exit(2);
+            }
+        },
+        Command::Logs {
+            unit,
+            lines,
+            follow,
+        } => cli::logs::run(&state_dir, &unit, lines, follow),
+        Command::Events { unit, follow, json } => {
+            cli::events::run(&state_dir, unit.as_deref(), json, follow)
+        }
+        Command::Check { files } => cli::check::run(&files),
+        Command::Health => cli::health::run(&state_dir),
+        Command::Reload => cli::simple::run(&state_dir, Request::Reload),
+        Command::Shutdown { keep_tasks } => {
+            cli::simple::run(&state_dir, Request::Shutdown { keep_tasks })
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("keel: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,440 @@
+//! The control socket: `state_dir/keel.sock`, mode 0600, peers checked with SO_PEERCRED (root
+//! or the daemon's own uid). One JSON request line per connection, one JSON response line.
+//! A client's mistake gets an error response; it never takes the daemon down.
+
+use super::record::{Intent, TaskState};
+use super::{Daemon, DaemonError, Shutdown, Source};
+use crate::protocol::{DaemonInfo, Request, Response, StatusReport, TaskInfo};
+use mio::net::{UnixListener, UnixStream};
+use mio::{Interest, Token};
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// Requests are small; anything longer is a confused or hostile client.
+const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+pub(crate) struct Client {
+    stream: UnixStream,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    /// Waiting for a task to end its attempt before answering (stop, rm).
+    waiting_for: Option<String>,
+    done_reading: bool,
+}
+
+pub(super) fn bind(path: &Path) -> Result<UnixListener, DaemonError> {
+    // We hold the instance lock, so a socket file here is a leftover of a dead daemon.
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(|source| DaemonError::Setup {
+        what: "bind the control socket",
+        source,
+    })?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        DaemonError::Setup {
+            what: "set the control socket's mode to 0600",
+            source,
+        }
+    })?;
+    Ok(listener)
+}
+
+fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let creds = getsockopt(stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let own = nix::unistd::geteuid().as_raw();
+    if creds.uid() == 0 || creds.uid() == own {
+        Ok(())
+    } else {
+        Err(format!(
+            "uid {} may not control this daemon (only root and uid {own})",
+            creds.uid()
+        ))
+    }
+}
+
+impl Daemon {
+    pub(super) fn accept_clients(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, _)) => {
+                    if let Err(why) = peer_allowed(&stream) {
+                        log::warn!("control socket: refused a client: {why}");
+                        let line = serde_json::to_string(&Response::Error { message: why })
+                            .unwrap_or_default();
+                        let _ = stream.write_all(format!("{line}\n").as_bytes());
+                        continue;
+                    }
+                    let token = self.new_token();
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut stream, token, Interest::READABLE)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    self.sources.insert(token, Source::Client);
+                    self.clients.insert(
+                        token,
+                        Client {
+                            stream,
+                            input: Vec::new(),
+                            output: Vec::new(),
+                            waiting_for: None,
+                            done_reading: false,
+                        },
+                    );
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    log::warn!("control socket accept: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_client_event(&mut self, token: Token, event: &mio::event::Event) {
+        if event.is_readable() {
+            self.read_client(token);
+        }
+        if event.is_writable() {
+            self.flush_client(token);
+        }
+    }
+
+    fn read_client(&mut self, token: Token) {
+        let Some(client) = self.clients.get_mut(&token) else {
+            return;
+        };
+        let mut buf = [0u8; 8192];
+        let mut closed = false;
+        loop {
+            match client.stream.read(&mut buf) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => client.input.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if client.done_reading {
+            if closed {
+                self.close_client(token);
+            }
+            return;
+        }
+        let line_end = client.input.iter().position(|&b| b == b'\n');
+        let too_long = client.input.len() > MAX_REQUEST_BYTES;
+        let request = match (line_end, too_long) {
+            (Some(end), _) => {
+                let line = client.input[..end].to_vec();
+                client.done_reading = true;
+                serde_json::from_slice::<Request>(&line)
+                    .map_err(|e| format!("malformed request: {e}"))
+            }
+            (None, true) => {
+                client.done_reading = true;
+                Err("request too long".to_string())
+            }
+            (None, false) if closed => {
+                self.close_client(token);
+                return;
+            }
+            (None, false) => return,
+        };
+        let response = match request {
+            Ok(request) => self.handle(token, request),
+            Err(message) => Some(Response::Error { message }),
+        };
+        if let Some(response) = response {
+            self.respond(token, &response);
+        }
+    }
+
+    /// Queue a response and close once it is written.
+    pub(super) fn respond(&mut self, token: Token, response: &Response) {
+        let Some(client) = self.clients.get_mut(&token) else {
+            return;
+        };
+        let mut line = serde_json::to_vec(response).unwrap_or_default();
+        line.push(b'\n');
+        client.output.extend_from_slice(&line);
+        client.waiting_for = None;
+        self.flush_client(token);
+    }
+
+    fn flush_client(&mut self, token: Token) {
+        let Some(client) = self.clients.get_mut(&token) else {
+            return;
+        };
+        while !client.output.is_empty() {
+            match client.stream.write(&client.output) {
+                Ok(n) => {
+                    client.output.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let _ = self.poll.registry().reregister(
+                        &mut client.stream,
+                        token,
+                        Interest::READABLE | Interest::WRITABLE,
+                    );
+                    return;
+                }
+                Err(_) => {
+                    client.output.clear();
+                    break;
+                }
+            }
+        }
+        if client.waiting_for.is_none() && client.done_reading {
+            self.close_client(token);
+        }
+    }
+
+    fn close_client(&mut self, token: Token) {
+        if let Some(mut client) = self.clients.remove(&token) {
+            let _ = self.poll.registry().deregister(&mut client.stream);
+        }
+        self.sources.remove(&token);
+    }
+
+    /// Answer the clients waiting for a stop or removal that has completed.
+    pub(super) fn answer_waiters(&mut self) {
+        let done: Vec<(Token, String)> = self
+            .clients
+            .iter()
+            .filter_map(|(token, c)| {
+                let unit = c.waiting_for.as_ref()?;
+                let busy = self.tasks.get(unit).is_some_and(|t| t.shim.is_some());
+                (!busy).then(|| (*token, unit.clone()))
+            })
+            .collect();
+        for (token, unit) in done {
+            let message = match self.tasks.get(&unit) {
+                Some(task) => format!("{unit}: {}", task.record.state),
+                None => format!("{unit}: removed"),
+            };
+            self.respond(token, &Response::Ok { message });
+        }
+    }
+
+    fn known(&self, unit: &str) -> Result<(), Response> {
+        if self.tasks.contains_key(unit) {
+            Ok(())
+        } else {
+            Err(Response::Error {
+                message: format!(
+                    "unknown unit {unit:?} (keel status lists the units; unit files live in {})",
+                    self.units_dir.display()
+                ),
+            })
+        }
+    }
+
+    /// Handle one request. `None` means the answer comes later (the client waits).
+    fn handle(&mut self, token: Token, request: Request) -> Option<Response> {
+        log::debug!("control: {request:?}");
+        let wait_for = |daemon: &mut Daemon, unit: &str| {
+            if let Some(client) = daemon.clients.get_mut(&token) {
+                client.waiting_for = Some(unit.to_string());
+            }
+            None
+        };
+        match request {
+            Request::Health => Some(Response::Health {
+                pid: std::process::id() as i32,
+                loop_age_ms: self.last_tick.elapsed().as_millis() as u64,
+                tasks: self.tasks.len(),
+            }),
+            Request::Status { unit } => Some(self.status(unit.as_deref())),
+            Request::Reload => {
+                self.scan_units();
+                Some(Response::Ok {
+                    message: format!("reloaded {} units", self.tasks.len()),
+                })
+            }
+            Request::Add { name, text } => Some(self.add_unit(&name, &text)),
+            Request::Start { unit } => {
+                if let Err(e) = self.known(&unit) {
+                    return Some(e);
+                }
+                Some(self.user_start(&unit))
+            }
+            Request::Stop { unit } => {
+                if let Err(e) = self.known(&unit) {
+                    return Some(e);
+                }
+                self.stop_task(&unit, Intent::Stop);
+                wait_for(self, &unit)
+            }
+            Request::Restart { unit } => {
+                if let Err(e) = self.known(&unit) {
+                    return Some(e);
+                }
+                self.stop_task(&unit, Intent::Restart);
+                Some(Response::Ok {
+                    message: format!("{unit}: restarting"),
+                })
+            }
+            Request::Remove { unit } => {
+                if let Err(e) = self.known(&unit) {
+                    return Some(e);
+                }
+                let path = self.units_dir.join(format!("{unit}.ron"));
+                if let Err(e) = std::fs::remove_file(&path) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        return Some(Response::Error {
+                            message: format!("cannot remove {}: {e}", path.display()),
+                        });
+                    }
+                }
+                if let Some(task) = self.tasks.get_mut(&unit) {
+                    task.unit = None;
+                    task.unit_text = None;
+                }
+                self.stop_task(&unit, Intent::Remove);
+                wait_for(self, &unit)
+            }
+            Request::Kill { unit, signal } => {
+                if let Err(e) = self.known(&unit) {
+                    return Some(e);
+                }
+                let sent = if signal == libc::SIGKILL {
+                    self.signal_shim(&unit, crate::sandbox::spec::kill_request_signal())
+                } else {
+                    self.signal_shim(&unit, signal)
+                };
+                Some(if sent {
+                    Response::Ok {
+                        message: format!("{unit}: sent {}", crate::unit::signal_name(signal)),
+                    }
+                } else {
+                    Response::Error {
+                        message: format!("{unit}: not running"),
+                    }
+                })
+            }
+            Request::Shutdown { keep_tasks } => {
+                let kind = if keep_tasks {
+                    Shutdown::KeepTasks
+                } else {
+                    Shutdown::StopTasks { exit_code: 0 }
+                };
+                self.begin_shutdown(kind);
+                Some(Response::Ok {
+                    message: if keep_tasks {
+                        "shutting down; tasks keep running".into()
+                    } else {
+                        "shutting down; stopping tasks".into()
+                    },
+                })
+            }
+        }
+    }
+
+    fn user_start(&mut self, unit: &str) -> Response {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return Response::Error {
+                message: format!("unknown unit {unit:?}"),
+            };
+        };
+        if task.unit.is_none() {
+            return Response::Error {
+                message: format!("{unit}: its unit file is gone or invalid (see keel status)"),
+            };
+        }
+        match task.record.state {
+            TaskState::Succeeded | TaskState::Failed | TaskState::Stopped | TaskState::Backoff => {
+                task.record.restarts.clear();
+                task.record.consecutive_failures = 0;
+                task.record.backoff_until_ms = None;
+                task.record.reason = None;
+                self.transition(unit, TaskState::Queued, "started by request");
+                self.schedule_pending = true;
+                Response::Ok {
+                    message: format!("{unit}: queued"),
+                }
+            }
+            state => Response::Ok {
+                message: format!("{unit}: already {state}"),
+            },
+        }
+    }
+
+    /// `keel add`: validate, then install atomically into the units directory.
+    fn add_unit(&mut self, name: &str, text: &str) -> Response {
+        if let Err(message) = crate::unit::validate_name(name) {
+            return Response::Error { message };
+        }
+        let path = self.units_dir.join(format!("{name}.ron"));
+        if let Err(e) = crate::unit::parse_unit(&path, text) {
+            return Response::Error {
+                message: e.to_string(),
+            };
+        }
+        if let Err(e) = crate::state::atomic_write(&path, text.as_bytes()) {
+            return Response::Error {
+                message: format!("cannot install the unit: {e}"),
+            };
+        }
+        self.scan_units();
+        Response::Ok {
+            message: format!("{name}: installed as {}", path.display()),
+        }
+    }
+
+    fn status(&self, only: Option<&str>) -> Response {
+        if let Some(unit) = only {
+            if let Err(e) = self.known(unit) {
+                return e;
+            }
+        }
+        let tasks = self
+            .tasks
+            .values()
+            .filter(|t| only.is_none_or(|u| u == t.name))
+            .map(|t| {
+                let r = &t.record;
+                let since_ms = match r.state {
+                    s if s.is_final() => r.finished_ms,
+                    TaskState::Queued => r.finished_ms.or(Some(r.submitted_ms)),
+                    TaskState::Backoff => r.finished_ms,
+                    _ => r.started_ms,
+                };
+                TaskInfo {
+                    unit: t.name.clone(),
+                    state: r.state.to_string(),
+                    attempt: r.attempt,
+                    generation: r.generation,
+                    pid: t.shim.as_ref().map(|s| s.pid),
+                    since_ms,
+                    backoff_until_ms: r.backoff_until_ms,
+                    last_exit: r.last_exit.map(|e| e.to_string()),
+                    restarts: r.restarts.len(),
+                    reason: r.reason.clone(),
+                    progress: super::last_progress_line(&self.dirs.run_dir(&t.name)),
+                    unit_changed: r.state.has_attempt() && t.accepted_text != t.unit_text,
+                }
+            })
+            .collect();
+        Response::Status(StatusReport {
+            daemon: DaemonInfo {
+                pid: std::process::id() as i32,
+                started_ms: self.started_ms,
+                state_dir: self.dirs.root.display().to_string(),
+                units_dir: self.units_dir.display().to_string(),
+                cgroup_mode: "none".into(),
+                under_init: self.under_init,
+            },
+            tasks,
+            invalid_units: self.invalid_units.values().cloned().collect(),
+        })
+    }
+}

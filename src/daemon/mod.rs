@@ -1,0 +1,434 @@
+//! The supervisor: one synchronous mio loop (no async runtime, no threads) that owns the
+//! units, the queue, the timers, the journal and the control socket.
+
+mod control;
+mod lifecycle;
+pub mod policy;
+pub mod queue;
+pub mod reconcile;
+pub mod record;
+mod spawn;
+pub mod timers;
+mod units_dir;
+
+use crate::state::{now_ms, Event, InstanceLock, Journal, StateDir, StateError};
+use crate::unit::Unit;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use record::TaskRecord;
+use signal_hook_mio::v1_0::Signals;
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use timers::{Timer, Timers};
+
+pub use spawn::last_progress_line;
+
+const SIGNALS: Token = Token(0);
+const INOTIFY: Token = Token(1);
+const LISTENER: Token = Token(2);
+const FIRST_DYNAMIC_TOKEN: usize = 16;
+
+/// How long to wait after a change in the units directory before rescanning it (editors write
+/// files in several steps).
+const RESCAN_DEBOUNCE: Duration = Duration::from_millis(150);
+/// After the stop timeout's SIGKILL, how long before the shim itself is killed.
+const FORCE_KILL_GRACE: Duration = Duration::from_secs(5);
+
+pub struct Options {
+    pub state_dir: PathBuf,
+    pub units_dir: PathBuf,
+}
+
+/// A live attempt: its shim and the pidfd registered in the loop.
+pub(crate) struct LiveShim {
+    pub pid: i32,
+    pub pidfd: OwnedFd,
+    pub token: Token,
+}
+
+pub(crate) struct Task {
+    pub name: String,
+    pub record: TaskRecord,
+    /// The latest valid version of the unit file; `None` when the file is gone or never parsed.
+    pub unit: Option<Unit>,
+    pub unit_text: Option<String>,
+    /// The text the current (or last) attempt was started with.
+    pub accepted_text: Option<String>,
+    pub shim: Option<LiveShim>,
+    /// Monotonic time the current attempt started (for `reset_after`).
+    pub started_at: Option<Instant>,
+}
+
+enum Source {
+    Shim(String),
+    Client,
+}
+
+/// Why the loop is ending.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Shutdown {
+    /// Stop every task (they resume at the next start), then exit with this code.
+    StopTasks { exit_code: i32 },
+    /// Leave tasks running, to be re-adopted by the next daemon.
+    KeepTasks,
+}
+
+pub struct Daemon {
+    dirs: StateDir,
+    units_dir: PathBuf,
+    poll: Poll,
+    signals: Signals,
+    inotify: nix::sys::inotify::Inotify,
+    listener: mio::net::UnixListener,
+    pub(crate) tasks: BTreeMap<String, Task>,
+    /// Unit files that failed to parse: file name → `file:line:col: message`.
+    invalid_units: BTreeMap<String, String>,
+    sources: HashMap<Token, Source>,
+    next_token: usize,
+    clients: HashMap<Token, control::Client>,
+    timers: Timers,
+    journal: Journal,
+    /// Exit statuses of shims reaped before their pidfd event was handled.
+    reaped: HashMap<i32, nix::sys::wait::WaitStatus>,
+    shutdown: Option<Shutdown>,
+    under_init: bool,
+    started_ms: u64,
+    last_tick: Instant,
+    schedule_pending: bool,
+    boot_id: String,
+    _lock: InstanceLock,
+}
+
+/// Start-up failures: each names what to fix.
+#[derive(Debug)]
+pub enum DaemonError {
+    State(StateError),
+    Setup { what: &'static str, source: std::io::Error },
+}
+
+impl std::fmt::Display for DaemonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DaemonError::State(e) => write!(f, "{e}"),
+            DaemonError::Setup { what, source } => write!(f, "cannot {what}: {source}"),
+        }
+    }
+}
+
+impl From<StateError> for DaemonError {
+    fn from(e: StateError) -> Self {
+        DaemonError::State(e)
+    }
+}
+
+fn setup(what: &'static str) -> impl FnOnce(std::io::Error) -> DaemonError {
+    move |source| DaemonError::Setup { what, source }
+}
+
+impl Daemon {
+    /// Take the state directory (lock first: a second daemon stops here), open the journal,
+    /// the control socket, inotify and the signal pipe.
+    pub fn new(options: Options) -> Result<Self, DaemonError> {
+        let dirs = StateDir::new(&options.state_dir);
+        dirs.create()?;
+        let lock = InstanceLock::acquire(&dirs.lock_path())?;
+        std::fs::create_dir_all(&options.units_dir).map_err(setup("create the units directory"))?;
+        let _ = std::fs::remove_file(dirs.exit_status_path());
+        let journal = Journal::open(&dirs.events_path())?;
+
+        let under_init = std::env::var_os("KEEL_UNDER_INIT").is_some();
+        if std::process::id() != 1 {
+            crate::sys::set_child_subreaper().map_err(setup("become a child subreaper"))?;
+        }
+
+        let poll = Poll::new().map_err(setup("create the event loop"))?;
+        let mut signals = Signals::new([
+            libc::SIGCHLD,
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+        ])
+        .map_err(setup("install signal handlers"))?;
+        poll.registry()
+            .register(&mut signals, SIGNALS, Interest::READABLE)
+            .map_err(setup("register signals"))?;
+
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(|e| DaemonError::Setup {
+                what: "initialise inotify (fs.inotify.max_user_instances?)",
+                source: e.into(),
+            })?;
+        inotify
+            .add_watch(
+                &options.units_dir,
+                AddWatchFlags::IN_CLOSE_WRITE
+                    | AddWatchFlags::IN_MOVED_TO
+                    | AddWatchFlags::IN_MOVED_FROM
+                    | AddWatchFlags::IN_DELETE
+                    | AddWatchFlags::IN_ATTRIB,
+            )
+            .map_err(|e| DaemonError::Setup {
+                what: "watch the units directory (fs.inotify.max_user_watches?)",
+                source: e.into(),
+            })?;
+        let inotify_fd = inotify.as_fd_raw();
+        poll.registry()
+            .register(&mut SourceFd(&inotify_fd), INOTIFY, Interest::READABLE)
+            .map_err(setup("register inotify"))?;
+
+        let mut listener = control::bind(&dirs.socket_path())?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(setup("register the control socket"))?;
+
+        Ok(Daemon {
+            dirs,
+            units_dir: options.units_dir,
+            poll,
+            signals,
+            inotify,
+            listener,
+            tasks: BTreeMap::new(),
+            invalid_units: BTreeMap::new(),
+            sources: HashMap::new(),
+            next_token: FIRST_DYNAMIC_TOKEN,
+            clients: HashMap::new(),
+            timers: Timers::default(),
+            journal,
+            reaped: HashMap::new(),
+            shutdown: None,
+            under_init,
+            started_ms: now_ms(),
+            last_tick: Instant::now(),
+            schedule_pending: true,
+            boot_id: crate::sys::boot_id(),
+            _lock: lock,
+        })
+    }
+
+    /// Reconcile, then run the loop until an orderly shutdown. Returns the exit code.
+    pub fn run(mut self) -> i32 {
+        log::info!(
+            "daemon started: pid {}, state {}, units {}",
+            std::process::id(),
+            self.dirs.root.display(),
+            self.units_dir.display()
+        );
+        self.journal_event("", 0, 0, "daemon-start", &format!("pid {}", std::process::id()));
+        self.reconcile_all();
+        self.scan_units();
+        crate::notify::ready(&format!("{} tasks", self.tasks.len()));
+        if std::env::var_os("KEEL_SHUTDOWN_ON_START").is_some() {
+            log::info!("KEEL_SHUTDOWN_ON_START: stopping tasks after reconcile");
+            self.begin_shutdown(Shutdown::StopTasks { exit_code: 0 });
+        }
+
+        let mut events = Events::with_capacity(256);
+        loop {
+            let now = Instant::now();
+            let timeout = self.timers.timeout(now);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    log::error!("event loop poll failed: {e}");
+                }
+                continue;
+            }
+            self.last_tick = Instant::now();
+            for event in events.iter() {
+                self.dispatch(event);
+            }
+            for timer in self.timers.pop_due(Instant::now()) {
+                self.fire(timer);
+            }
+            if self.schedule_pending {
+                self.schedule_pending = false;
+                self.schedule();
+            }
+            self.answer_waiters();
+            if let Some(code) = self.finished_shutdown() {
+                self.write_exit_status(code);
+                self.journal_event("", 0, 0, "daemon-stop", &format!("exit {code}"));
+                log::info!("daemon stopped (exit {code})");
+                let _ = std::fs::remove_file(self.dirs.socket_path());
+                return code;
+            }
+        }
+    }
+
+    fn dispatch(&mut self, event: &mio::event::Event) {
+        match event.token() {
+            SIGNALS => self.on_signals(),
+            INOTIFY => self.on_inotify(),
+            LISTENER => self.accept_clients(),
+            token => match self.sources.get(&token) {
+                Some(Source::Shim(unit)) => {
+                    let unit = unit.clone();
+                    self.on_shim_exit(&unit);
+                }
+                Some(Source::Client) => self.on_client_event(token, event),
+                None => {}
+            },
+        }
+    }
+
+    fn on_signals(&mut self) {
+        let pending: Vec<i32> = self.signals.pending().collect();
+        for signal in pending {
+            match signal {
+                libc::SIGCHLD => self.reap_children(),
+                libc::SIGTERM | libc::SIGINT => {
+                    log::info!(
+                        "{}: orderly shutdown",
+                        crate::unit::signal_name(signal)
+                    );
+                    self.begin_shutdown(Shutdown::StopTasks { exit_code: 0 });
+                }
+                libc::SIGHUP => {
+                    log::info!("SIGHUP: reloading units");
+                    self.scan_units();
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The one reaper: `waitid(P_ALL, WEXITED|WNOHANG)` until nothing is left. Shims' statuses
+    /// are kept for their pidfd event; orphans reparented to us are simply reaped.
+    fn reap_children(&mut self) {
+        use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+        loop {
+            match waitid(Id::All, WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(status) => {
+                    if let Some(pid) = status.pid() {
+                        let is_shim = self
+                            .tasks
+                            .values()
+                            .any(|t| t.shim.as_ref().is_some_and(|s| s.pid == pid.as_raw()));
+                        if is_shim {
+                            self.reaped.insert(pid.as_raw(), status);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_inotify(&mut self) {
+        // The events themselves do not matter: any change means "rescan soon".
+        while let Ok(events) = self.inotify.read_events() {
+            if events.is_empty() {
+                break;
+            }
+        }
+        self.timers.add_after(RESCAN_DEBOUNCE, Timer::RescanUnits);
+    }
+
+    fn fire(&mut self, timer: Timer) {
+        match timer {
+            Timer::RescanUnits => self.scan_units(),
+            Timer::Schedule => self.schedule_pending = true,
+            Timer::BackoffExpired { unit, generation } => self.on_backoff_expired(&unit, generation),
+            Timer::StopTimeout { unit, generation } => self.on_stop_timeout(&unit, generation),
+            Timer::StopForce { unit, generation } => self.on_stop_force(&unit, generation),
+        }
+    }
+
+    pub(crate) fn new_token(&mut self) -> Token {
+        self.next_token += 1;
+        Token(self.next_token)
+    }
+
+    pub(crate) fn register_shim(&mut self, unit: &str, pid: i32, pidfd: OwnedFd) -> LiveShim {
+        let token = self.new_token();
+        let fd = pidfd.as_raw_fd();
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut SourceFd(&fd), token, Interest::READABLE)
+        {
+            log::error!("{unit}: cannot watch shim {pid}: {e}");
+        }
+        self.sources.insert(token, Source::Shim(unit.to_string()));
+        LiveShim { pid, pidfd, token }
+    }
+
+    pub(crate) fn deregister_shim(&mut self, shim: &LiveShim) {
+        let fd = shim.pidfd.as_raw_fd();
+        let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+        self.sources.remove(&shim.token);
+    }
+
+    /// Append to the journal; a failing journal is logged, never fatal.
+    pub(crate) fn journal_event(
+        &mut self,
+        unit: &str,
+        attempt: u32,
+        generation: u64,
+        event: &str,
+        detail: &str,
+    ) {
+        let ts_ms = now_ms();
+        let entry = Event {
+            time: crate::state::rfc3339(ts_ms),
+            ts_ms,
+            unit: unit.to_string(),
+            attempt,
+            generation,
+            event: event.to_string(),
+            detail: detail.to_string(),
+        };
+        if let Err(e) = self.journal.append(&entry) {
+            log::error!("journal: {e}");
+        }
+    }
+
+    pub(crate) fn begin_shutdown(&mut self, kind: Shutdown) {
+        if self.shutdown.is_some() && kind != Shutdown::KeepTasks {
+            return;
+        }
+        self.shutdown = Some(kind);
+        if let Shutdown::StopTasks { .. } = kind {
+            let names: Vec<String> = self.tasks.keys().cloned().collect();
+            for name in names {
+                self.interrupt_for_shutdown(&name);
+            }
+        }
+    }
+
+    /// `Some(exit code)` once the shutdown in progress has nothing left to wait for.
+    fn finished_shutdown(&self) -> Option<i32> {
+        match self.shutdown? {
+            Shutdown::KeepTasks => Some(0),
+            Shutdown::StopTasks { exit_code } => {
+                let busy = self.tasks.values().any(|t| t.shim.is_some());
+                (!busy).then_some(exit_code)
+            }
+        }
+    }
+
+    /// Tell `keel init` that this exit is on purpose (absent file = a crash to recover from).
+    fn write_exit_status(&self, code: i32) {
+        if let Err(e) = crate::state::atomic_write(
+            &self.dirs.exit_status_path(),
+            format!("{code}\n").as_bytes(),
+        ) {
+            log::error!("cannot record the exit status: {e}");
+        }
+    }
+}
+
+/// Raw fd of inotify (nix's `Inotify` implements `AsFd`).
+trait AsFdRaw {
+    fn as_fd_raw(&self) -> i32;
+}
+
+impl AsFdRaw for nix::sys::inotify::Inotify {
+    fn as_fd_raw(&self) -> i32 {
+        use std::os::fd::AsFd;
+        self.as_fd().as_raw_fd()
+    }
+}

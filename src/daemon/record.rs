@@ -1,0 +1,209 @@
+//! A task's durable record (`tasks/<unit>/state.ron`): desired and observed state.
+
+use crate::sandbox::spec::AgentStatus;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Where a task is in its life (DESIGN, "Task life").
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum TaskState {
+    /// Waiting for the scheduler.
+    Queued,
+    /// Decided to start: the generation is persisted, the shim is being spawned.
+    Starting,
+    Running,
+    /// Running but judged not working (liveness).
+    Stalled,
+    /// A stop signal was sent; waiting for the attempt to end.
+    Stopping,
+    /// Ended; waiting out the restart delay.
+    Backoff,
+    Succeeded,
+    /// Ended for good (restart policy or limit); `reason` says why. `keel start` retries.
+    Failed,
+    /// Stopped by a user; `keel start` starts it again.
+    Stopped,
+}
+
+impl TaskState {
+    /// An attempt (a shim) may be alive in this state.
+    pub fn has_attempt(self) -> bool {
+        matches!(
+            self,
+            TaskState::Starting | TaskState::Running | TaskState::Stalled | TaskState::Stopping
+        )
+    }
+    /// Finished: nothing will happen until a user acts.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Stopped
+        )
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Queued => "queued",
+            TaskState::Starting => "starting",
+            TaskState::Running => "running",
+            TaskState::Stalled => "stalled",
+            TaskState::Stopping => "stopping",
+            TaskState::Backoff => "backoff",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::Stopped => "stopped",
+        }
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the last attempt ended, as the agent sees it in `KEEL_LAST_EXIT`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum LastExit {
+    Agent(AgentStatus),
+    Oom,
+    Stalled,
+    /// The attempt vanished without an exit record (its shim was killed, or the host rebooted).
+    Lost,
+}
+
+impl LastExit {
+    pub fn success(self) -> bool {
+        matches!(self, LastExit::Agent(status) if status.success())
+    }
+    /// The status a container orchestrator should see for this exit (tini's convention).
+    pub fn exit_code(self) -> i32 {
+        match self {
+            LastExit::Agent(status) => status.exit_code(),
+            LastExit::Oom => 128 + libc::SIGKILL,
+            LastExit::Stalled | LastExit::Lost => 1,
+        }
+    }
+}
+
+impl fmt::Display for LastExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LastExit::Agent(status) => write!(f, "{status}"),
+            LastExit::Oom => f.write_str("oom"),
+            LastExit::Stalled => f.write_str("stalled"),
+            LastExit::Lost => f.write_str("lost"),
+        }
+    }
+}
+
+/// Who the current attempt's shim is: pid + start time + boot id names one process.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ShimIdentity {
+    pub pid: i32,
+    pub start_time: u64,
+    pub boot_id: String,
+}
+
+/// What the daemon has been asked to do with the current attempt when it ends.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub enum Intent {
+    /// Nothing: the restart policy decides.
+    #[default]
+    None,
+    /// `keel stop` / shutdown: end as `stopped`.
+    Stop,
+    /// `keel restart`: start again at once with the current unit file.
+    Restart,
+    /// `keel rm` or the unit file was removed: forget the task.
+    Remove,
+}
+
+/// `tasks/<unit>/state.ron`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TaskRecord {
+    pub unit: String,
+    pub state: TaskState,
+    /// 1, 2, … since the task was last (re)started by a user; 0 before the first start.
+    pub attempt: u32,
+    /// Increments at every spawn and never goes back: fences results of older attempts.
+    pub generation: u64,
+    #[serde(default)]
+    pub last_exit: Option<LastExit>,
+    #[serde(default)]
+    pub shim: Option<ShimIdentity>,
+    /// Times (unix ms) of the restarts counted against `restart_limit`.
+    #[serde(default)]
+    pub restarts: Vec<u64>,
+    /// Failures in a row since the last attempt that ran for `backoff.reset_after`.
+    #[serde(default)]
+    pub consecutive_failures: u32,
+    #[serde(default)]
+    pub backoff_until_ms: Option<u64>,
+    /// Why the task is failed / stopped / waiting, in words for `keel status`.
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub intent: Intent,
+    pub submitted_ms: u64,
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    #[serde(default)]
+    pub finished_ms: Option<u64>,
+    /// When the current stop began (for its timeout across a daemon restart).
+    #[serde(default)]
+    pub stop_started_ms: Option<u64>,
+}
+
+impl TaskRecord {
+    pub fn new(unit: &str, now_ms: u64) -> Self {
+        TaskRecord {
+            unit: unit.to_string(),
+            state: TaskState::Queued,
+            attempt: 0,
+            generation: 0,
+            last_exit: None,
+            shim: None,
+            restarts: Vec::new(),
+            consecutive_failures: 0,
+            backoff_until_ms: None,
+            reason: None,
+            intent: Intent::None,
+            submitted_ms: now_ms,
+            started_ms: None,
+            finished_ms: None,
+            stop_started_ms: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_through_ron() {
+        let mut record = TaskRecord::new("a", 5);
+        record.state = TaskState::Running;
+        record.last_exit = Some(LastExit::Agent(AgentStatus::Signaled(9)));
+        record.shim = Some(ShimIdentity {
+            pid: 42,
+            start_time: 7,
+            boot_id: "b".into(),
+        });
+        let text = ron::to_string(&record).unwrap();
+        let back: TaskRecord = ron::from_str(&text).unwrap();
+        assert_eq!(back, record);
+    }
+
+    #[test]
+    fn last_exit_words_match_the_environment_contract() {
+        assert_eq!(LastExit::Agent(AgentStatus::Exited(3)).to_string(), "exit:3");
+        assert_eq!(
+            LastExit::Agent(AgentStatus::Signaled(libc::SIGKILL)).to_string(),
+            "signal:SIGKILL"
+        );
+        assert_eq!(LastExit::Oom.to_string(), "oom");
+        assert_eq!(LastExit::Lost.to_string(), "lost");
+        assert_eq!(LastExit::Agent(AgentStatus::Signaled(15)).exit_code(), 143);
+    }
+}

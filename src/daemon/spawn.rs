@@ -1,0 +1,203 @@
+//! Turning a decision to start into a running shim: the attempt's spec, its environment
+//! contract, and the clone3 call.
+
+use crate::sandbox::spec::{self, AttemptSpec};
+use crate::state::{StateDir, StateError};
+use crate::unit::Unit;
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+/// Output log size before rotation, and how many rotated files are kept.
+pub const LOG_MAX_BYTES: u64 = 16 << 20;
+pub const LOG_KEEP: u32 = 3;
+
+/// What the agent learns about its situation (DESIGN, "What the agent sees").
+pub struct AttemptContext<'a> {
+    pub unit_name: &'a str,
+    pub attempt: u32,
+    pub generation: u64,
+    pub last_exit: Option<String>,
+    pub last_progress: Option<String>,
+}
+
+/// The spec of one attempt: `resume_command` replaces `command` from attempt 2 on.
+pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> AttemptSpec {
+    let run_dir = dirs.run_dir(ctx.unit_name);
+    let argv = match (&unit.resume_command, ctx.attempt > 1) {
+        (Some(resume), true) => resume.0.clone(),
+        _ => unit.command.0.clone(),
+    };
+    let mut env: Vec<(String, String)> = unit
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let keel_vars = [
+        ("KEEL_UNIT", ctx.unit_name.to_string()),
+        ("KEEL_ATTEMPT", ctx.attempt.to_string()),
+        (
+            "KEEL_RESUMED",
+            if ctx.attempt > 1 { "1" } else { "0" }.to_string(),
+        ),
+        ("KEEL_LAST_EXIT", ctx.last_exit.clone().unwrap_or_default()),
+        (
+            "KEEL_PROGRESS",
+            spec::progress_path(&run_dir).display().to_string(),
+        ),
+        (
+            "KEEL_CHECKPOINT_DIR",
+            dirs.checkpoint_dir(ctx.unit_name).display().to_string(),
+        ),
+        (
+            "KEEL_LAST_PROGRESS",
+            ctx.last_progress.clone().unwrap_or_default(),
+        ),
+    ];
+    env.extend(keel_vars.into_iter().map(|(k, v)| (k.to_string(), v)));
+    AttemptSpec {
+        unit: ctx.unit_name.to_string(),
+        generation: ctx.generation,
+        attempt: ctx.attempt,
+        argv,
+        env,
+        cwd: dirs.work_dir(ctx.unit_name),
+        run_dir,
+        log_max_bytes: LOG_MAX_BYTES,
+        log_keep: LOG_KEEP,
+    }
+}
+
+/// The last non-empty line of the progress file, for `keel status` and `KEEL_LAST_PROGRESS`.
+pub fn last_progress_line(run_dir: &Path) -> Option<String> {
+    let text = std::fs::read(spec::progress_path(run_dir)).ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
+    Some(line.chars().take(200).collect())
+}
+
+/// Write the spec and spawn `keel shim --spec …` with a pidfd. The shim's own stderr goes to
+/// `run/shim.log`, never to the daemon: a shim must outlive the daemon and its pipes.
+pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
+    let spec_path = spec::attempt_path(&spec.run_dir);
+    crate::state::write_ron(&spec_path, spec).map_err(SpawnError::WriteSpec)?;
+    let devnull = File::open("/dev/null").map_err(|e| SpawnError::Open("/dev/null".into(), e))?;
+    let shim_log_path = spec::shim_log_path(&spec.run_dir);
+    let shim_log = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&shim_log_path)
+        .map_err(|e| SpawnError::Open(shim_log_path.display().to_string(), e))?;
+    let program = CString::new("/proc/self/exe").expect("no NUL");
+    let argv = [
+        CString::new("keel").expect("no NUL"),
+        CString::new("shim").expect("no NUL"),
+        CString::new("--spec").expect("no NUL"),
+        CString::new(spec_path.display().to_string()).map_err(|_| SpawnError::NulInPath)?,
+    ];
+    let envp: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut pair = k.into_encoded_bytes();
+            pair.push(b'=');
+            pair.extend(v.into_encoded_bytes());
+            CString::new(pair).ok()
+        })
+        .collect();
+    let request = crate::sys::SpawnRequest {
+        program: &program,
+        argv: &argv,
+        envp: &envp,
+        stdin: devnull.as_raw_fd(),
+        stdout: shim_log.as_raw_fd(),
+        stderr: shim_log.as_raw_fd(),
+        extra_flags: 0,
+        cgroup_fd: None,
+    };
+    crate::sys::spawn_with_pidfd(&request).map_err(SpawnError::Clone)
+}
+
+#[derive(Debug)]
+pub enum SpawnError {
+    WriteSpec(StateError),
+    Open(String, io::Error),
+    NulInPath,
+    Clone(io::Error),
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpawnError::WriteSpec(e) => write!(f, "cannot write the attempt spec: {e}"),
+            SpawnError::Open(path, e) => write!(f, "cannot open {path}: {e}"),
+            SpawnError::NulInPath => f.write_str("state directory path contains a NUL byte"),
+            SpawnError::Clone(e) => write!(
+                f,
+                "clone3 of the shim failed: {e} (out of pids or memory? see pids.max and ulimit -u)"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit::parse_unit;
+
+    fn unit(text: &str) -> Unit {
+        parse_unit(Path::new("t.ron"), text).unwrap()
+    }
+
+    fn env_of(spec: &AttemptSpec, key: &str) -> String {
+        spec.env
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{key} missing"))
+    }
+
+    #[test]
+    fn first_attempt_uses_command_and_is_not_resumed() {
+        let dirs = StateDir::new("/var/lib/keel");
+        let u = unit(r#"Unit(command: ["a"], resume_command: Some(["b"]), env: {"X": "1"})"#);
+        let ctx = AttemptContext {
+            unit_name: "t",
+            attempt: 1,
+            generation: 7,
+            last_exit: None,
+            last_progress: None,
+        };
+        let spec = attempt_spec(&dirs, &u, &ctx);
+        assert_eq!(spec.argv, ["a"]);
+        assert_eq!(env_of(&spec, "KEEL_RESUMED"), "0");
+        assert_eq!(env_of(&spec, "KEEL_ATTEMPT"), "1");
+        assert_eq!(env_of(&spec, "KEEL_LAST_EXIT"), "");
+        assert_eq!(env_of(&spec, "X"), "1");
+        assert_eq!(
+            env_of(&spec, "KEEL_PROGRESS"),
+            "/var/lib/keel/tasks/t/run/progress"
+        );
+        assert_eq!(spec.cwd, Path::new("/var/lib/keel/tasks/t/work"));
+    }
+
+    #[test]
+    fn later_attempts_resume() {
+        let dirs = StateDir::new("/s");
+        let u = unit(r#"Unit(command: ["a"], resume_command: Some(["b", "--continue"]))"#);
+        let ctx = AttemptContext {
+            unit_name: "t",
+            attempt: 2,
+            generation: 8,
+            last_exit: Some("exit:1".into()),
+            last_progress: Some("step 3".into()),
+        };
+        let spec = attempt_spec(&dirs, &u, &ctx);
+        assert_eq!(spec.argv, ["b", "--continue"]);
+        assert_eq!(env_of(&spec, "KEEL_RESUMED"), "1");
+        assert_eq!(env_of(&spec, "KEEL_LAST_EXIT"), "exit:1");
+        assert_eq!(env_of(&spec, "KEEL_LAST_PROGRESS"), "step 3");
+        let plain = unit(r#"Unit(command: ["a"])"#);
+        assert_eq!(attempt_spec(&dirs, &plain, &ctx).argv, ["a"]);
+    }
+}

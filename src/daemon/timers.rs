@@ -1,0 +1,85 @@
+//! One deadline queue for every timer of the daemon (backoff expiries, stop timeouts, the
+//! units-directory debounce, later liveness deadlines). The loop sleeps until the earliest.
+//! Timers are never removed: each carries what it is about (unit + generation), and a timer
+//! that no longer applies is ignored when it fires.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Timer {
+    /// The backoff of `unit` after attempt `generation` has expired.
+    BackoffExpired { unit: String, generation: u64 },
+    /// `unit`'s stop signal was sent `stop.timeout` ago: escalate to SIGKILL.
+    StopTimeout { unit: String, generation: u64 },
+    /// The SIGKILL did not end the shim either: kill the shim itself.
+    StopForce { unit: String, generation: u64 },
+    /// The units directory changed; rescan once the burst of events is over.
+    RescanUnits,
+    /// Re-run the scheduler (a task became startable).
+    Schedule,
+}
+
+#[derive(Default)]
+pub struct Timers {
+    heap: BinaryHeap<Reverse<(Instant, u64, Timer)>>,
+    sequence: u64,
+}
+
+impl Timers {
+    pub fn add(&mut self, at: Instant, timer: Timer) {
+        self.sequence += 1;
+        self.heap.push(Reverse((at, self.sequence, timer)));
+    }
+
+    pub fn add_after(&mut self, delay: Duration, timer: Timer) {
+        self.add(Instant::now() + delay, timer);
+    }
+
+    /// How long the loop may sleep.
+    pub fn timeout(&self, now: Instant) -> Option<Duration> {
+        self.heap
+            .peek()
+            .map(|Reverse((at, _, _))| at.saturating_duration_since(now))
+    }
+
+    /// Remove and return every timer due at `now`, earliest first.
+    pub fn pop_due(&mut self, now: Instant) -> Vec<Timer> {
+        let mut due = Vec::new();
+        while let Some(Reverse((at, _, _))) = self.heap.peek() {
+            if *at > now {
+                break;
+            }
+            if let Some(Reverse((_, _, timer))) = self.heap.pop() {
+                due.push(timer);
+            }
+        }
+        due
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fires_in_deadline_order_and_only_when_due() {
+        let mut timers = Timers::default();
+        let t0 = Instant::now();
+        timers.add(t0 + Duration::from_secs(2), Timer::Schedule);
+        timers.add(t0 + Duration::from_secs(1), Timer::RescanUnits);
+        assert_eq!(timers.timeout(t0), Some(Duration::from_secs(1)));
+        assert!(timers.pop_due(t0).is_empty());
+        assert_eq!(timers.pop_due(t0 + Duration::from_secs(5)), vec![Timer::RescanUnits, Timer::Schedule]);
+        assert_eq!(timers.timeout(t0), None);
+    }
+}

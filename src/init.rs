@@ -1,0 +1,277 @@
+//! `keel init`: PID 1 of a container or VM. It stays tiny and boring (Erlang's lesson: the root
+//! supervisor must never itself crash): it runs the daemon as its child, reaps every zombie,
+//! forwards SIGTERM/SIGINT/SIGHUP/SIGUSR1/SIGUSR2 to the daemon, respawns a daemon that dies
+//! (tasks keep running: their shims do not depend on it), and exits with the status the daemon
+//! chose — an essential unit's, or 0 after an orderly shutdown.
+//!
+//! How init tells a deliberate daemon exit from a crash: a daemon that exits on purpose first
+//! writes `state_dir/exit-status`; a daemon that died without writing it crashed.
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Signals passed on to the daemon.
+const FORWARDED: [Signal; 5] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+/// Respawn intensity: more than this many daemon crashes within `CRASH_WINDOW` and init gives
+/// up (exit 1) rather than crash-looping forever unseen.
+const MAX_CRASHES: usize = 6;
+const CRASH_WINDOW: Duration = Duration::from_secs(120);
+
+/// The delay before respawning a daemon that crashed, given earlier crash times; `None` when
+/// the intensity limit is reached. Pure: unit-tested below.
+pub fn respawn_delay(crashes: &[Instant], now: Instant) -> Option<Duration> {
+    let recent = crashes
+        .iter()
+        .filter(|&&t| now.saturating_duration_since(t) < CRASH_WINDOW)
+        .count();
+    if recent > MAX_CRASHES {
+        return None;
+    }
+    // 0.25 s, 0.5 s, 1 s, 2 s, … capped at 30 s.
+    let exponent = recent.saturating_sub(1).min(7) as u32;
+    Some(Duration::from_millis(250 * 2u64.pow(exponent)).min(Duration::from_secs(30)))
+}
+
+struct Init<'a> {
+    state_dir: &'a Path,
+    units_dir: &'a Path,
+    daemon: Option<Pid>,
+    crashes: Vec<Instant>,
+    respawn_at: Option<Instant>,
+    shutting_down: bool,
+}
+
+pub fn run(state_dir: &Path, units_dir: &Path) -> i32 {
+    let pid1 = std::process::id() == 1;
+    if pid1 {
+        mount_proc_if_missing();
+    } else {
+        // Not PID 1 (a test, or run under another init): orphans still come to us.
+        if let Err(e) = crate::sys::set_child_subreaper() {
+            log::error!("cannot become a child subreaper: {e}");
+            return 1;
+        }
+        log::info!("not PID 1: running as a child subreaper");
+    }
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    for signal in FORWARDED {
+        mask.add(signal);
+    }
+    if let Err(e) = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None) {
+        log::error!("cannot block signals: {e}");
+        return 1;
+    }
+    let signals = match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+    {
+        Ok(fd) => fd,
+        Err(e) => {
+            log::error!("cannot create a signalfd: {e}");
+            return 1;
+        }
+    };
+    let mut init = Init {
+        state_dir,
+        units_dir,
+        daemon: None,
+        crashes: Vec::new(),
+        respawn_at: Some(Instant::now()),
+        shutting_down: false,
+    };
+    loop {
+        if let Some(at) = init.respawn_at {
+            if Instant::now() >= at {
+                init.respawn_at = None;
+                if let Err(code) = init.spawn_daemon() {
+                    return code;
+                }
+            }
+        }
+        let timeout = match init.respawn_at {
+            Some(at) => {
+                let ms = at.saturating_duration_since(Instant::now()).as_millis().min(60_000);
+                PollTimeout::try_from(ms as i32).unwrap_or(PollTimeout::MAX)
+            }
+            None => PollTimeout::NONE,
+        };
+        let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                log::error!("poll: {e}");
+                continue;
+            }
+        }
+        while let Ok(Some(info)) = signals.read_signal() {
+            let Ok(signal) = Signal::try_from(info.ssi_signo as i32) else {
+                continue;
+            };
+            if signal == Signal::SIGCHLD {
+                if let Some(code) = init.reap() {
+                    return code;
+                }
+            } else {
+                init.forward(signal);
+            }
+        }
+    }
+}
+
+impl Init<'_> {
+    fn spawn_daemon(&mut self) -> Result<(), i32> {
+        let mut command = std::process::Command::new("/proc/self/exe");
+        command
+            .arg0("keel")
+            .arg("daemon")
+            .arg("--state")
+            .arg(self.state_dir)
+            .arg("--units")
+            .arg(self.units_dir)
+            .env("KEEL_UNDER_INIT", "1");
+        if self.shutting_down {
+            // A daemon respawned during shutdown stops the tasks it re-adopts, then exits.
+            command.env("KEEL_SHUTDOWN_ON_START", "1");
+        }
+        // std resets the signal mask and SIGPIPE in the child (our blocked set must not leak).
+        use std::os::unix::process::CommandExt;
+        match command.spawn() {
+            Ok(child) => {
+                let pid = Pid::from_raw(child.id() as i32);
+                log::info!("daemon started: pid {pid}");
+                // Reaped by our own waitpid(-1) loop, never through `child`.
+                std::mem::forget(child);
+                self.daemon = Some(pid);
+                Ok(())
+            }
+            Err(e) => {
+                log::error!("cannot start the daemon: {e}");
+                self.on_crash()
+            }
+        }
+    }
+
+    /// Reap every zombie. `Some(code)` when init should exit.
+    fn reap(&mut self) -> Option<i32> {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return None,
+                Ok(status) => {
+                    if status.pid().is_some() && status.pid() == self.daemon {
+                        self.daemon = None;
+                        if let Some(code) = self.on_daemon_exit(status) {
+                            return Some(code);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_daemon_exit(&mut self, status: WaitStatus) -> Option<i32> {
+        let path = crate::state::StateDir::new(self.state_dir).exit_status_path();
+        let chosen = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok());
+        let _ = std::fs::remove_file(&path);
+        if let Some(code) = chosen {
+            log::info!("daemon exited on purpose: exit {code}");
+            return Some(code);
+        }
+        log::error!("daemon died ({status:?}); its tasks keep running");
+        self.on_crash().err()
+    }
+
+    /// Schedule a respawn, or give up (`Err(1)`) past the intensity limit.
+    fn on_crash(&mut self) -> Result<(), i32> {
+        let now = Instant::now();
+        self.crashes.push(now);
+        self.crashes
+            .retain(|&t| now.saturating_duration_since(t) < CRASH_WINDOW);
+        match respawn_delay(&self.crashes, now) {
+            Some(delay) => {
+                log::info!("respawning the daemon in {}", crate::cli::format::duration_precise(delay));
+                self.respawn_at = Some(now + delay);
+                Ok(())
+            }
+            None => {
+                log::error!(
+                    "daemon crashed {} times within {}: giving up",
+                    self.crashes.len(),
+                    crate::cli::format::duration(CRASH_WINDOW)
+                );
+                Err(1)
+            }
+        }
+    }
+
+    fn forward(&mut self, signal: Signal) {
+        if matches!(signal, Signal::SIGTERM | Signal::SIGINT) {
+            self.shutting_down = true;
+        }
+        match self.daemon {
+            Some(pid) => {
+                if let Err(e) = kill(pid, signal) {
+                    log::warn!("forwarding {signal} to the daemon: {e}");
+                }
+            }
+            None if self.shutting_down => {
+                // No daemon right now: start one at once; it shuts down after reconciling.
+                self.respawn_at = Some(Instant::now());
+            }
+            None => {}
+        }
+    }
+}
+
+fn mount_proc_if_missing() {
+    if Path::new("/proc/self").exists() {
+        return;
+    }
+    let _ = std::fs::create_dir_all("/proc");
+    if let Err(e) = nix::mount::mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV | nix::mount::MsFlags::MS_NOEXEC,
+        None::<&str>,
+    ) {
+        log::error!("cannot mount /proc: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn respawn_backs_off_then_gives_up() {
+        let now = Instant::now() + Duration::from_secs(1000);
+        let at = |ago: u64| now - Duration::from_secs(ago);
+        assert_eq!(respawn_delay(&[at(0)], now), Some(Duration::from_millis(250)));
+        assert_eq!(respawn_delay(&[at(5), at(0)], now), Some(Duration::from_millis(500)));
+        assert_eq!(
+            respawn_delay(&[at(9), at(8), at(7), at(0)], now),
+            Some(Duration::from_secs(2))
+        );
+        let many: Vec<Instant> = (0..7).map(at).collect();
+        assert_eq!(respawn_delay(&many, now), None);
+        // Old crashes leave the window.
+        let old: Vec<Instant> = (200..207).map(at).collect();
+        assert_eq!(respawn_delay(&old, now), Some(Duration::from_millis(250)));
+    }
+}

@@ -1,0 +1,73 @@
+//! The control-socket protocol: one JSON request per connection line, one JSON response line.
+//! `keel status --json` prints [`StatusReport`] as is: its field names are a stable interface.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "verb", rename_all = "snake_case")]
+pub enum Request {
+    Status { unit: Option<String> },
+    /// Validate and install a unit file into the units directory.
+    Add { name: String, text: String },
+    Remove { unit: String },
+    Start { unit: String },
+    Stop { unit: String },
+    Restart { unit: String },
+    Kill { unit: String, signal: i32 },
+    Reload,
+    Shutdown { keep_tasks: bool },
+    Health,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Response {
+    Ok { message: String },
+    Status(StatusReport),
+    Health { pid: i32, loop_age_ms: u64, tasks: usize },
+    Error { message: String },
+}
+
+/// The daemon and every task, for `keel status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StatusReport {
+    pub daemon: DaemonInfo,
+    pub tasks: Vec<TaskInfo>,
+    /// Unit files that could not be accepted, with `file:line:col: message`.
+    pub invalid_units: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DaemonInfo {
+    pub pid: i32,
+    pub started_ms: u64,
+    pub state_dir: String,
+    pub units_dir: String,
+    /// How tasks are confined by cgroups (`none` until the cgroup layer exists).
+    pub cgroup_mode: String,
+    pub under_init: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TaskInfo {
+    pub unit: String,
+    /// `queued`, `starting`, `running`, `stalled`, `stopping`, `backoff`, `succeeded`,
+    /// `failed`, `stopped`.
+    pub state: String,
+    pub attempt: u32,
+    pub generation: u64,
+    /// The shim's pid while an attempt is alive.
+    pub pid: Option<i32>,
+    /// When the current state began to apply: attempt start, backoff end, finish time (unix ms).
+    pub since_ms: Option<u64>,
+    pub backoff_until_ms: Option<u64>,
+    /// `exit:N`, `signal:NAME`, `oom`, `stalled`, `lost`.
+    pub last_exit: Option<String>,
+    /// Restarts counted against the restart limit.
+    pub restarts: usize,
+    pub reason: Option<String>,
+    /// The last line of the progress file.
+    pub progress: Option<String>,
+    /// The unit file was edited since this attempt started: takes effect at the next start.
+    pub unit_changed: bool,
+}
