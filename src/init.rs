@@ -102,7 +102,10 @@ pub fn run(state_dir: &Path, units_dir: &Path) -> i32 {
         }
         let timeout = match init.respawn_at {
             Some(at) => {
-                let ms = at.saturating_duration_since(Instant::now()).as_millis().min(60_000);
+                let ms = at
+                    .saturating_duration_since(Instant::now())
+                    .as_millis()
+                    .min(60_000);
                 PollTimeout::try_from(ms as i32).unwrap_or(PollTimeout::MAX)
             }
             None => PollTimeout::NONE,
@@ -147,7 +150,8 @@ impl Init<'_> {
             // A daemon respawned during shutdown stops the tasks it re-adopts, then exits.
             command.env("KEEL_SHUTDOWN_ON_START", "1");
         }
-        // std resets the signal mask and SIGPIPE in the child (our blocked set must not leak).
+        // The child inherits our blocked signal mask; the daemon resets it once its handlers
+        // are installed (a signal arriving in between stays pending, not lost).
         use std::os::unix::process::CommandExt;
         match command.spawn() {
             Ok(child) => {
@@ -204,7 +208,10 @@ impl Init<'_> {
             .retain(|&t| now.saturating_duration_since(t) < CRASH_WINDOW);
         match respawn_delay(&self.crashes, now) {
             Some(delay) => {
-                log::info!("respawning the daemon in {}", crate::cli::format::duration_precise(delay));
+                log::info!(
+                    "respawning the daemon in {}",
+                    crate::cli::format::duration_precise(delay)
+                );
                 self.respawn_at = Some(now + delay);
                 Ok(())
             }
@@ -247,7 +254,9 @@ fn mount_proc_if_missing() {
         Some("proc"),
         "/proc",
         Some("proc"),
-        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV | nix::mount::MsFlags::MS_NOEXEC,
+        nix::mount::MsFlags::MS_NOSUID
+            | nix::mount::MsFlags::MS_NODEV
+            | nix::mount::MsFlags::MS_NOEXEC,
         None::<&str>,
     ) {
         log::error!("cannot mount /proc: {e}");
@@ -262,8 +271,14 @@ mod tests {
     fn respawn_backs_off_then_gives_up() {
         let now = Instant::now() + Duration::from_secs(1000);
         let at = |ago: u64| now - Duration::from_secs(ago);
-        assert_eq!(respawn_delay(&[at(0)], now), Some(Duration::from_millis(250)));
-        assert_eq!(respawn_delay(&[at(5), at(0)], now), Some(Duration::from_millis(500)));
+        assert_eq!(
+            respawn_delay(&[at(0)], now),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            respawn_delay(&[at(5), at(0)], now),
+            Some(Duration::from_millis(500))
+        );
         assert_eq!(
             respawn_delay(&[at(9), at(8), at(7), at(0)], now),
             Some(Duration::from_secs(2))

@@ -7,7 +7,11 @@ use keel::protocol::Request;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "keel", version, about = "A process supervisor for unattended coding agents")]
+#[command(
+    name = "keel",
+    version,
+    about = "A process supervisor for unattended coding agents"
+)]
 struct Args {
     /// State directory (default: $KEEL_STATE_DIR, else /var/lib/keel for root).
     #[arg(long, global = true, value_name = "DIR")]

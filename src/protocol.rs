@@ -6,26 +6,52 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "verb", rename_all = "snake_case")]
 pub enum Request {
-    Status { unit: Option<String> },
+    Status {
+        unit: Option<String>,
+    },
     /// Validate and install a unit file into the units directory.
-    Add { name: String, text: String },
-    Remove { unit: String },
-    Start { unit: String },
-    Stop { unit: String },
-    Restart { unit: String },
-    Kill { unit: String, signal: i32 },
+    Add {
+        name: String,
+        text: String,
+    },
+    Remove {
+        unit: String,
+    },
+    Start {
+        unit: String,
+    },
+    Stop {
+        unit: String,
+    },
+    Restart {
+        unit: String,
+    },
+    Kill {
+        unit: String,
+        signal: i32,
+    },
     Reload,
-    Shutdown { keep_tasks: bool },
+    Shutdown {
+        keep_tasks: bool,
+    },
     Health,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Response {
-    Ok { message: String },
+    Ok {
+        message: String,
+    },
     Status(StatusReport),
-    Health { pid: i32, loop_age_ms: u64, tasks: usize },
-    Error { message: String },
+    Health {
+        pid: i32,
+        loop_age_ms: u64,
+        tasks: usize,
+    },
+    Error {
+        message: String,
+    },
 }
 
 /// The daemon and every task, for `keel status`.

@@ -184,12 +184,13 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
 
 /// Serialize `value` as pretty RON and write it atomically.
 pub fn write_ron<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
-    let text = ron::ser::to_string_pretty(value, ron::ser::PrettyConfig::default()).map_err(
-        |e| StateError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        },
-    )?;
+    let text =
+        ron::ser::to_string_pretty(value, ron::ser::PrettyConfig::default()).map_err(|e| {
+            StateError::Parse {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }
+        })?;
     atomic_write(path, text.as_bytes())
 }
 
@@ -359,7 +360,10 @@ mod tests {
         atomic_write(&path, b"old").unwrap();
         atomic_write(&path, b"new contents").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"new contents");
-        let names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 1, "temp files left: {names:?}");
         fs::remove_dir_all(&dir).unwrap();
     }
@@ -409,7 +413,10 @@ mod tests {
                 .unwrap();
         }
         let text = fs::read_to_string(&path).unwrap();
-        let events: Vec<Event> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let events: Vec<Event> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(events.len(), 3);
         assert_eq!(events[2].attempt, 2);
         fs::remove_dir_all(&dir).unwrap();

@@ -305,7 +305,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("duration {text:?} has no unit: write e.g. \"90s\", \"5m\", \"250ms\""))?;
+        .ok_or_else(|| {
+            format!("duration {text:?} has no unit: write e.g. \"90s\", \"5m\", \"250ms\"")
+        })?;
     let (number, unit) = t.split_at(split);
     let value: f64 = number
         .parse()
@@ -403,7 +405,9 @@ impl<'de> Deserialize<'de> for Dur {
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        parse_size(&text).map(Size).map_err(serde::de::Error::custom)
+        parse_size(&text)
+            .map(Size)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -504,7 +508,8 @@ pub fn load_unit_file(path: &Path) -> Result<(String, Unit, String), UnitError> 
     let name = unit_name_of(path)
         .ok_or_else(|| whole_file("a unit file's name must end in .ron".to_string()))?;
     validate_name(&name).map_err(whole_file)?;
-    let text = std::fs::read_to_string(path).map_err(|e| whole_file(format!("cannot read: {e}")))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| whole_file(format!("cannot read: {e}")))?;
     let unit = parse_unit(path, &text)?;
     Ok((name, unit, text))
 }

@@ -60,8 +60,15 @@ pub fn run(state_dir: &Path, unit: Option<&str>, json: bool, follow: bool) -> Cl
 
 /// `2026-11-30T05:12:03.123Z  flaky  #2  backoff  restart in 2.0s`
 pub fn human(event: &Event) -> String {
-    let unit = if event.unit.is_empty() { "-" } else { &event.unit };
-    let mut text = format!("{}  {:<20} #{:<3} {}", event.time, unit, event.attempt, event.event);
+    let unit = if event.unit.is_empty() {
+        "-"
+    } else {
+        &event.unit
+    };
+    let mut text = format!(
+        "{}  {:<20} #{:<3} {}",
+        event.time, unit, event.attempt, event.event
+    );
     if !event.detail.is_empty() {
         text.push_str("  ");
         text.push_str(&event.detail);

@@ -34,7 +34,10 @@ pub fn duration_precise(d: Duration) -> String {
 /// Time since a wall-clock instant, `"12s ago"`; `"-"` when unknown.
 pub fn ago(ts_ms: Option<u64>, now_ms: u64) -> String {
     match ts_ms {
-        Some(ts) => format!("{} ago", duration(Duration::from_millis(now_ms.saturating_sub(ts)))),
+        Some(ts) => format!(
+            "{} ago",
+            duration(Duration::from_millis(now_ms.saturating_sub(ts)))
+        ),
         None => "-".to_string(),
     }
 }

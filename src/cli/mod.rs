@@ -97,6 +97,8 @@ pub fn print_outcome(response: Response) -> CliResult {
             Ok(())
         }
         Response::Error { message } => Err(CliError(message)),
-        other => Err(CliError(format!("unexpected answer from the daemon: {other:?}"))),
+        other => Err(CliError(format!(
+            "unexpected answer from the daemon: {other:?}"
+        ))),
     }
 }

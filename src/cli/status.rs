@@ -41,7 +41,11 @@ pub fn render(report: &StatusReport, now: u64) -> String {
         ago(Some(d.started_ms), now).trim_end_matches(" ago"),
         d.state_dir,
         d.cgroup_mode,
-        if d.under_init { " · under keel init" } else { "" }
+        if d.under_init {
+            " · under keel init"
+        } else {
+            ""
+        }
     );
     out.push_str(&format!(
         "{:<20} {:<9} {:>4} {:>7} {:>9} {:<14} {}\n",

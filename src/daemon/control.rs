@@ -225,16 +225,16 @@ impl Daemon {
         }
     }
 
-    fn known(&self, unit: &str) -> Result<(), Response> {
+    fn known(&self, unit: &str) -> Result<(), Box<Response>> {
         if self.tasks.contains_key(unit) {
             Ok(())
         } else {
-            Err(Response::Error {
+            Err(Box::new(Response::Error {
                 message: format!(
                     "unknown unit {unit:?} (keel status lists the units; unit files live in {})",
                     self.units_dir.display()
                 ),
-            })
+            }))
         }
     }
 
@@ -263,20 +263,20 @@ impl Daemon {
             Request::Add { name, text } => Some(self.add_unit(&name, &text)),
             Request::Start { unit } => {
                 if let Err(e) = self.known(&unit) {
-                    return Some(e);
+                    return Some(*e);
                 }
                 Some(self.user_start(&unit))
             }
             Request::Stop { unit } => {
                 if let Err(e) = self.known(&unit) {
-                    return Some(e);
+                    return Some(*e);
                 }
                 self.stop_task(&unit, Intent::Stop);
                 wait_for(self, &unit)
             }
             Request::Restart { unit } => {
                 if let Err(e) = self.known(&unit) {
-                    return Some(e);
+                    return Some(*e);
                 }
                 self.stop_task(&unit, Intent::Restart);
                 Some(Response::Ok {
@@ -285,7 +285,7 @@ impl Daemon {
             }
             Request::Remove { unit } => {
                 if let Err(e) = self.known(&unit) {
-                    return Some(e);
+                    return Some(*e);
                 }
                 let path = self.units_dir.join(format!("{unit}.ron"));
                 if let Err(e) = std::fs::remove_file(&path) {
@@ -304,7 +304,7 @@ impl Daemon {
             }
             Request::Kill { unit, signal } => {
                 if let Err(e) = self.known(&unit) {
-                    return Some(e);
+                    return Some(*e);
                 }
                 let sent = if signal == libc::SIGKILL {
                     self.signal_shim(&unit, crate::sandbox::spec::kill_request_signal())
@@ -393,7 +393,7 @@ impl Daemon {
     fn status(&self, only: Option<&str>) -> Response {
         if let Some(unit) = only {
             if let Err(e) = self.known(unit) {
-                return e;
+                return *e;
             }
         }
         let tasks = self

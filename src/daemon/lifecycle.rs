@@ -2,8 +2,8 @@
 //! stop it. Each transition is persisted before it is acted on.
 
 use super::policy::{self, Decision, History, Policy};
-use super::record::{Intent, LastExit, ShimIdentity, TaskRecord, TaskState};
 use super::reconcile::{self, Action, Observed};
+use super::record::{Intent, LastExit, ShimIdentity, TaskRecord, TaskState};
 use super::spawn::{self, AttemptContext};
 use super::timers::Timer;
 use super::{Daemon, Shutdown, Task, FORCE_KILL_GRACE};
@@ -53,7 +53,11 @@ impl Daemon {
                 submitted_ms: t.record.submitted_ms,
             })
             .collect();
-        let running = self.tasks.values().filter(|t| t.record.state.has_attempt()).count();
+        let running = self
+            .tasks
+            .values()
+            .filter(|t| t.record.state.has_attempt())
+            .count();
         for unit in super::queue::pick_startable(&queued, running, None) {
             self.start_attempt(&unit);
         }
@@ -143,8 +147,8 @@ impl Daemon {
         self.deregister_shim(&shim);
         let reaped = self.reaped.remove(&shim.pid);
         let run_dir = self.dirs.run_dir(unit);
-        let record: Option<ExitRecord> =
-            state::read_ron(&spec::exit_record_path(&run_dir)).unwrap_or_else(|e| {
+        let record: Option<ExitRecord> = state::read_ron(&spec::exit_record_path(&run_dir))
+            .unwrap_or_else(|e| {
                 log::error!("{unit}: {e}");
                 None
             });
@@ -156,7 +160,10 @@ impl Daemon {
                     r.attempt,
                     r.generation,
                     "fenced",
-                    &format!("exit record of generation {} ignored (current {generation})", r.generation),
+                    &format!(
+                        "exit record of generation {} ignored (current {generation})",
+                        r.generation
+                    ),
                 );
                 (LastExit::Lost, None)
             }
@@ -287,7 +294,8 @@ impl Daemon {
                 self.remove_task(unit);
                 return;
             }
-            task.record.reason = Some("interrupted by daemon shutdown; resumes at next start".into());
+            task.record.reason =
+                Some("interrupted by daemon shutdown; resumes at next start".into());
             self.transition(unit, TaskState::Queued, "interrupted by shutdown");
         }
     }
@@ -301,8 +309,16 @@ impl Daemon {
             .is_some_and(|u| u.essential);
         if essential && self.under_init {
             let code = exit.exit_code();
-            log::info!("{unit}: essential unit finished ({exit}): shutting down with status {code}");
-            self.journal_event(unit, 0, 0, "essential-finished", &format!("exit status {code}"));
+            log::info!(
+                "{unit}: essential unit finished ({exit}): shutting down with status {code}"
+            );
+            self.journal_event(
+                unit,
+                0,
+                0,
+                "essential-finished",
+                &format!("exit status {code}"),
+            );
             self.begin_shutdown(Shutdown::StopTasks { exit_code: code });
         }
     }
@@ -353,7 +369,10 @@ impl Daemon {
             self.persist(unit);
             return;
         }
-        let signal = task.unit.as_ref().map_or(libc::SIGTERM, |u| u.stop.signal.0);
+        let signal = task
+            .unit
+            .as_ref()
+            .map_or(libc::SIGTERM, |u| u.stop.signal.0);
         let timeout = task
             .unit
             .as_ref()
@@ -363,7 +382,11 @@ impl Daemon {
         self.transition(
             unit,
             TaskState::Stopping,
-            &format!("{}, SIGKILL after {}", crate::unit::signal_name(signal), crate::cli::format::duration_precise(timeout)),
+            &format!(
+                "{}, SIGKILL after {}",
+                crate::unit::signal_name(signal),
+                crate::cli::format::duration_precise(timeout)
+            ),
         );
         self.signal_shim(unit, signal);
         self.timers.add_after(
@@ -393,7 +416,11 @@ impl Daemon {
         match crate::sys::pidfd_send_signal(&shim.pidfd, signal) {
             Ok(()) => true,
             Err(e) => {
-                log::warn!("{unit}: signal {} to shim {}: {e}", crate::unit::signal_name(signal), shim.pid);
+                log::warn!(
+                    "{unit}: signal {} to shim {}: {e}",
+                    crate::unit::signal_name(signal),
+                    shim.pid
+                );
                 false
             }
         }
@@ -478,7 +505,10 @@ impl Daemon {
                 Ok(None) => continue,
                 Err(e) => {
                     log::error!("{name}: {e}: the task starts over as new");
-                    let bad = self.dirs.record_path(&name).with_extension("ron.unreadable");
+                    let bad = self
+                        .dirs
+                        .record_path(&name)
+                        .with_extension("ron.unreadable");
                     let _ = std::fs::rename(self.dirs.record_path(&name), bad);
                     continue;
                 }
@@ -544,13 +574,21 @@ impl Daemon {
             Ok(fd) => fd,
             Err(e) => {
                 log::warn!("{unit}: shim {} vanished while adopting: {e}", shim.pid);
-                self.settle(unit, LastExit::Lost, Some(format!("shim {} vanished", shim.pid)));
+                self.settle(
+                    unit,
+                    LastExit::Lost,
+                    Some(format!("shim {} vanished", shim.pid)),
+                );
                 return;
             }
         };
         // The pid could have been reused between the start-time check and pidfd_open.
         if !crate::sys::same_process_alive(shim.pid, shim.start_time) {
-            self.settle(unit, LastExit::Lost, Some(format!("shim {} vanished", shim.pid)));
+            self.settle(
+                unit,
+                LastExit::Lost,
+                Some(format!("shim {} vanished", shim.pid)),
+            );
             return;
         }
         let live = self.register_shim(unit, shim.pid, pidfd);
@@ -563,7 +601,10 @@ impl Daemon {
         let generation = task.record.generation;
         if stopping {
             // Resume the stop where it was: the timeout counts from when it began.
-            let timeout = task.unit.as_ref().map_or(Duration::from_secs(30), |u| u.stop.timeout.0);
+            let timeout = task
+                .unit
+                .as_ref()
+                .map_or(Duration::from_secs(30), |u| u.stop.timeout.0);
             let elapsed = Duration::from_millis(
                 now_ms().saturating_sub(task.record.stop_started_ms.unwrap_or_else(now_ms)),
             );
@@ -574,10 +615,20 @@ impl Daemon {
                     generation,
                 },
             );
-            self.journal_event(unit, 0, generation, "adopted", &format!("shim pid {} (stopping)", shim.pid));
+            self.journal_event(
+                unit,
+                0,
+                generation,
+                "adopted",
+                &format!("shim pid {} (stopping)", shim.pid),
+            );
             self.persist(unit);
         } else {
-            self.transition(unit, TaskState::Running, &format!("adopted shim pid {}", shim.pid));
+            self.transition(
+                unit,
+                TaskState::Running,
+                &format!("adopted shim pid {}", shim.pid),
+            );
         }
     }
 }
@@ -588,7 +639,7 @@ fn jitter() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let mixed = (u64::from(nanos) ^ u64::from(std::process::id())).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mixed =
+        (u64::from(nanos) ^ u64::from(std::process::id())).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (mixed >> 11) as f64 / (1u64 << 53) as f64
 }
-

@@ -105,7 +105,10 @@ pub struct Daemon {
 #[derive(Debug)]
 pub enum DaemonError {
     State(StateError),
-    Setup { what: &'static str, source: std::io::Error },
+    Setup {
+        what: &'static str,
+        source: std::io::Error,
+    },
 }
 
 impl std::fmt::Display for DaemonError {
@@ -144,22 +147,30 @@ impl Daemon {
         }
 
         let poll = Poll::new().map_err(setup("create the event loop"))?;
-        let mut signals = Signals::new([
-            libc::SIGCHLD,
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGHUP,
-        ])
-        .map_err(setup("install signal handlers"))?;
+        let mut signals = Signals::new([libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+            .map_err(setup("install signal handlers"))?;
         poll.registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)
             .map_err(setup("register signals"))?;
+        // A parent may hand us a blocked signal mask (keel init blocks what it forwards; std's
+        // spawn keeps the mask): with our handlers in place, unblock everything.
+        nix::sys::signal::sigprocmask(
+            nix::sys::signal::SigmaskHow::SIG_SETMASK,
+            Some(&nix::sys::signal::SigSet::empty()),
+            None,
+        )
+        .map_err(|e| DaemonError::Setup {
+            what: "reset the signal mask",
+            source: e.into(),
+        })?;
 
         use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .map_err(|e| DaemonError::Setup {
-                what: "initialise inotify (fs.inotify.max_user_instances?)",
-                source: e.into(),
+        let inotify =
+            Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(|e| {
+                DaemonError::Setup {
+                    what: "initialise inotify (fs.inotify.max_user_instances?)",
+                    source: e.into(),
+                }
             })?;
         inotify
             .add_watch(
@@ -217,7 +228,13 @@ impl Daemon {
             self.dirs.root.display(),
             self.units_dir.display()
         );
-        self.journal_event("", 0, 0, "daemon-start", &format!("pid {}", std::process::id()));
+        self.journal_event(
+            "",
+            0,
+            0,
+            "daemon-start",
+            &format!("pid {}", std::process::id()),
+        );
         self.reconcile_all();
         self.scan_units();
         crate::notify::ready(&format!("{} tasks", self.tasks.len()));
@@ -228,8 +245,20 @@ impl Daemon {
 
         let mut events = Events::with_capacity(256);
         loop {
-            let now = Instant::now();
-            let timeout = self.timers.timeout(now);
+            // Act on what the previous round decided before sleeping again.
+            if self.schedule_pending {
+                self.schedule_pending = false;
+                self.schedule();
+            }
+            self.answer_waiters();
+            if let Some(code) = self.finished_shutdown() {
+                self.write_exit_status(code);
+                self.journal_event("", 0, 0, "daemon-stop", &format!("exit {code}"));
+                log::info!("daemon stopped (exit {code})");
+                let _ = std::fs::remove_file(self.dirs.socket_path());
+                return code;
+            }
+            let timeout = self.timers.timeout(Instant::now());
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     log::error!("event loop poll failed: {e}");
@@ -242,18 +271,6 @@ impl Daemon {
             }
             for timer in self.timers.pop_due(Instant::now()) {
                 self.fire(timer);
-            }
-            if self.schedule_pending {
-                self.schedule_pending = false;
-                self.schedule();
-            }
-            self.answer_waiters();
-            if let Some(code) = self.finished_shutdown() {
-                self.write_exit_status(code);
-                self.journal_event("", 0, 0, "daemon-stop", &format!("exit {code}"));
-                log::info!("daemon stopped (exit {code})");
-                let _ = std::fs::remove_file(self.dirs.socket_path());
-                return code;
             }
         }
     }
@@ -280,10 +297,7 @@ impl Daemon {
             match signal {
                 libc::SIGCHLD => self.reap_children(),
                 libc::SIGTERM | libc::SIGINT => {
-                    log::info!(
-                        "{}: orderly shutdown",
-                        crate::unit::signal_name(signal)
-                    );
+                    log::info!("{}: orderly shutdown", crate::unit::signal_name(signal));
                     self.begin_shutdown(Shutdown::StopTasks { exit_code: 0 });
                 }
                 libc::SIGHUP => {
@@ -331,7 +345,9 @@ impl Daemon {
         match timer {
             Timer::RescanUnits => self.scan_units(),
             Timer::Schedule => self.schedule_pending = true,
-            Timer::BackoffExpired { unit, generation } => self.on_backoff_expired(&unit, generation),
+            Timer::BackoffExpired { unit, generation } => {
+                self.on_backoff_expired(&unit, generation)
+            }
             Timer::StopTimeout { unit, generation } => self.on_stop_timeout(&unit, generation),
             Timer::StopForce { unit, generation } => self.on_stop_force(&unit, generation),
         }

@@ -17,9 +17,13 @@ pub struct History {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     Succeeded,
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
     /// Start again after `delay` (zero for a user's restart).
-    Restart { delay: Duration },
+    Restart {
+        delay: Duration,
+    },
     Stopped,
     Remove,
 }
@@ -157,10 +161,19 @@ mod tests {
         let h = History::default();
         use RestartPolicy::*;
         assert_eq!(run(Never, 5, &h, OK, 1, 0).0, Decision::Succeeded);
-        assert!(matches!(run(Never, 5, &h, FAIL, 1, 0).0, Decision::Failed { .. }));
+        assert!(matches!(
+            run(Never, 5, &h, FAIL, 1, 0).0,
+            Decision::Failed { .. }
+        ));
         assert_eq!(run(OnFailure, 5, &h, OK, 1, 0).0, Decision::Succeeded);
-        assert!(matches!(run(OnFailure, 5, &h, FAIL, 1, 0).0, Decision::Restart { .. }));
-        assert!(matches!(run(Always, 5, &h, OK, 1, 0).0, Decision::Restart { .. }));
+        assert!(matches!(
+            run(OnFailure, 5, &h, FAIL, 1, 0).0,
+            Decision::Restart { .. }
+        ));
+        assert!(matches!(
+            run(Always, 5, &h, OK, 1, 0).0,
+            Decision::Restart { .. }
+        ));
         assert!(matches!(
             run(OnFailure, 5, &h, LastExit::Lost, 1, 0).0,
             Decision::Restart { .. }
@@ -201,10 +214,20 @@ mod tests {
             consecutive_failures: 4,
         };
         let (d, next) = run(RestartPolicy::Always, 100, &h, FAIL, 59, 0);
-        assert_eq!(d, Decision::Restart { delay: Duration::from_secs(10) });
+        assert_eq!(
+            d,
+            Decision::Restart {
+                delay: Duration::from_secs(10)
+            }
+        );
         assert_eq!(next.consecutive_failures, 5);
         let (d, next) = run(RestartPolicy::Always, 100, &h, FAIL, 60, 0);
-        assert_eq!(d, Decision::Restart { delay: Duration::from_secs(1) });
+        assert_eq!(
+            d,
+            Decision::Restart {
+                delay: Duration::from_secs(1)
+            }
+        );
         assert_eq!(next.consecutive_failures, 1);
     }
 
@@ -219,7 +242,10 @@ mod tests {
         let (d, after) = run(RestartPolicy::Always, 3, &h, FAIL, 0, 10);
         match d {
             Decision::Failed { reason } => {
-                assert!(reason.contains("restart limit reached: 3 restarts within 1h"), "{reason}")
+                assert!(
+                    reason.contains("restart limit reached: 3 restarts within 1h"),
+                    "{reason}"
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -244,8 +270,14 @@ mod tests {
             consecutive_failures: 2,
         };
         let z = Duration::ZERO;
-        assert_eq!(decide(&policy, &h, Intent::Stop, FAIL, z, 0, 0.5).0, Decision::Stopped);
-        assert_eq!(decide(&policy, &h, Intent::Remove, FAIL, z, 0, 0.5).0, Decision::Remove);
+        assert_eq!(
+            decide(&policy, &h, Intent::Stop, FAIL, z, 0, 0.5).0,
+            Decision::Stopped
+        );
+        assert_eq!(
+            decide(&policy, &h, Intent::Remove, FAIL, z, 0, 0.5).0,
+            Decision::Remove
+        );
         let (d, fresh) = decide(&policy, &h, Intent::Restart, FAIL, z, 0, 0.5);
         assert_eq!(d, Decision::Restart { delay: z });
         assert_eq!(fresh, History::default());

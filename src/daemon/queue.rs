@@ -28,7 +28,11 @@ pub fn pick_startable(
         Some(max) => max.saturating_sub(running),
         None => usize::MAX,
     };
-    order.into_iter().take(free).map(|c| c.unit.clone()).collect()
+    order
+        .into_iter()
+        .take(free)
+        .map(|c| c.unit.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -46,7 +50,10 @@ mod tests {
     #[test]
     fn priority_then_submission_order() {
         let queued = [c("late", 0, 20), c("early", 0, 10), c("urgent", 5, 30)];
-        assert_eq!(pick_startable(&queued, 0, None), ["urgent", "early", "late"]);
+        assert_eq!(
+            pick_startable(&queued, 0, None),
+            ["urgent", "early", "late"]
+        );
     }
 
     #[test]

@@ -25,7 +25,10 @@ pub enum Action {
     /// The shim is alive: take it back.
     Adopt { shim: ShimIdentity },
     /// The attempt ended while nobody watched: settle it through the restart policy.
-    Settle { exit: LastExit, spawn_error: Option<String> },
+    Settle {
+        exit: LastExit,
+        spawn_error: Option<String>,
+    },
 }
 
 /// The identity of the current attempt's shim: the record's, or the one the shim wrote itself
@@ -113,7 +116,12 @@ mod tests {
     #[test]
     fn live_shim_is_adopted() {
         let r = running(3, Some(id(10, "boot")));
-        assert_eq!(decide(&r, &observed(|_| true)), Action::Adopt { shim: id(10, "boot") });
+        assert_eq!(
+            decide(&r, &observed(|_| true)),
+            Action::Adopt {
+                shim: id(10, "boot")
+            }
+        );
     }
 
     #[test]
@@ -121,7 +129,10 @@ mod tests {
         let r = running(3, Some(id(10, "old-boot")));
         assert_eq!(
             decide(&r, &observed(|_| true)),
-            Action::Settle { exit: LastExit::Lost, spawn_error: None }
+            Action::Settle {
+                exit: LastExit::Lost,
+                spawn_error: None
+            }
         );
     }
 
@@ -132,10 +143,19 @@ mod tests {
         o.exit_record = Some(exit(3, 42));
         assert_eq!(
             decide(&r, &o),
-            Action::Settle { exit: LastExit::Agent(AgentStatus::Exited(42)), spawn_error: None }
+            Action::Settle {
+                exit: LastExit::Agent(AgentStatus::Exited(42)),
+                spawn_error: None
+            }
         );
         o.exit_record = Some(exit(2, 0));
-        assert_eq!(decide(&r, &o), Action::Settle { exit: LastExit::Lost, spawn_error: None });
+        assert_eq!(
+            decide(&r, &o),
+            Action::Settle {
+                exit: LastExit::Lost,
+                spawn_error: None
+            }
+        );
     }
 
     #[test]
@@ -149,16 +169,32 @@ mod tests {
             start_time: 100,
             boot_id: "boot".into(),
         });
-        assert_eq!(decide(&r, &o), Action::Adopt { shim: id(77, "boot") });
+        assert_eq!(
+            decide(&r, &o),
+            Action::Adopt {
+                shim: id(77, "boot")
+            }
+        );
         // A shim record of an older attempt is not this attempt's shim.
         o.shim_record.as_mut().unwrap().generation = 3;
-        assert_eq!(decide(&r, &o), Action::Settle { exit: LastExit::Lost, spawn_error: None });
+        assert_eq!(
+            decide(&r, &o),
+            Action::Settle {
+                exit: LastExit::Lost,
+                spawn_error: None
+            }
+        );
     }
 
     #[test]
     fn idle_states_are_kept_and_backoff_rearmed() {
         let o = observed(|_| panic!("must not probe"));
-        for state in [TaskState::Queued, TaskState::Succeeded, TaskState::Failed, TaskState::Stopped] {
+        for state in [
+            TaskState::Queued,
+            TaskState::Succeeded,
+            TaskState::Failed,
+            TaskState::Stopped,
+        ] {
             let mut r = TaskRecord::new("t", 0);
             r.state = state;
             assert_eq!(decide(&r, &o), Action::Keep);

@@ -197,7 +197,10 @@ mod tests {
 
     #[test]
     fn last_exit_words_match_the_environment_contract() {
-        assert_eq!(LastExit::Agent(AgentStatus::Exited(3)).to_string(), "exit:3");
+        assert_eq!(
+            LastExit::Agent(AgentStatus::Exited(3)).to_string(),
+            "exit:3"
+        );
         assert_eq!(
             LastExit::Agent(AgentStatus::Signaled(libc::SIGKILL)).to_string(),
             "signal:SIGKILL"

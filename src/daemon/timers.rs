@@ -79,7 +79,10 @@ mod tests {
         timers.add(t0 + Duration::from_secs(1), Timer::RescanUnits);
         assert_eq!(timers.timeout(t0), Some(Duration::from_secs(1)));
         assert!(timers.pop_due(t0).is_empty());
-        assert_eq!(timers.pop_due(t0 + Duration::from_secs(5)), vec![Timer::RescanUnits, Timer::Schedule]);
+        assert_eq!(
+            timers.pop_due(t0 + Duration::from_secs(5)),
+            vec![Timer::RescanUnits, Timer::Schedule]
+        );
         assert_eq!(timers.timeout(t0), None);
     }
 }

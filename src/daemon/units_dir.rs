@@ -29,14 +29,21 @@ impl Daemon {
         let files = match unit_files(&self.units_dir) {
             Ok(files) => files,
             Err(e) => {
-                log::error!("cannot read units directory {}: {e}", self.units_dir.display());
+                log::error!(
+                    "cannot read units directory {}: {e}",
+                    self.units_dir.display()
+                );
                 return;
             }
         };
         let mut seen: BTreeMap<String, ()> = BTreeMap::new();
         let mut invalid = BTreeMap::new();
         for path in files {
-            let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+            let file_name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("")
+                .to_string();
             match load_unit_file(&path) {
                 Ok((name, unit, text)) => {
                     seen.insert(name.clone(), ());

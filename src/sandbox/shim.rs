@@ -1,4 +1,633 @@
-//! Placeholder until the shim lands.
-pub fn run(_spec: &std::path::Path) -> i32 {
-    125
+//! `keel shim --spec tasks/<unit>/run/attempt.ron`: the process between the daemon and one
+//! attempt of an agent.
+//!
+//! It starts the agent, captures its stdout and stderr (one pipe, so their interleaving is
+//! kept) into `run/output.log`, forwards signals to the agent's process group, reaps every
+//! process reparented to it, and writes `run/exit.ron` when the agent ends. It owns the task's
+//! data path, so a daemon crash or restart neither blocks nor kills the agent: nothing here
+//! depends on the daemon after the spawn (no death signal on the shim, SIGPIPE ignored).
+//!
+//! The protocol with the daemon (files in `run/`, fencing by generation) is in
+//! [`crate::sandbox::spec`].
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::SigSet;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use crate::sandbox::logs::LogWriter;
+use crate::sandbox::spec::{
+    exit_record_path, kill_request_signal, shim_record_path, AgentStatus, AttemptSpec, ExitRecord,
+    ShimRecord,
+};
+use crate::state::{now_ms, read_ron, write_ron};
+use crate::sys::process::{self, ExecFailure, ExecPlan, ExecStage, Reaped, SpawnError};
+use crate::unit::signal_name;
+
+/// The shim's exit code when it could not start the agent for a reason of its own (as
+/// `docker run` uses 125): unreadable spec, no pipe, no log file.
+pub const SETUP_FAILURE: i32 = 125;
+
+/// Signals forwarded to the agent's process group as they are.
+const FORWARDED: [i32; 8] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+];
+
+/// Size of the one read buffer for the agent's output.
+const READ_BUFFER: usize = 64 * 1024;
+/// Reads per wake-up before signals get a look-in again (the pipe stays drained quickly).
+const READS_PER_WAKE: usize = 64;
+/// Pipe capacity asked for: fewer stalls of a chatty agent between two reads.
+const PIPE_CAPACITY: i32 = 1024 * 1024;
+
+/// Run the shim for the attempt described at `spec_path`; returns the process exit code:
+/// the agent's (`code`, or 128 + signal), 126/127 when it could not be executed, 125 when the
+/// shim itself could not set up.
+pub fn run(spec_path: &Path) -> i32 {
+    install_logger();
+    // Before anything else: a closed stderr (the daemon's end gone) must not kill us, and no
+    // fd we open may land on 0–2.
+    if let Err(e) = process::ignore_sigpipe() {
+        log::warn!("cannot ignore SIGPIPE: {e}");
+    }
+    if let Err(e) = process::ensure_stdio_open() {
+        log::warn!("cannot open /dev/null for closed stdio: {e}");
+    }
+    // Block the handled signals at once: one that comes during setup (a stop request, say)
+    // then waits in the signalfd and is forwarded to the agent instead of killing the shim.
+    let mut handled = vec![libc::SIGCHLD, kill_request_signal()];
+    handled.extend_from_slice(&FORWARDED);
+    let blocked = process::signal_set(&handled).and_then(|set| {
+        process::block_signals(&set)?;
+        Ok(set)
+    });
+    let spec: AttemptSpec = match read_ron(spec_path) {
+        Ok(Some(spec)) => spec,
+        Ok(None) => {
+            return setup_failure(
+                None,
+                format!(
+                    "cannot read the attempt spec {}: no such file",
+                    spec_path.display()
+                ),
+            )
+        }
+        Err(e) => return setup_failure(None, format!("cannot read the attempt spec: {e}")),
+    };
+    let blocked = match blocked {
+        Ok(set) => set,
+        Err(e) => {
+            return setup_failure(Some(&spec), format!("cannot block signals: {e}"));
+        }
+    };
+    match start(&spec, &blocked) {
+        Ok(mut shim) => {
+            shim.supervise();
+            shim.finish()
+        }
+        Err(code) => code,
+    }
+}
+
+/// A started attempt: the agent runs, the shim watches.
+struct Shim<'a> {
+    spec: &'a AttemptSpec,
+    log: LogWriter,
+    signals: SignalFd,
+    /// Read end of the agent's stdout+stderr pipe; None once it reached EOF.
+    output: Option<OwnedFd>,
+    pipe_capacity: usize,
+    agent: i32,
+    started_ms: u64,
+    buffer: Vec<u8>,
+    ended: Option<(AgentStatus, u64)>,
+    orphans_reaped: u64,
+}
+
+/// Steps 1–3: records, reaper, signalfd (for the `handled` signals, blocked already), log,
+/// pipe, fork/exec. `Err(exit code)` when the agent could not be started (the exit record is
+/// written by then).
+fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
+    let fail = |message: String| setup_failure(Some(spec), message);
+    let pid = std::process::id() as i32;
+    let record = ShimRecord {
+        generation: spec.generation,
+        pid,
+        start_time: crate::sys::process_start_time(pid)
+            .map_err(|e| fail(format!("cannot read this process's start time: {e}")))?,
+        boot_id: crate::sys::boot_id(),
+    };
+    write_ron(&shim_record_path(&spec.run_dir), &record)
+        .map_err(|e| fail(format!("cannot write the shim record: {e}")))?;
+    crate::sys::set_child_subreaper()
+        .map_err(|e| fail(format!("cannot become a child subreaper: {e}")))?;
+    remove_stale_exit_record(spec);
+
+    let signals = SignalFd::with_flags(handled, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| fail(format!("cannot create a signalfd: {e}")))?;
+
+    let mut log =
+        LogWriter::open(&spec.run_dir, spec.log_max_bytes, spec.log_keep).map_err(|e| {
+            fail(format!(
+                "cannot open the output log in {}: {e}",
+                spec.run_dir.display()
+            ))
+        })?;
+    let (read_end, write_end) =
+        process::pipe().map_err(|e| fail(format!("cannot create the output pipe: {e}")))?;
+    process::set_nonblocking(read_end.as_fd())
+        .map_err(|e| fail(format!("cannot make the output pipe non-blocking: {e}")))?;
+    let pipe_capacity = process::grow_pipe(read_end.as_fd(), PIPE_CAPACITY);
+    let dev_null =
+        process::open_dev_null().map_err(|e| fail(format!("cannot open /dev/null: {e}")))?;
+
+    let env = agent_env(std::env::vars_os(), &spec.env);
+    let plan = ExecPlan::new(&spec.argv, &env, &spec.cwd)
+        .map_err(|e| fail(format!("cannot start the agent: {e}")))?;
+    let started_ms = now_ms();
+    let agent = match process::spawn_agent(&plan, dev_null.as_fd(), write_end.as_fd()) {
+        Ok(pid) => pid,
+        Err(SpawnError::Setup(e)) => return Err(fail(format!("cannot fork the agent: {e}"))),
+        Err(SpawnError::Child(failure)) => {
+            let found = plan.candidates().iter().any(|c| spec.cwd.join(c).is_file());
+            let (message, status) = spawn_failure(&spec.argv[0], &spec.cwd, &failure, found);
+            log::error!("{message}");
+            log.write(format!("[keel: {message}]\n").as_bytes());
+            write_exit_record(
+                spec,
+                status,
+                failure.pid,
+                (started_ms, now_ms()),
+                Some(message),
+            );
+            return Err(status.exit_code());
+        }
+    };
+    // Only the agent (and what it spawns) holds the write end now.
+    drop(write_end);
+    drop(dev_null);
+    log::info!(
+        "started agent pid {agent}: {:?} (unit {}, attempt {}, generation {})",
+        spec.argv[0],
+        spec.unit,
+        spec.attempt,
+        spec.generation
+    );
+    Ok(Shim {
+        spec,
+        log,
+        signals,
+        output: Some(read_end),
+        pipe_capacity,
+        agent,
+        started_ms,
+        buffer: vec![0; READ_BUFFER],
+        ended: None,
+        orphans_reaped: 0,
+    })
+}
+
+impl Shim<'_> {
+    /// Step 4: until the agent has been reaped, copy output and handle signals.
+    fn supervise(&mut self) {
+        while self.ended.is_none() {
+            let (signal_ready, output_ready) = self.wait();
+            if output_ready {
+                self.pump(READS_PER_WAKE);
+            }
+            if signal_ready {
+                self.handle_signals();
+            }
+        }
+        // Step 5: what the agent wrote before it ended is in the pipe now; orphans may keep
+        // the write end open, so read what is there and stop at EAGAIN (or EOF).
+        let limit = self.pipe_capacity.max(READ_BUFFER) * 2 / READ_BUFFER + 1;
+        self.pump(limit);
+    }
+
+    /// Block until the signalfd or the pipe is ready: (signals, output).
+    fn wait(&mut self) -> (bool, bool) {
+        let readable = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
+        let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+        if let Some(output) = &self.output {
+            fds.push(PollFd::new(output.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {
+                let ready = |fd: &PollFd| fd.revents().is_some_and(|r| r.intersects(readable));
+                (ready(&fds[0]), fds.get(1).is_some_and(ready))
+            }
+            Err(Errno::EINTR) => (false, false),
+            Err(e) => {
+                log::warn!("poll: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                (true, true)
+            }
+        }
+    }
+
+    /// Copy up to `reads` buffers from the pipe to the log; stops at EAGAIN or EOF.
+    fn pump(&mut self, reads: usize) {
+        for _ in 0..reads {
+            let Some(output) = &self.output else { return };
+            match nix::unistd::read(output.as_fd(), &mut self.buffer) {
+                Ok(0) => {
+                    log::debug!("output pipe closed by every writer");
+                    self.output = None;
+                    return;
+                }
+                Ok(n) => self.log.write(&self.buffer[..n]),
+                Err(Errno::EAGAIN) => return,
+                Err(Errno::EINTR) => {}
+                Err(e) => {
+                    log::warn!("reading the agent's output: {e}; no more output is captured");
+                    self.output = None;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn handle_signals(&mut self) {
+        let mut reap = false;
+        loop {
+            match self.signals.read_signal() {
+                Ok(Some(info)) => {
+                    let signal = info.ssi_signo as i32;
+                    if signal == libc::SIGCHLD {
+                        reap = true;
+                    } else {
+                        self.forward(signal);
+                    }
+                }
+                Ok(None) => break,
+                Err(Errno::EINTR) => {}
+                Err(e) => {
+                    log::warn!("reading signals: {e}");
+                    reap = true;
+                    break;
+                }
+            }
+        }
+        if reap {
+            self.reap();
+        }
+    }
+
+    /// Pass a signal to the agent's process group; the kill request becomes SIGKILL.
+    fn forward(&mut self, signal: i32) {
+        if self.ended.is_some() {
+            return;
+        }
+        let sent = if signal == kill_request_signal() {
+            log::info!(
+                "kill requested: SIGKILL to the agent's process group {}",
+                self.agent
+            );
+            libc::SIGKILL
+        } else {
+            log::info!(
+                "forwarding {} to the agent's process group {}",
+                signal_name(signal),
+                self.agent
+            );
+            signal
+        };
+        if let Err(e) = process::kill_process_group(self.agent, sent) {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                log::debug!("process group {} is gone", self.agent);
+            } else {
+                log::warn!("cannot signal process group {}: {e}", self.agent);
+            }
+        }
+    }
+
+    /// Reap every ended child: the agent (remember its status) and any orphan.
+    fn reap(&mut self) {
+        loop {
+            match process::reap_any() {
+                Ok(Reaped::Child(pid, status)) if pid == self.agent => {
+                    log::debug!("agent pid {pid} ended: {status}");
+                    self.ended = Some((status, now_ms()));
+                }
+                Ok(Reaped::Child(pid, status)) => {
+                    self.orphans_reaped += 1;
+                    log::debug!("reaped orphan pid {pid}: {status}");
+                }
+                Ok(Reaped::NoneReady) | Ok(Reaped::NoChildren) => return,
+                Err(e) => {
+                    log::warn!("waitpid: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Step 5: the exit record, one log line, the exit code.
+    fn finish(self) -> i32 {
+        let Some((status, ended_ms)) = self.ended else {
+            return SETUP_FAILURE;
+        };
+        let dropped = self.log.dropped_bytes();
+        let recorded = write_exit_record(
+            self.spec,
+            status,
+            self.agent,
+            (self.started_ms, ended_ms),
+            None,
+        );
+        let note = if recorded {
+            ""
+        } else {
+            " (exit record NOT written)"
+        };
+        log::info!(
+            "agent pid {} ended: {status} after {} ms; {} orphan(s) reaped{}{}",
+            self.agent,
+            ended_ms.saturating_sub(self.started_ms),
+            self.orphans_reaped,
+            if dropped > 0 {
+                format!("; {dropped} bytes of output dropped")
+            } else {
+                String::new()
+            },
+            note,
+        );
+        status.exit_code()
+    }
+}
+
+/// The agent's environment: the shim's own, minus what belongs to the supervisor (systemd's
+/// notify/watchdog/socket-activation variables and every inherited `KEEL_*`), plus the spec's
+/// variables (the spec wins; the last of duplicate spec entries wins).
+pub fn agent_env<I>(inherited: I, spec_env: &[(String, String)]) -> Vec<(OsString, OsString)>
+where
+    I: IntoIterator<Item = (OsString, OsString)>,
+{
+    let mut env: Vec<(OsString, OsString)> = inherited
+        .into_iter()
+        .filter(|(name, _)| !is_supervisor_variable(name))
+        .collect();
+    for (name, value) in spec_env {
+        env.retain(|(existing, _)| existing != name.as_str());
+        env.push((name.into(), value.into()));
+    }
+    env
+}
+
+/// Variables of the supervisor's own environment that an agent must not inherit.
+pub fn is_supervisor_variable(name: &OsStr) -> bool {
+    let name = name.as_bytes();
+    name == b"NOTIFY_SOCKET"
+        || name.starts_with(b"WATCHDOG_")
+        || name.starts_with(b"LISTEN_")
+        || name.starts_with(b"KEEL_")
+}
+
+/// The message and status for an agent that could not be executed. `found`: a file exists at
+/// one of the paths tried (so an ENOENT is about its `#!` interpreter).
+pub fn spawn_failure(
+    program: &str,
+    cwd: &Path,
+    failure: &ExecFailure,
+    found: bool,
+) -> (String, AgentStatus) {
+    let reason = Errno::from_raw(failure.errno).desc();
+    match failure.stage {
+        ExecStage::Exec => {
+            let not_found = matches!(failure.errno, libc::ENOENT | libc::ENOTDIR);
+            let hint = if !not_found {
+                ""
+            } else if found {
+                " (is the interpreter named on its #! line installed?)"
+            } else if program.contains('/') {
+                ""
+            } else {
+                " (is it installed and on PATH?)"
+            };
+            let code = if not_found && !found { 127 } else { 126 };
+            (
+                format!("cannot execute {program:?}: {reason}{hint}"),
+                AgentStatus::Exited(code),
+            )
+        }
+        ExecStage::Chdir => (
+            format!(
+                "cannot enter the working directory {:?}: {reason}",
+                cwd.display().to_string()
+            ),
+            AgentStatus::Exited(127),
+        ),
+        stage => (
+            format!("cannot start the agent: {}: {reason}", stage.call()),
+            AgentStatus::Exited(127),
+        ),
+    }
+}
+
+/// An exit record of an older generation must not be read as this attempt's result.
+fn remove_stale_exit_record(spec: &AttemptSpec) {
+    let path = exit_record_path(&spec.run_dir);
+    match read_ron::<ExitRecord>(&path) {
+        Ok(None) => {}
+        Ok(Some(old)) if old.generation > spec.generation => log::warn!(
+            "{} is from generation {}, newer than ours ({}); left alone",
+            path.display(),
+            old.generation,
+            spec.generation
+        ),
+        found => {
+            let what = match found {
+                Ok(Some(old)) => format!("of generation {}", old.generation),
+                _ => "(unreadable)".to_string(),
+            };
+            match std::fs::remove_file(&path) {
+                Ok(()) => log::info!("removed stale exit record {what}"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => log::warn!("cannot remove stale exit record {what}: {e}"),
+            }
+        }
+    }
+}
+
+/// Write `run/exit.ron`; false (logged) when it cannot be written.
+fn write_exit_record(
+    spec: &AttemptSpec,
+    status: AgentStatus,
+    agent_pid: i32,
+    (started_ms, ended_ms): (u64, u64),
+    spawn_error: Option<String>,
+) -> bool {
+    let record = ExitRecord {
+        generation: spec.generation,
+        attempt: spec.attempt,
+        status,
+        agent_pid,
+        started_ms,
+        ended_ms,
+        spawn_error,
+    };
+    match write_ron(&exit_record_path(&spec.run_dir), &record) {
+        Ok(()) => true,
+        Err(e) => {
+            log::error!("cannot write the exit record: {e}");
+            false
+        }
+    }
+}
+
+/// The shim could not do its own job: say why, record it where possible, exit 125.
+fn setup_failure(spec: Option<&AttemptSpec>, message: String) -> i32 {
+    log::error!("{message}");
+    if let Some(spec) = spec {
+        let now = now_ms();
+        write_exit_record(
+            spec,
+            AgentStatus::Exited(SETUP_FAILURE),
+            0,
+            (now, now),
+            Some(message),
+        );
+    }
+    SETUP_FAILURE
+}
+
+/// One line per event on stderr (`run/shim.log`), unless the binary installed a logger first.
+/// Write errors are ignored: a shim whose log is gone keeps running its agent.
+struct ShimLogger;
+
+impl log::Log for ShimLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "{} keel shim[{}] {}: {}",
+                crate::state::rfc3339(now_ms()),
+                std::process::id(),
+                record.level(),
+                record.args()
+            );
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn install_logger() {
+    if log::set_boxed_logger(Box::new(ShimLogger)).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    #[test]
+    fn environment_drops_supervisor_variables_and_spec_wins() {
+        let inherited = vars(&[
+            ("PATH", "/usr/bin"),
+            ("HOME", "/root"),
+            ("NOTIFY_SOCKET", "/run/systemd/notify"),
+            ("WATCHDOG_USEC", "1000"),
+            ("WATCHDOG_PID", "1"),
+            ("LISTEN_FDS", "1"),
+            ("LISTEN_PID", "1"),
+            ("LISTEN_FDNAMES", "x"),
+            ("KEEL_STATE_DIR", "/var/lib/keel"),
+            ("KEEL_CRASH_AT", "mid-write"),
+            ("KEEL_UNIT", "stale"),
+            ("RUST_LOG", "warn"),
+            ("LISTENER", "kept"),
+        ]);
+        let spec = vec![
+            ("KEEL_UNIT".to_string(), "demo".to_string()),
+            ("RUST_LOG".to_string(), "info".to_string()),
+            ("X".to_string(), "1".to_string()),
+            ("X".to_string(), "2".to_string()),
+        ];
+        let env = agent_env(inherited, &spec);
+        assert_eq!(
+            env,
+            vars(&[
+                ("PATH", "/usr/bin"),
+                ("HOME", "/root"),
+                ("LISTENER", "kept"),
+                ("KEEL_UNIT", "demo"),
+                ("RUST_LOG", "info"),
+                ("X", "2"),
+            ])
+        );
+    }
+
+    fn failure(stage: ExecStage, errno: i32) -> ExecFailure {
+        ExecFailure {
+            pid: 10,
+            stage,
+            errno,
+        }
+    }
+
+    #[test]
+    fn spawn_failures_read_well() {
+        let cwd = Path::new("/work");
+        let (msg, status) = spawn_failure(
+            "claude",
+            cwd,
+            &failure(ExecStage::Exec, libc::ENOENT),
+            false,
+        );
+        assert_eq!(
+            msg,
+            "cannot execute \"claude\": No such file or directory (is it installed and on PATH?)"
+        );
+        assert_eq!(status, AgentStatus::Exited(127));
+
+        let (msg, status) = spawn_failure(
+            "./x.sh",
+            cwd,
+            &failure(ExecStage::Exec, libc::ENOENT),
+            false,
+        );
+        assert_eq!(msg, "cannot execute \"./x.sh\": No such file or directory");
+        assert_eq!(status, AgentStatus::Exited(127));
+
+        let (msg, status) =
+            spawn_failure("x.sh", cwd, &failure(ExecStage::Exec, libc::ENOENT), true);
+        assert!(msg.ends_with("(is the interpreter named on its #! line installed?)"));
+        assert_eq!(status, AgentStatus::Exited(126));
+
+        let (msg, status) =
+            spawn_failure("tool", cwd, &failure(ExecStage::Exec, libc::EACCES), true);
+        assert_eq!(msg, "cannot execute \"tool\": Permission denied");
+        assert_eq!(status, AgentStatus::Exited(126));
+
+        let (msg, _) = spawn_failure("tool", cwd, &failure(ExecStage::Chdir, libc::ENOENT), false);
+        assert_eq!(
+            msg,
+            "cannot enter the working directory \"/work\": No such file or directory"
+        );
+    }
 }

@@ -185,7 +185,8 @@ mod tests {
 
     #[test]
     fn start_time_survives_odd_command_names() {
-        let stat = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        let stat =
+            "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         assert_eq!(parse_start_time(stat), Some(987654));
     }
 
@@ -200,7 +201,10 @@ mod tests {
 
     #[test]
     fn pidfd_signal_reaches_a_live_child_and_not_a_reaped_one() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let fd = pidfd_open(child.id() as i32).unwrap();
         pidfd_send_signal(&fd, libc::SIGKILL).unwrap();
         let status = child.wait().unwrap();

@@ -1,1 +1,591 @@
-//! Reserved for the shim's fork/exec helpers.
+//! The shim's process-level syscalls: fork/exec of the agent, reaping, signal masks and
+//! process-group signals.
+//!
+//! Everything the forked child needs (argv, environment, PATH candidates, the working
+//! directory, a default `sigaction`) is prepared in an [`ExecPlan`] *before* the fork: between
+//! fork and exec the child only makes async-signal-safe calls on that memory and reports a
+//! failure to the parent through a close-on-exec pipe (stage + errno), as posix_spawn does.
+
+use crate::sandbox::spec::AgentStatus;
+use nix::sys::signal::SigSet;
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The kernel's sigset size (`_NSIG / 8`) that rt_sigaction(2) insists on.
+const KERNEL_SIGSET_BYTES: usize = 8;
+
+/// PATH used for the lookup when the agent's environment has none (glibc's `_CS_PATH`).
+pub const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+/// Where in the child a spawn failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecStage {
+    /// `setsid()`.
+    Session,
+    /// `prctl(PR_SET_PDEATHSIG)`.
+    DeathSignal,
+    /// `dup2` of stdin/stdout/stderr.
+    Stdio,
+    /// `chdir(cwd)`.
+    Chdir,
+    /// `execve` of every PATH candidate.
+    Exec,
+}
+
+impl ExecStage {
+    /// The call that failed, for messages.
+    pub fn call(self) -> &'static str {
+        match self {
+            ExecStage::Session => "setsid",
+            ExecStage::DeathSignal => "prctl(PR_SET_PDEATHSIG)",
+            ExecStage::Stdio => "dup2",
+            ExecStage::Chdir => "chdir",
+            ExecStage::Exec => "execve",
+        }
+    }
+    fn code(self) -> i32 {
+        match self {
+            ExecStage::Session => 1,
+            ExecStage::DeathSignal => 2,
+            ExecStage::Stdio => 3,
+            ExecStage::Chdir => 4,
+            ExecStage::Exec => 5,
+        }
+    }
+    fn from_code(code: i32) -> ExecStage {
+        match code {
+            1 => ExecStage::Session,
+            2 => ExecStage::DeathSignal,
+            3 => ExecStage::Stdio,
+            4 => ExecStage::Chdir,
+            _ => ExecStage::Exec,
+        }
+    }
+}
+
+/// The child was forked but could not become the agent. It has been reaped already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecFailure {
+    pub pid: i32,
+    pub stage: ExecStage,
+    pub errno: i32,
+}
+
+/// Why [`spawn_agent`] failed.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// Nothing was started (pipe or fork failed in the shim).
+    Setup(io::Error),
+    /// The child started but failed before or at exec.
+    Child(ExecFailure),
+}
+
+/// An agent's argv, environment and working directory, ready to be used after a fork.
+pub struct ExecPlan {
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    candidates: Vec<CString>,
+    cwd: CString,
+}
+
+impl ExecPlan {
+    /// Build a plan; `env` is the agent's complete environment. The program (`argv[0]`) is
+    /// looked up as execvp(3) does, but with the PATH of `env`, not the shim's own.
+    pub fn new(
+        argv: &[String],
+        env: &[(OsString, OsString)],
+        cwd: &Path,
+    ) -> Result<ExecPlan, String> {
+        let program = argv.first().ok_or("the command is empty")?;
+        let to_c = |bytes: &[u8], what: &str| {
+            CString::new(bytes).map_err(|_| format!("{what} contains a NUL byte"))
+        };
+        let argv_c = argv
+            .iter()
+            .map(|a| to_c(a.as_bytes(), &format!("argument {a:?}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut envp = Vec::with_capacity(env.len());
+        for (name, value) in env {
+            let name = name.as_bytes();
+            if name.is_empty() || name.contains(&b'=') {
+                return Err(format!(
+                    "invalid environment variable name {:?}",
+                    String::from_utf8_lossy(name)
+                ));
+            }
+            let mut entry = name.to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            envp.push(to_c(&entry, "an environment variable")?);
+        }
+        let path = env
+            .iter()
+            .rev()
+            .find(|(name, _)| name == "PATH")
+            .map(|(_, value)| value.as_bytes());
+        let candidates = exec_candidates(program.as_bytes(), path)
+            .into_iter()
+            .map(|c| to_c(&c, "the program path"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cwd = to_c(cwd.as_os_str().as_bytes(), "the working directory")?;
+        Ok(ExecPlan {
+            argv: argv_c,
+            envp,
+            candidates,
+            cwd,
+        })
+    }
+
+    /// The paths the child will try to execute, in order.
+    pub fn candidates(&self) -> Vec<PathBuf> {
+        self.candidates
+            .iter()
+            .map(|c| PathBuf::from(OsStr::from_bytes(c.as_bytes())))
+            .collect()
+    }
+}
+
+/// execvp's search: a name with a `/` is used as is; otherwise each PATH entry in order (an
+/// empty entry means the current directory). An empty name is tried as is (and fails ENOENT).
+pub fn exec_candidates(program: &[u8], path: Option<&[u8]>) -> Vec<Vec<u8>> {
+    if program.is_empty() || program.contains(&b'/') {
+        return vec![program.to_vec()];
+    }
+    let path = path.unwrap_or(DEFAULT_PATH.as_bytes());
+    path.split(|&b| b == b':')
+        .map(|dir| {
+            if dir.is_empty() {
+                program.to_vec()
+            } else {
+                let mut full = dir.to_vec();
+                if !dir.ends_with(b"/") {
+                    full.push(b'/');
+                }
+                full.extend_from_slice(program);
+                full
+            }
+        })
+        .collect()
+}
+
+/// Fork and exec the agent described by `plan`: a new session (pgid = its pid), death signal
+/// SIGKILL when the shim dies, default signal dispositions and an empty mask, stdin from
+/// `stdin`, stdout and stderr both to `output`. Returns the agent's pid once it has exec'd.
+///
+/// The shim must be single-threaded (it is). `stdin` and `output` must not be fds 0–2
+/// (see [`ensure_stdio_open`]).
+pub fn spawn_agent(
+    plan: &ExecPlan,
+    stdin: BorrowedFd<'_>,
+    output: BorrowedFd<'_>,
+) -> Result<i32, SpawnError> {
+    // Everything the child touches is built here, before the fork.
+    let mut argv: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = plan.envp.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let candidates: Vec<*const libc::c_char> = plan.candidates.iter().map(|c| c.as_ptr()).collect();
+    let child = ChildSetup {
+        argv: &argv,
+        envp: &envp,
+        candidates: &candidates,
+        cwd: plan.cwd.as_ptr(),
+        stdin: stdin.as_raw_fd(),
+        output: output.as_raw_fd(),
+        parent: std::process::id() as libc::pid_t,
+        max_signal: libc::SIGRTMAX(),
+        default_action: [0; 8],
+        empty_mask: empty_sigset(),
+    };
+    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| SpawnError::Setup(e.into()))?;
+
+    // SAFETY: the shim is single-threaded, so the child is a faithful copy with no lock held by
+    // another thread; it runs only `child_exec`, which makes async-signal-safe calls on the
+    // memory prepared above and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(SpawnError::Setup(io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        child_exec(&child, report_write.as_raw_fd());
+    }
+    drop(report_write);
+
+    // Wait for exec (the pipe closes: 0 bytes) or a failure report (8 bytes).
+    let mut report = [0u8; 8];
+    let mut got = 0;
+    while got < report.len() {
+        match nix::unistd::read(report_read.as_fd(), &mut report[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    if got < report.len() {
+        return Ok(pid);
+    }
+    let stage = ExecStage::from_code(i32::from_ne_bytes([
+        report[0], report[1], report[2], report[3],
+    ]));
+    let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
+    // The child _exits right after writing; reap it here so nobody else sees it.
+    let _ = wait_for(pid);
+    Err(SpawnError::Child(ExecFailure { pid, stage, errno }))
+}
+
+/// The pre-built memory the forked child works from.
+struct ChildSetup<'a> {
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    candidates: &'a [*const libc::c_char],
+    cwd: *const libc::c_char,
+    stdin: RawFd,
+    output: RawFd,
+    parent: libc::pid_t,
+    max_signal: libc::c_int,
+    /// A kernel `struct sigaction` (not glibc's) that is all zero: SIG_DFL, no flags, empty
+    /// mask. Larger than the kernel's struct on every architecture.
+    default_action: [u64; 8],
+    empty_mask: libc::sigset_t,
+}
+
+fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
+    // SAFETY (whole function): we are the freshly forked child of a single-threaded process.
+    // Every call below is async-signal-safe (rt_sigaction, sigprocmask, setsid, prctl, getppid,
+    // dup2, fcntl, chdir, syscall(close_range), execve, write, _exit) and only reads memory
+    // built before the fork. We never return or unwind: every path ends in execve or _exit.
+    unsafe {
+        let fail = |stage: ExecStage, errno: libc::c_int| child_fail(report, stage, errno);
+        let errno = || *libc::__errno_location();
+
+        // SIG_IGN survives exec: put every disposition back to default, then unblock all.
+        // The raw syscall, because glibc's sigaction refuses its internal signals 32 and 33,
+        // which its posix_spawn leaves ignored in whatever it starts (a shim run by std's
+        // Command, say) and which would otherwise reach the agent ignored.
+        for signal in 1..=setup.max_signal {
+            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    signal,
+                    setup.default_action.as_ptr(),
+                    std::ptr::null_mut::<libc::c_void>(),
+                    KERNEL_SIGSET_BYTES,
+                );
+            }
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, &setup.empty_mask, std::ptr::null_mut());
+
+        if libc::setsid() < 0 {
+            fail(ExecStage::Session, errno());
+        }
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) < 0
+        {
+            fail(ExecStage::DeathSignal, errno());
+        }
+        if libc::getppid() != setup.parent {
+            // The shim died before the death signal was armed.
+            libc::_exit(127);
+        }
+        let redirect = |fd: RawFd, target: RawFd| -> bool {
+            if fd == target {
+                libc::fcntl(fd, libc::F_SETFD, 0) >= 0
+            } else {
+                libc::dup2(fd, target) >= 0
+            }
+        };
+        if !redirect(setup.stdin, 0) || !redirect(setup.output, 1) || !redirect(setup.output, 2) {
+            fail(ExecStage::Stdio, errno());
+        }
+        if libc::chdir(setup.cwd) < 0 {
+            fail(ExecStage::Chdir, errno());
+        }
+        // No fd of the shim (or leaked into it) reaches the agent. Best effort (Linux ≥ 5.11).
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+
+        // execvp's rules: skip candidates that do not exist; remember EACCES; stop on any
+        // other error (the file exists but cannot be run).
+        let mut saw_eacces = false;
+        let mut last = libc::ENOENT;
+        for &candidate in setup.candidates {
+            libc::execve(candidate, setup.argv.as_ptr(), setup.envp.as_ptr());
+            last = errno();
+            match last {
+                libc::EACCES => saw_eacces = true,
+                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+                _ => break,
+            }
+        }
+        if saw_eacces && last != libc::ENOEXEC {
+            last = libc::EACCES;
+        }
+        fail(ExecStage::Exec, last)
+    }
+}
+
+/// Report `stage` and `errno` to the parent and exit. Async-signal-safe.
+fn child_fail(report: RawFd, stage: ExecStage, errno: libc::c_int) -> ! {
+    let mut msg = [0u8; 8];
+    msg[..4].copy_from_slice(&stage.code().to_ne_bytes());
+    msg[4..].copy_from_slice(&errno.to_ne_bytes());
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; `msg` is a live stack buffer. A
+    // short or failed write leaves the parent with "exec succeeded", and the reaper then
+    // reports exit 127.
+    unsafe {
+        libc::write(report, msg.as_ptr().cast(), msg.len());
+        libc::_exit(127)
+    }
+}
+
+fn empty_sigset() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it fully.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        set
+    }
+}
+
+/// A signal set from raw signal numbers (nix's `Signal` cannot name realtime signals).
+pub fn signal_set(signals: &[i32]) -> io::Result<SigSet> {
+    let mut set = empty_sigset();
+    for &signal in signals {
+        // SAFETY: `set` is an initialised sigset_t; sigaddset validates the number.
+        if unsafe { libc::sigaddset(&mut set, signal) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    // SAFETY: `set` was initialised by sigemptyset/sigaddset above.
+    Ok(unsafe { SigSet::from_sigset_t_unchecked(set) })
+}
+
+/// Add `set` to the process's blocked signals (the shim is single-threaded).
+pub fn block_signals(set: &SigSet) -> io::Result<()> {
+    nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(set), None)
+        .map_err(io::Error::from)
+}
+
+/// Ignore SIGPIPE: a write to a closed pipe (the daemon's end of our stderr, say) then
+/// returns EPIPE instead of killing the process. The agent gets it back at default.
+pub fn ignore_sigpipe() -> io::Result<()> {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_IGN installs no handler code, so no async-signal-safety concern arises.
+    unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) }
+        .map(drop)
+        .map_err(io::Error::from)
+}
+
+/// Make sure fds 0, 1 and 2 are open (on /dev/null if they were closed), so that no pipe or
+/// log file the shim opens later lands on them and gets mixed up with stdio.
+pub fn ensure_stdio_open() -> io::Result<()> {
+    for fd in 0..3 {
+        // SAFETY: F_GETFD only queries the descriptor table.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 {
+            continue;
+        }
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")?;
+        let raw = std::os::fd::IntoRawFd::into_raw_fd(null);
+        if raw != fd {
+            // Lowest free fd should be `fd`; if not, dup it there and close the extra.
+            // SAFETY: both are fds we own or that are unused.
+            unsafe {
+                libc::dup2(raw, fd);
+                libc::close(raw);
+            }
+        }
+        // The fd is now intentionally leaked as stdio (no OwnedFd owns it).
+    }
+    Ok(())
+}
+
+/// Send `signal` to every process of process group `pgid` (`kill(-pgid, signal)`).
+/// Refuses pgid ≤ 1: `kill(0)` and `kill(-1)` would hit the shim's own group or everything.
+pub fn kill_process_group(pgid: i32, signal: i32) -> io::Result<()> {
+    if pgid <= 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("refusing to signal process group {pgid}"),
+        ));
+    }
+    // SAFETY: kill takes two integers; a negative pid targets the group only.
+    if unsafe { libc::kill(-pgid, signal) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What one `waitpid(-1, WNOHANG)` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reaped {
+    Child(i32, AgentStatus),
+    /// Children exist but none has ended.
+    NoneReady,
+    /// No children left (ECHILD).
+    NoChildren,
+}
+
+/// Reap one ended child, any child (orphans reparented to us included), without blocking.
+pub fn reap_any() -> io::Result<Reaped> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a valid out pointer for the duration of the call.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid == 0 {
+            return Ok(Reaped::NoneReady);
+        }
+        if pid < 0 {
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::ECHILD) => return Ok(Reaped::NoChildren),
+                Some(libc::EINTR) => continue,
+                _ => return Err(err),
+            }
+        }
+        if let Some(decoded) = decode_wait_status(status) {
+            return Ok(Reaped::Child(pid, decoded));
+        }
+    }
+}
+
+/// Block until child `pid` has ended and reap it.
+pub fn wait_for(pid: i32) -> io::Result<AgentStatus> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a valid out pointer for the duration of the call.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(err);
+        }
+        if let Some(decoded) = decode_wait_status(status) {
+            return Ok(decoded);
+        }
+    }
+}
+
+/// A wait status as exit code or terminating signal (None for stop/continue reports).
+pub fn decode_wait_status(status: libc::c_int) -> Option<AgentStatus> {
+    if libc::WIFEXITED(status) {
+        Some(AgentStatus::Exited(libc::WEXITSTATUS(status)))
+    } else if libc::WIFSIGNALED(status) {
+        Some(AgentStatus::Signaled(libc::WTERMSIG(status)))
+    } else {
+        None
+    }
+}
+
+/// Make `fd` non-blocking (the read end of the output pipe: never the agent's write end).
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Grow a pipe's buffer (best effort; the kernel caps it at `fs.pipe-max-size` for non-root).
+/// Returns the capacity in effect.
+pub fn grow_pipe(fd: BorrowedFd<'_>, bytes: i32) -> usize {
+    use nix::fcntl::{fcntl, FcntlArg};
+    let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(bytes));
+    fcntl(fd, FcntlArg::F_GETPIPE_SZ)
+        .map(|n| n.max(0) as usize)
+        .unwrap_or(65536)
+}
+
+/// `pipe2(O_CLOEXEC)`: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+/// `/dev/null` opened read-only, close-on-exec (the agent's stdin).
+pub fn open_dev_null() -> io::Result<OwnedFd> {
+    let file = std::fs::File::open("/dev/null")?;
+    Ok(OwnedFd::from(file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strs(v: Vec<Vec<u8>>) -> Vec<String> {
+        v.into_iter()
+            .map(|b| String::from_utf8(b).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn candidates_follow_execvp() {
+        assert_eq!(
+            strs(exec_candidates(b"claude", Some(b"/a/bin:/b/:"))),
+            ["/a/bin/claude", "/b/claude", "claude"]
+        );
+        assert_eq!(
+            strs(exec_candidates(b"./run.sh", Some(b"/x"))),
+            ["./run.sh"]
+        );
+        assert_eq!(strs(exec_candidates(b"/bin/sh", None)), ["/bin/sh"]);
+        assert_eq!(
+            strs(exec_candidates(b"sh", None)),
+            ["/bin/sh", "/usr/bin/sh"]
+        );
+        assert_eq!(strs(exec_candidates(b"", Some(b"/x"))), [""]);
+    }
+
+    #[test]
+    fn plan_uses_the_agent_path_and_rejects_nul() {
+        let env = vec![
+            (OsString::from("PATH"), OsString::from("/first")),
+            (OsString::from("HOME"), OsString::from("/h")),
+        ];
+        let plan = ExecPlan::new(&["tool".into(), "x".into()], &env, Path::new("/")).unwrap();
+        assert_eq!(plan.candidates(), [PathBuf::from("/first/tool")]);
+        assert!(ExecPlan::new(&[], &env, Path::new("/")).is_err());
+        assert!(ExecPlan::new(&["a\0b".into()], &env, Path::new("/")).is_err());
+        let bad = vec![(OsString::from("A=B"), OsString::from("c"))];
+        assert!(ExecPlan::new(&["sh".into()], &bad, Path::new("/")).is_err());
+    }
+
+    #[test]
+    fn wait_status_decoding() {
+        assert_eq!(decode_wait_status(42 << 8), Some(AgentStatus::Exited(42)));
+        assert_eq!(decode_wait_status(9), Some(AgentStatus::Signaled(9)));
+        assert_eq!(decode_wait_status(0x7f | (19 << 8)), None); // stopped
+    }
+
+    #[test]
+    fn signal_set_takes_realtime_signals() {
+        let rt = libc::SIGRTMIN() + 3;
+        let set = signal_set(&[libc::SIGCHLD, rt]).unwrap();
+        // SAFETY: as_ref gives an initialised sigset_t.
+        let has = |s| unsafe { libc::sigismember(set.as_ref(), s) } == 1;
+        assert!(has(rt) && has(libc::SIGCHLD) && !has(libc::SIGTERM));
+    }
+
+    #[test]
+    fn group_kill_refuses_dangerous_targets() {
+        assert!(kill_process_group(0, 0).is_err());
+        assert!(kill_process_group(1, 0).is_err());
+        assert!(kill_process_group(-5, 0).is_err());
+    }
+}

@@ -1,0 +1,272 @@
+//! A real daemon in a scratch state directory, driven through the real `keel` binary.
+//! Every fixture cleans up after itself: it shuts its daemon down, kills (by pid) the shims it
+//! started if any survived, and removes its directory.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn keel_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_keel")
+}
+
+/// Tests that need root: when `CI=true` or `KEEL_REQUIRE_PRIVILEGED=1`, a missing privilege is
+/// a failure; elsewhere the test is skipped with a note.
+pub fn require_root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let required = std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("KEEL_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1");
+    if required {
+        panic!("{test}: needs root (CAP_SYS_ADMIN for namespaces), and CI=true or KEEL_REQUIRE_PRIVILEGED=1 forbids skipping");
+    }
+    eprintln!("{test}: skipped: needs root");
+    false
+}
+
+pub struct Scratch {
+    pub dir: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "keel-test-{name}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+                % 1_000_000
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("units")).unwrap();
+        Scratch { dir }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub struct Daemon {
+    pub scratch: Scratch,
+    pub child: Option<Child>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Daemon {
+    /// A scratch directory with `units/` but no daemon yet.
+    pub fn prepare(name: &str) -> Self {
+        Daemon {
+            scratch: Scratch::new(name),
+            child: None,
+            env: Vec::new(),
+        }
+    }
+
+    pub fn start(name: &str) -> Self {
+        let mut d = Self::prepare(name);
+        d.spawn();
+        d
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.scratch.dir.join("state")
+    }
+    pub fn units(&self) -> PathBuf {
+        self.scratch.dir.join("units")
+    }
+    pub fn task_dir(&self, unit: &str) -> PathBuf {
+        self.state().join("tasks").join(unit)
+    }
+
+    /// Start `keel daemon` and wait until it answers.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.scratch.dir.join("daemon.log"))
+            .unwrap();
+        let mut cmd = Command::new(keel_bin());
+        cmd.arg("daemon")
+            .arg("--state")
+            .arg(self.state())
+            .arg("--units")
+            .arg(self.units())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().unwrap());
+        wait_until(Duration::from_secs(10), "daemon answers", || {
+            self.keel(&["health"]).status.success()
+        });
+    }
+
+    /// Run a client command against this daemon.
+    pub fn keel(&self, args: &[&str]) -> Output {
+        Command::new(keel_bin())
+            .arg("--state")
+            .arg(self.state())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    pub fn daemon_log(&self) -> String {
+        std::fs::read_to_string(self.scratch.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn write_unit(&self, name: &str, text: &str) {
+        let tmp = self.units().join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(tmp, self.units().join(format!("{name}.ron"))).unwrap();
+    }
+
+    /// `keel status --json`, parsed.
+    pub fn status(&self) -> Value {
+        let out = self.keel(&["status", "--json"]);
+        assert!(
+            out.status.success(),
+            "status failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.daemon_log()
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    pub fn task(&self, unit: &str) -> Option<Value> {
+        self.status()["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["unit"] == unit)
+            .cloned()
+    }
+
+    /// Wait until `unit` is in `state`; panics with the daemon's log otherwise.
+    pub fn wait_state(&self, unit: &str, state: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(task) = self.task(unit) {
+                if task["state"] == state {
+                    return task;
+                }
+                if Instant::now() > deadline {
+                    panic!(
+                        "{unit} is {} not {state} after {within:?}\n{}",
+                        task,
+                        self.daemon_log()
+                    );
+                }
+            } else if Instant::now() > deadline {
+                panic!("{unit} unknown after {within:?}\n{}", self.daemon_log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Journal entries, optionally of one unit.
+    pub fn events(&self, unit: Option<&str>) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.state().join("events.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| unit.is_none_or(|u| e["unit"] == u))
+            .collect()
+    }
+
+    /// SIGKILL the daemon (not its tasks) and reap it.
+    pub fn crash(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Orderly shutdown through the CLI; waits for the daemon to exit.
+    pub fn shutdown(&mut self) -> Option<std::process::ExitStatus> {
+        let _ = self.keel(&["shutdown"]);
+        let mut child = self.child.take()?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return child.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Pids of shims this daemon's state directory recorded (for cleanup by pid).
+    fn recorded_shim_pids(&self) -> Vec<i32> {
+        let mut pids = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(self.state().join("tasks")) {
+            for entry in entries.flatten() {
+                let text =
+                    std::fs::read_to_string(entry.path().join("run/shim.ron")).unwrap_or_default();
+                if let Some(pid) = text
+                    .split("pid:")
+                    .nth(1)
+                    .and_then(|rest| rest.trim().split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|p| p.parse().ok())
+                {
+                    pids.push(pid);
+                }
+            }
+        }
+        pids
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.shutdown();
+        }
+        // Anything our shims left behind: kill by the pids we recorded, checking that the pid
+        // still runs `keel shim` (never by name across the machine).
+        for pid in self.recorded_shim_pids() {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let ours = String::from_utf8_lossy(&cmdline).contains(&*self.state().to_string_lossy());
+            if ours {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+pub fn wait_until(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check() {
+        if Instant::now() > deadline {
+            panic!("timed out after {within:?} waiting for: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+pub fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+pub fn stdout_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn path_str(path: &Path) -> String {
+    path.display().to_string()
+}

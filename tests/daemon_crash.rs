@@ -1,0 +1,125 @@
+//! The daemon is not in the task's data path: SIGKILL it and the task runs on, its log grows;
+//! a new daemon re-adopts the task and sees its end.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+fn log_len(d: &Daemon, unit: &str) -> u64 {
+    std::fs::metadata(d.task_dir(unit).join("run/output.log"))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+#[test]
+fn task_outlives_a_killed_daemon_and_is_readopted() {
+    let mut d = Daemon::start("crash");
+    let flag = d.scratch.dir.join("finish");
+    d.write_unit(
+        "steady",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", "while [ ! -e {flag} ]; do echo tick; sleep 0.05; done; exit 3"], restart: Never)"#,
+            flag = flag.display()
+        ),
+    );
+    let before = d.wait_state("steady", "running", Duration::from_secs(10));
+    let shim_pid = before["pid"].as_i64().unwrap() as i32;
+    wait_until(Duration::from_secs(5), "output", || {
+        log_len(&d, "steady") > 0
+    });
+
+    d.crash();
+    let size_at_crash = log_len(&d, "steady");
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        log_len(&d, "steady") > size_at_crash,
+        "the agent's log stopped growing when the daemon died"
+    );
+    assert!(
+        std::path::Path::new(&format!("/proc/{shim_pid}")).exists(),
+        "shim died with the daemon"
+    );
+
+    // A new daemon re-adopts the same shim: same attempt, same pid, no second attempt.
+    d.spawn();
+    let after = d.wait_state("steady", "running", Duration::from_secs(10));
+    assert_eq!(after["pid"].as_i64().unwrap() as i32, shim_pid);
+    assert_eq!(after["attempt"], 1);
+    assert!(
+        d.events(Some("steady"))
+            .iter()
+            .any(|e| e["event"] == "running"
+                && e["detail"].as_str().unwrap_or("").contains("adopted"))
+    );
+
+    // Its end is seen through the pidfd and the exit record, though it is not our child.
+    std::fs::write(&flag, "").unwrap();
+    let done = d.wait_state("steady", "failed", Duration::from_secs(10));
+    assert_eq!(done["last_exit"], "exit:3");
+    assert_eq!(done["attempt"], 1);
+}
+
+#[test]
+fn a_task_that_ended_while_the_daemon_was_down_is_settled_from_its_exit_record() {
+    let mut d = Daemon::start("settle");
+    let flag = d.scratch.dir.join("finish");
+    d.write_unit(
+        "quick",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", "while [ ! -e {flag} ]; do sleep 0.05; done; exit 0"], restart: OnFailure)"#,
+            flag = flag.display()
+        ),
+    );
+    d.wait_state("quick", "running", Duration::from_secs(10));
+    d.crash();
+    std::fs::write(&flag, "").unwrap();
+    wait_until(Duration::from_secs(5), "exit record", || {
+        d.task_dir("quick").join("run/exit.ron").exists()
+    });
+    d.spawn();
+    let task = d.wait_state("quick", "succeeded", Duration::from_secs(10));
+    assert_eq!(task["attempt"], 1, "a finished task must not run twice");
+}
+
+#[test]
+fn finished_tasks_are_not_rerun_by_a_daemon_restart() {
+    let mut d = Daemon::start("norerun");
+    d.write_unit(
+        "once",
+        r#"Unit(command: ["/bin/sh", "-c", "exit 0"], restart: Never)"#,
+    );
+    d.wait_state("once", "succeeded", Duration::from_secs(10));
+    d.shutdown();
+    d.spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    let task = d.task("once").unwrap();
+    assert_eq!(task["state"], "succeeded");
+    assert_eq!(task["attempt"], 1);
+}
+
+#[test]
+fn orderly_shutdown_interrupts_tasks_and_the_next_daemon_resumes_them() {
+    let mut d = Daemon::start("resume");
+    let seen = d.scratch.dir.join("seen.txt");
+    d.write_unit(
+        "long",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", "echo $KEEL_ATTEMPT $KEEL_RESUMED $KEEL_LAST_EXIT >> {seen}; exec sleep 60"])"#,
+            seen = seen.display()
+        ),
+    );
+    d.wait_state("long", "running", Duration::from_secs(10));
+    let status = d.shutdown().unwrap();
+    assert!(status.success());
+    d.spawn();
+    d.wait_state("long", "running", Duration::from_secs(10));
+    wait_until(Duration::from_secs(5), "second attempt recorded", || {
+        std::fs::read_to_string(&seen)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            == 2
+    });
+    let text = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(text, "1 0\n2 1 signal:SIGTERM\n");
+}

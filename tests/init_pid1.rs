@@ -1,0 +1,233 @@
+//! `keel init` as the real PID 1 of a new PID namespace (`unshare -p -f --mount-proc`):
+//! essential units' exit codes pass through, orphans are reaped, SIGTERM shuts down in order,
+//! a killed daemon is respawned with its tasks kept.
+
+mod common;
+use common::*;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn init_in_pid_namespace(scratch: &Scratch) -> Child {
+    let log = std::fs::File::create(scratch.dir.join("init.log")).unwrap();
+    Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(keel_bin())
+        .arg("init")
+        .arg("--state")
+        .arg(scratch.dir.join("state"))
+        .arg("--units")
+        .arg(scratch.dir.join("units"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+fn write_unit(scratch: &Scratch, name: &str, text: &str) {
+    std::fs::write(scratch.dir.join("units").join(format!("{name}.ron")), text).unwrap();
+}
+
+fn wait_exit(child: &mut Child, within: Duration, scratch: &Scratch) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "keel init did not exit within {within:?}\n{}",
+                std::fs::read_to_string(scratch.dir.join("init.log")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The host pid of `keel init` (the child of `unshare --fork`).
+fn init_pid(unshare: &Child) -> i32 {
+    let path = format!("/proc/{}/task/{}/children", unshare.id(), unshare.id());
+    let mut pid = 0;
+    wait_until(Duration::from_secs(5), "keel init forked", || {
+        pid = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        pid > 0
+    });
+    pid
+}
+
+#[test]
+fn essential_unit_exit_code_passes_through() {
+    if !require_root("essential_unit_exit_code_passes_through") {
+        return;
+    }
+    for (script, expected) in [
+        ("exit 0", 0),
+        ("exit 1", 1),
+        ("exit 42", 42),
+        ("exit 255", 255),
+        ("kill -TERM $$", 128 + 15),
+    ] {
+        let scratch = Scratch::new("essential");
+        write_unit(
+            &scratch,
+            "main",
+            &format!(
+                r#"Unit(command: ["/bin/sh", "-c", {script:?}], restart: Never, essential: true)"#
+            ),
+        );
+        // A neighbour that must be stopped in order when the essential unit ends.
+        write_unit(
+            &scratch,
+            "side",
+            r#"Unit(command: ["/bin/sh", "-c", "exec sleep 60"])"#,
+        );
+        let mut child = init_in_pid_namespace(&scratch);
+        let status = wait_exit(&mut child, Duration::from_secs(30), &scratch);
+        assert_eq!(
+            status.code(),
+            Some(expected),
+            "{script}: {status:?}\n{}",
+            std::fs::read_to_string(scratch.dir.join("init.log")).unwrap_or_default()
+        );
+    }
+}
+
+#[test]
+fn a_thousand_double_forked_orphans_are_all_reaped() {
+    if !require_root("a_thousand_double_forked_orphans_are_all_reaped") {
+        return;
+    }
+    let scratch = Scratch::new("orphans");
+    let marks = scratch.dir.join("marks");
+    // Each orphan's parent exits at once (double fork); the orphan marks a file and exits.
+    // Then, with every orphan done, the agent counts zombies left in the namespace.
+    let script = format!(
+        r#"i=0; while [ $i -lt 1000 ]; do (sh -c 'echo >> {marks}' &); i=$((i+1)); done
+           n=0; while [ "$(wc -l < {marks})" -lt 1000 ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done
+           sleep 1
+           z=$(cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == "Z"' | wc -l)
+           echo "orphans $(wc -l < {marks}) zombies $z"
+           [ "$(wc -l < {marks})" -eq 1000 ] && [ "$z" -eq 0 ]"#,
+        marks = marks.display()
+    );
+    write_unit(
+        &scratch,
+        "forker",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", {script:?}], restart: Never, essential: true)"#
+        ),
+    );
+    let mut child = init_in_pid_namespace(&scratch);
+    let status = wait_exit(&mut child, Duration::from_secs(120), &scratch);
+    let output = std::fs::read_to_string(scratch.dir.join("state/tasks/forker/run/output.log"))
+        .unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{output}");
+    assert!(output.contains("orphans 1000 zombies 0"), "{output}");
+}
+
+#[test]
+fn sigterm_to_pid_1_stops_tasks_in_order() {
+    if !require_root("sigterm_to_pid_1_stops_tasks_in_order") {
+        return;
+    }
+    let scratch = Scratch::new("sigterm");
+    let note = scratch.dir.join("note");
+    write_unit(
+        &scratch,
+        "polite",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", "trap 'echo stopped-cleanly > {note}; exit 0' TERM; echo up; while :; do sleep 0.1; done"], stop: Stop(timeout: "10s"))"#,
+            note = note.display()
+        ),
+    );
+    let mut child = init_in_pid_namespace(&scratch);
+    let log = scratch.dir.join("state/tasks/polite/run/output.log");
+    wait_until(Duration::from_secs(10), "task up", || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("up")
+    });
+    let pid = init_pid(&child);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(20), &scratch);
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(&note).unwrap().trim(),
+        "stopped-cleanly"
+    );
+}
+
+#[test]
+fn a_killed_daemon_is_respawned_and_tasks_keep_running() {
+    if !require_root("a_killed_daemon_is_respawned_and_tasks_keep_running") {
+        return;
+    }
+    let scratch = Scratch::new("respawn");
+    write_unit(
+        &scratch,
+        "worker",
+        r#"Unit(command: ["/bin/sh", "-c", "while :; do echo tick; sleep 0.05; done"])"#,
+    );
+    let mut child = init_in_pid_namespace(&scratch);
+    let state = scratch.dir.join("state");
+    let status = |unit: &str| -> serde_json::Value {
+        let out = Command::new(keel_bin())
+            .arg("--state")
+            .arg(&state)
+            .args(["status", "--json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["tasks"]
+            .as_array()
+            .and_then(|a| a.iter().find(|t| t["unit"] == unit).cloned())
+            .unwrap_or_default()
+    };
+    wait_until(Duration::from_secs(10), "worker running", || {
+        status("worker")["state"] == "running"
+    });
+    let shim = status("worker")["pid"].clone();
+    // The daemon's host pid: the child of keel init named `keel daemon`.
+    let init = init_pid(&child);
+    let daemon: i32 = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // A new daemon answers, and it has re-adopted the same shim (pid inside the namespace).
+    wait_until(
+        Duration::from_secs(15),
+        "respawned daemon re-adopted the worker",
+        || {
+            let s = status("worker");
+            s["state"] == "running" && s["pid"] == shim
+        },
+    );
+    assert_eq!(status("worker")["attempt"], 1);
+    let pid = init_pid(&child);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let exit = wait_exit(&mut child, Duration::from_secs(40), &scratch);
+    assert_eq!(exit.code(), Some(0));
+}
