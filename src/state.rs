@@ -182,6 +182,22 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     result.map_err(io_err(path))
 }
 
+/// Remove temporary files a crash left in `dir` (`.<name>.tmp.<pid>` of [`atomic_write`]).
+/// Only for directories no live process writes to: the caller holds the instance lock.
+pub fn remove_stale_temp_files(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.contains(".tmp.") {
+            log::info!("removing {} left by a crash", entry.path().display());
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Serialize `value` as pretty RON and write it atomically.
 pub fn write_ron<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
     let text =
@@ -214,7 +230,9 @@ pub fn read_ron<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateErro
 pub fn crash_point(name: &str) {
     if let Some(wanted) = std::env::var_os("KEEL_CRASH_AT") {
         if wanted == name {
-            log::warn!("KEEL_CRASH_AT={name}: aborting on purpose");
+            log::warn!("KEEL_CRASH_AT={name}: dying on purpose");
+            // SIGKILL, not abort(): no unwinding, no flushing, no core file — a power cut.
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
             std::process::abort();
         }
     }
@@ -229,6 +247,23 @@ pub struct InstanceLock {
 
 impl InstanceLock {
     pub fn acquire(path: &Path) -> Result<Self, StateError> {
+        // A daemon killed an instant after forking a shim leaves the lock held by that child
+        // until it execs (close-on-exec): when the recorded holder is dead, wait a little.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        loop {
+            match Self::try_acquire(path) {
+                Err(StateError::Locked { holder, .. })
+                    if holder.is_some_and(|pid| !pid_alive(pid))
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_acquire(path: &Path) -> Result<Self, StateError> {
         use std::io::{Read, Seek};
         use std::os::fd::AsFd;
         let mut file = OpenOptions::new()
@@ -261,6 +296,10 @@ impl InstanceLock {
         file.sync_all().map_err(io_err(path))?;
         Ok(InstanceLock { _file: file })
     }
+}
+
+fn pid_alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// One line of `events.jsonl`.

@@ -499,6 +499,13 @@ impl Daemon {
                 return;
             }
         };
+        // Temporary files of the daemon's own writes (not in run/, where live shims write).
+        state::remove_stale_temp_files(&self.dirs.root);
+        if let Ok(entries) = std::fs::read_dir(self.dirs.tasks_dir()) {
+            for entry in entries.flatten() {
+                state::remove_stale_temp_files(&entry.path());
+            }
+        }
         for name in names {
             let record: TaskRecord = match state::read_ron(&self.dirs.record_path(&name)) {
                 Ok(Some(record)) => record,
@@ -530,16 +537,28 @@ impl Daemon {
                     .checked_sub(Duration::from_millis(now_ms().saturating_sub(s)))
                     .unwrap_or_else(Instant::now)
             });
-            let unit = accepted_text
-                .as_deref()
-                .and_then(|t| crate::unit::parse_unit(std::path::Path::new("unit.ron"), t).ok());
+            // The unit as the units directory has it now (the restart policy of an edited unit
+            // applies), else the copy the last attempt accepted; the directory scan that
+            // follows reconcile settles what is gone.
+            let current = crate::unit::load_unit_file(&self.units_dir.join(format!("{name}.ron")))
+                .ok()
+                .map(|(_, unit, text)| (unit, text));
+            let accepted = accepted_text.as_deref().and_then(|t| {
+                crate::unit::parse_unit(&self.dirs.accepted_unit_path(&name), t)
+                    .ok()
+                    .map(|unit| (unit, t.to_string()))
+            });
+            let (unit, unit_text) = match current.or(accepted) {
+                Some((unit, text)) => (Some(unit), Some(text)),
+                None => (None, None),
+            };
             self.tasks.insert(
                 name.clone(),
                 Task {
                     name: name.clone(),
                     record: record.clone(),
                     unit,
-                    unit_text: accepted_text.clone(),
+                    unit_text,
                     accepted_text,
                     shim: None,
                     started_at,

@@ -98,6 +98,8 @@ pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
         CString::new(spec_path.display().to_string()).map_err(|_| SpawnError::NulInPath)?,
     ];
     let envp: Vec<CString> = std::env::vars_os()
+        // The daemon's crash-point hook is for the daemon alone.
+        .filter(|(k, _)| k != "KEEL_CRASH_AT")
         .filter_map(|(k, v)| {
             let mut pair = k.into_encoded_bytes();
             pair.push(b'=');

@@ -114,6 +114,14 @@ fn child_exec(
             libc::_exit(127);
         }
         libc::setsid();
+        // Descriptors inherited without close-on-exec from whoever started the daemon (a
+        // shell's, systemd's) must not reach the shim and, through it, the agent.
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());

@@ -107,9 +107,18 @@ impl Daemon {
             cmd.env(k, v);
         }
         self.child = Some(cmd.spawn().unwrap());
-        wait_until(Duration::from_secs(10), "daemon answers", || {
-            self.keel(&["health"]).status.success()
-        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.keel(&["health"]).status.success() {
+            if let Ok(Some(status)) = self.child.as_mut().unwrap().try_wait() {
+                panic!("daemon exited at start ({status}):\n{}", self.daemon_log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "daemon does not answer:\n{}",
+                self.daemon_log()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
     }
 
     /// Run a client command against this daemon.
