@@ -271,3 +271,83 @@ fn check_reports_file_line_col_and_exits_1() {
         .unwrap();
     assert!(ok.status.success());
 }
+
+#[test]
+fn peers_other_than_root_and_the_daemon_uid_are_refused() {
+    if !require_root("peers_other_than_root_and_the_daemon_uid_are_refused") {
+        return;
+    }
+    let d = Daemon::start("peercred");
+    // Open the socket file to everyone so that only SO_PEERCRED stands in the way. The state
+    // directory must be traversable too.
+    let sock = d.state().join("keel.sock");
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    for dir in [d.scratch.dir.clone(), d.state()] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(keel_bin())
+        .arg("--state")
+        .arg(d.state())
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout_of(&out));
+    assert!(
+        stderr_of(&out).contains("uid 65534 may not control this daemon"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(d.keel(&["health"]).status.success());
+}
+
+#[test]
+fn logs_follow_streams_new_output() {
+    let d = Daemon::start("follow");
+    d.write_unit(
+        "chatty",
+        r#"Unit(command: ["/bin/sh", "-c", "i=0; while :; do echo n$i; i=$((i+1)); sleep 0.05; done"])"#,
+    );
+    d.wait_state("chatty", "running", Duration::from_secs(5));
+    let mut child = std::process::Command::new(keel_bin())
+        .arg("--state")
+        .arg(d.state())
+        .args(["logs", "-f", "chatty"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut numbers = Vec::new();
+    while numbers.len() < 30 {
+        let line = lines.next().unwrap().unwrap();
+        numbers.push(line.trim_start_matches('n').parse::<u64>().unwrap());
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Consecutive lines, nothing lost or repeated while following.
+    for pair in numbers.windows(2) {
+        assert_eq!(pair[1], pair[0] + 1, "{numbers:?}");
+    }
+}
+
+#[test]
+fn sighup_reloads_the_units_directory() {
+    let d = Daemon::start("sighup");
+    d.write_unit("late", r#"Unit(command: ["/bin/sh", "-c", "sleep 30"])"#);
+    let pid = d.child.as_ref().unwrap().id() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(5), "reload journaled", || {
+        d.events(None).iter().any(|e| e["event"] == "reload")
+    });
+    d.wait_state("late", "running", Duration::from_secs(5));
+    assert!(
+        d.keel(&["health"]).status.success(),
+        "SIGHUP must not end the daemon"
+    );
+}

@@ -73,13 +73,17 @@ pub fn request(
         .map_err(|e| CliError(format!("control socket: {e}")))?;
     let mut line = serde_json::to_vec(request).map_err(|e| CliError(e.to_string()))?;
     line.push(b'\n');
-    stream
-        .write_all(&line)
-        .map_err(|e| CliError(format!("cannot send the request to the daemon: {e}")))?;
+    // A refused peer is answered and closed before it writes: read the answer even when
+    // the write fails.
+    let sent = stream.write_all(&line);
     let mut answer = String::new();
-    BufReader::new(stream)
-        .read_line(&mut answer)
-        .map_err(|e| CliError(format!("no answer from the daemon: {e}")))?;
+    let received = BufReader::new(stream).read_line(&mut answer);
+    if let (Err(e), true) = (sent, answer.is_empty()) {
+        return Err(CliError(format!(
+            "cannot send the request to the daemon: {e}"
+        )));
+    }
+    received.map_err(|e| CliError(format!("no answer from the daemon: {e}")))?;
     if answer.is_empty() {
         return Err(CliError(
             "the daemon closed the connection without answering (is it shutting down?)".into(),

@@ -302,6 +302,7 @@ impl Daemon {
                 }
                 libc::SIGHUP => {
                     log::info!("SIGHUP: reloading units");
+                    self.journal_event("", 0, 0, "reload", "SIGHUP");
                     self.scan_units();
                 }
                 _ => {}
