@@ -351,3 +351,36 @@ fn sighup_reloads_the_units_directory() {
         "SIGHUP must not end the daemon"
     );
 }
+
+#[test]
+fn check_lists_every_problem_of_a_file_and_passes_the_examples() {
+    let scratch = Scratch::new("checkall");
+    let bad = scratch.dir.join("many.ron");
+    std::fs::write(
+        &bad,
+        "Unit(\n    command: [\"true\"],\n    workdir: \"relative\",\n    backoff: Backoff(factor: 0.5),\n)",
+    )
+    .unwrap();
+    let out = std::process::Command::new(keel_bin())
+        .arg("check")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr_of(&out);
+    assert!(err.contains("many.ron:3:"), "{err}");
+    assert!(err.contains("many.ron:4:"), "{err}");
+    // The example units shipped in units/ are valid.
+    let examples: Vec<_> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/units"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ron"))
+        .collect();
+    assert!(examples.len() >= 3);
+    let out = std::process::Command::new(keel_bin())
+        .arg("check")
+        .args(&examples)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+}

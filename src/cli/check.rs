@@ -1,5 +1,6 @@
 //! `keel check FILE.ron...`: validate unit files offline. Each error is printed as
-//! `file:line:col: message`; the exit code is 1 if any file is bad.
+//! `file:line:col: message` (every problem of a file, not just the first); the exit code is 1
+//! if any file is bad.
 
 use super::{CliError, CliResult};
 use std::path::PathBuf;
@@ -9,9 +10,17 @@ pub fn run(files: &[PathBuf]) -> CliResult {
     for file in files {
         match crate::unit::load_unit_file(file) {
             Ok((name, _, _)) => println!("{}: ok (unit {name})", file.display()),
-            Err(e) => {
-                eprintln!("{e}");
+            Err(first) => {
                 bad += 1;
+                // A readable file may hold several problems: report them all.
+                let all = std::fs::read_to_string(file)
+                    .ok()
+                    .filter(|_| first.line > 0)
+                    .and_then(|text| crate::unit::check_unit(file, &text).err())
+                    .unwrap_or_else(|| vec![first]);
+                for error in all {
+                    eprintln!("{error}");
+                }
             }
         }
     }
