@@ -26,9 +26,11 @@ const FORWARDED: [Signal; 5] = [
 ];
 
 /// Respawn intensity: more than this many daemon crashes within `CRASH_WINDOW` and init gives
-/// up (exit 1) rather than crash-looping forever unseen.
-const MAX_CRASHES: usize = 6;
-const CRASH_WINDOW: Duration = Duration::from_secs(120);
+/// up (exit 1) rather than crash-looping forever unseen — so that the orchestrator restarts the
+/// container, whose tasks then resume from their state. With the backoff below, a daemon that
+/// cannot start at all is retried for about four minutes first.
+const MAX_CRASHES: usize = 12;
+const CRASH_WINDOW: Duration = Duration::from_secs(600);
 
 /// The delay before respawning a daemon that crashed, given earlier crash times; `None` when
 /// the intensity limit is reached. Pure: unit-tested below.
@@ -46,6 +48,9 @@ pub fn respawn_delay(crashes: &[Instant], now: Instant) -> Option<Duration> {
 }
 
 struct Init<'a> {
+    /// Names this init for the daemon: a shutdown recorded under it is finished by a
+    /// respawned daemon, not by the daemon of a restarted container.
+    instance: String,
     state_dir: &'a Path,
     units_dir: &'a Path,
     daemon: Option<Pid>,
@@ -83,7 +88,14 @@ pub fn run(state_dir: &Path, units_dir: &Path) -> i32 {
             return 1;
         }
     };
+    let pid = std::process::id() as i32;
+    let instance = format!(
+        "{pid}:{}:{}",
+        crate::sys::process_start_time(pid).unwrap_or(0),
+        crate::sys::boot_id()
+    );
     let mut init = Init {
+        instance,
         state_dir,
         units_dir,
         daemon: None,
@@ -145,7 +157,7 @@ impl Init<'_> {
             .arg(self.state_dir)
             .arg("--units")
             .arg(self.units_dir)
-            .env("KEEL_UNDER_INIT", "1");
+            .env("KEEL_UNDER_INIT", &self.instance);
         if self.shutting_down {
             // A daemon respawned during shutdown stops the tasks it re-adopts, then exits.
             command.env("KEEL_SHUTDOWN_ON_START", "1");
@@ -283,10 +295,12 @@ mod tests {
             respawn_delay(&[at(9), at(8), at(7), at(0)], now),
             Some(Duration::from_secs(2))
         );
-        let many: Vec<Instant> = (0..7).map(at).collect();
+        let many: Vec<Instant> = (0..13).map(at).collect();
         assert_eq!(respawn_delay(&many, now), None);
+        let twelve: Vec<Instant> = (0..12).map(at).collect();
+        assert_eq!(respawn_delay(&twelve, now), Some(Duration::from_secs(30)));
         // Old crashes leave the window.
-        let old: Vec<Instant> = (200..207).map(at).collect();
+        let old: Vec<Instant> = (600..613).map(at).collect();
         assert_eq!(respawn_delay(&old, now), Some(Duration::from_millis(250)));
     }
 }

@@ -84,6 +84,10 @@ impl StateDir {
     pub fn exit_status_path(&self) -> PathBuf {
         self.root.join("exit-status")
     }
+    /// A shutdown decided under `keel init`, finished by a respawned daemon.
+    pub fn shutdown_marker_path(&self) -> PathBuf {
+        self.root.join("shutdown.ron")
+    }
     pub fn tasks_dir(&self) -> PathBuf {
         self.root.join("tasks")
     }
@@ -265,7 +269,6 @@ impl InstanceLock {
 
     fn try_acquire(path: &Path) -> Result<Self, StateError> {
         use std::io::{Read, Seek};
-        use std::os::fd::AsFd;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -274,21 +277,14 @@ impl InstanceLock {
             .mode(0o600)
             .open(path)
             .map_err(io_err(path))?;
-        #[allow(deprecated)]
-        let locked = nix::fcntl::flock(
-            std::os::fd::AsRawFd::as_raw_fd(&file.as_fd()),
-            nix::fcntl::FlockArg::LockExclusiveNonblock,
-        );
-        if let Err(errno) = locked {
-            if errno == nix::errno::Errno::EWOULDBLOCK {
-                let mut text = String::new();
-                let _ = file.read_to_string(&mut text);
-                return Err(StateError::Locked {
-                    path: path.to_path_buf(),
-                    holder: text.trim().parse().ok(),
-                });
-            }
-            return Err(io_err(path)(io::Error::from(errno)));
+        let locked = crate::sys::try_lock_exclusive(&file).map_err(io_err(path))?;
+        if !locked {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Err(StateError::Locked {
+                path: path.to_path_buf(),
+                holder: text.trim().parse().ok(),
+            });
         }
         file.set_len(0).map_err(io_err(path))?;
         file.rewind().map_err(io_err(path))?;
@@ -321,6 +317,7 @@ pub struct Event {
 pub struct Journal {
     path: PathBuf,
     file: File,
+    dirty: bool,
 }
 
 impl Journal {
@@ -334,11 +331,12 @@ impl Journal {
         Ok(Journal {
             path: path.to_path_buf(),
             file,
+            dirty: false,
         })
     }
 
-    /// Append one event as one line, and fdatasync it (transitions are rare; losing the record
-    /// of one would make `keel events` lie).
+    /// Append one event as one line. [`Journal::sync`] makes it durable: the daemon syncs
+    /// once per loop round, so a burst of transitions costs one fdatasync, not one each.
     pub fn append(&mut self, event: &Event) -> Result<(), StateError> {
         let mut line = serde_json::to_string(event).map_err(|e| StateError::Parse {
             path: self.path.clone(),
@@ -347,8 +345,18 @@ impl Journal {
         line.push('\n');
         self.file
             .write_all(line.as_bytes())
-            .and_then(|_| self.file.sync_data())
-            .map_err(io_err(&self.path))
+            .map_err(io_err(&self.path))?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// fdatasync what was appended since the last sync.
+    pub fn sync(&mut self) -> Result<(), StateError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        self.dirty = false;
+        self.file.sync_data().map_err(io_err(&self.path))
     }
 }
 

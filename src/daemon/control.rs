@@ -3,15 +3,22 @@
 //! A client's mistake gets an error response; it never takes the daemon down.
 
 use super::record::{Intent, TaskState};
+use super::timers::Timer;
 use super::{Daemon, DaemonError, Shutdown, Source};
 use crate::protocol::{DaemonInfo, Request, Response, StatusReport, TaskInfo};
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Token};
 use std::io::{Read, Write};
 use std::path::Path;
+use std::time::Duration;
 
 /// Requests are small; anything longer is a confused or hostile client.
 const MAX_REQUEST_BYTES: usize = 4 << 20;
+/// A client has this long to send its request, and again to read its answer: an idle
+/// connection must not hold a descriptor forever.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(10);
+/// More simultaneous clients than this are answered with an error and closed.
+const MAX_CLIENTS: usize = 256;
 
 pub(crate) struct Client {
     stream: UnixStream,
@@ -58,7 +65,14 @@ impl Daemon {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {
-                    if let Err(why) = peer_allowed(&stream) {
+                    let refusal = if self.clients.len() >= MAX_CLIENTS {
+                        Err(format!(
+                            "too many clients ({MAX_CLIENTS} connected): try again shortly"
+                        ))
+                    } else {
+                        peer_allowed(&stream)
+                    };
+                    if let Err(why) = refusal {
                         log::warn!("control socket: refused a client: {why}");
                         let line = serde_json::to_string(&Response::Error { message: why })
                             .unwrap_or_default();
@@ -75,6 +89,8 @@ impl Daemon {
                         continue;
                     }
                     self.sources.insert(token, Source::Client);
+                    self.timers
+                        .add_after(CLIENT_DEADLINE, Timer::ClientDeadline { token: token.0 });
                     self.clients.insert(
                         token,
                         Client {
@@ -93,6 +109,19 @@ impl Daemon {
                 }
             }
         }
+    }
+
+    /// A client that has not sent its request (or read its answer) in time is dropped. One
+    /// waiting for a stop to complete is not: a stop may take its `stop.timeout`.
+    pub(super) fn on_client_deadline(&mut self, token: Token) {
+        let Some(client) = self.clients.get(&token) else {
+            return;
+        };
+        if client.waiting_for.is_some() {
+            return;
+        }
+        log::debug!("control: dropping a client that missed its deadline");
+        self.close_client(token);
     }
 
     pub(super) fn on_client_event(&mut self, token: Token, event: &mio::event::Event) {
@@ -116,6 +145,8 @@ impl Daemon {
                     closed = true;
                     break;
                 }
+                // After the request line, input is read and discarded (never buffered).
+                Ok(_) if client.done_reading => {}
                 Ok(n) => client.input.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => {
@@ -166,7 +197,11 @@ impl Daemon {
         let mut line = serde_json::to_vec(response).unwrap_or_default();
         line.push(b'\n');
         client.output.extend_from_slice(&line);
-        client.waiting_for = None;
+        if client.waiting_for.take().is_some() {
+            // A fresh deadline to read the answer.
+            self.timers
+                .add_after(CLIENT_DEADLINE, Timer::ClientDeadline { token: token.0 });
+        }
         self.flush_client(token);
     }
 
@@ -306,11 +341,15 @@ impl Daemon {
                 if let Err(e) = self.known(&unit) {
                     return Some(*e);
                 }
-                let sent = if signal == libc::SIGKILL {
-                    self.signal_shim(&unit, crate::sandbox::spec::kill_request_signal())
-                } else {
-                    self.signal_shim(&unit, signal)
+                let Some(to_shim) = crate::sandbox::spec::signal_for_shim(signal) else {
+                    return Some(Response::Error {
+                        message: format!(
+                            "{} cannot be sent to a task: use SIGKILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH or SIGCONT",
+                            crate::unit::signal_name(signal)
+                        ),
+                    });
                 };
+                let sent = self.signal_shim(&unit, to_shim);
                 Some(if sent {
                     Response::Ok {
                         message: format!("{unit}: sent {}", crate::unit::signal_name(signal)),
@@ -322,6 +361,11 @@ impl Daemon {
                 })
             }
             Request::Shutdown { keep_tasks } => {
+                if keep_tasks && self.under_init.is_some() {
+                    return Some(Response::Error {
+                        message: "under keel init, --keep-tasks would end PID 1 and with it every task; to restart the daemon alone, kill it: keel init respawns it and the tasks are re-adopted".into(),
+                    });
+                }
                 let kind = if keep_tasks {
                     Shutdown::KeepTasks
                 } else {
@@ -360,6 +404,13 @@ impl Daemon {
                 self.schedule_pending = true;
                 Response::Ok {
                     message: format!("{unit}: queued"),
+                }
+            }
+            TaskState::Stopping => {
+                // A start during a stop: start again once it has stopped (unless removed).
+                self.stop_task(unit, Intent::Restart);
+                Response::Ok {
+                    message: format!("{unit}: starts again once stopped"),
                 }
             }
             state => Response::Ok {
@@ -431,7 +482,7 @@ impl Daemon {
                 state_dir: self.dirs.root.display().to_string(),
                 units_dir: self.units_dir.display().to_string(),
                 cgroup_mode: "none".into(),
-                under_init: self.under_init,
+                under_init: self.under_init.is_some(),
             },
             tasks,
             invalid_units: self.invalid_units.values().cloned().collect(),

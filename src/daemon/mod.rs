@@ -7,7 +7,9 @@ pub mod policy;
 pub mod queue;
 pub mod reconcile;
 pub mod record;
+mod recovery;
 mod spawn;
+mod stopping;
 pub mod timers;
 mod units_dir;
 
@@ -24,15 +26,13 @@ use std::time::{Duration, Instant};
 use timers::{Timer, Timers};
 
 pub use spawn::last_progress_line;
+pub use stopping::merge_intent;
 
 const SIGNALS: Token = Token(0);
 const INOTIFY: Token = Token(1);
 const LISTENER: Token = Token(2);
 const FIRST_DYNAMIC_TOKEN: usize = 16;
 
-/// How long to wait after a change in the units directory before rescanning it (editors write
-/// files in several steps).
-const RESCAN_DEBOUNCE: Duration = Duration::from_millis(150);
 /// After the stop timeout's SIGKILL, how long before the shim itself is killed.
 const FORCE_KILL_GRACE: Duration = Duration::from_secs(5);
 
@@ -59,6 +59,10 @@ pub(crate) struct Task {
     pub shim: Option<LiveShim>,
     /// Monotonic time the current attempt started (for `reset_after`).
     pub started_at: Option<Instant>,
+    /// A start that could not be persisted is retried after this instant.
+    pub start_retry_at: Option<Instant>,
+    /// First scan that found the unit file missing (removal needs two scans, 1 s apart).
+    pub missing_since: Option<Instant>,
 }
 
 enum Source {
@@ -80,7 +84,7 @@ pub struct Daemon {
     units_dir: PathBuf,
     poll: Poll,
     signals: Signals,
-    inotify: nix::sys::inotify::Inotify,
+    watch: units_dir::UnitsWatch,
     listener: mio::net::UnixListener,
     pub(crate) tasks: BTreeMap<String, Task>,
     /// Unit files that failed to parse: file name → `file:line:col: message`.
@@ -93,10 +97,13 @@ pub struct Daemon {
     /// Exit statuses of shims reaped before their pidfd event was handled.
     reaped: HashMap<i32, nix::sys::wait::WaitStatus>,
     shutdown: Option<Shutdown>,
-    under_init: bool,
+    /// `Some(instance)` under `keel init` (its pid, start time and boot id).
+    under_init: Option<String>,
     started_ms: u64,
     last_tick: Instant,
     schedule_pending: bool,
+    /// The units directory changed: rescan at this instant (pushed back by each new event).
+    rescan_at: Option<Instant>,
     boot_id: String,
     _lock: InstanceLock,
 }
@@ -140,15 +147,25 @@ impl Daemon {
         std::fs::create_dir_all(&options.units_dir).map_err(setup("create the units directory"))?;
         let _ = std::fs::remove_file(dirs.exit_status_path());
         let journal = Journal::open(&dirs.events_path())?;
+        raise_open_file_limit();
 
-        let under_init = std::env::var_os("KEEL_UNDER_INIT").is_some();
+        let under_init = std::env::var("KEEL_UNDER_INIT")
+            .ok()
+            .filter(|v| !v.is_empty());
         if std::process::id() != 1 {
             crate::sys::set_child_subreaper().map_err(setup("become a child subreaper"))?;
         }
 
         let poll = Poll::new().map_err(setup("create the event loop"))?;
-        let mut signals = Signals::new([libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
-            .map_err(setup("install signal handlers"))?;
+        let mut signals = Signals::new([
+            libc::SIGCHLD,
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+        ])
+        .map_err(setup("install signal handlers"))?;
         poll.registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)
             .map_err(setup("register signals"))?;
@@ -164,30 +181,9 @@ impl Daemon {
             source: e.into(),
         })?;
 
-        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-        let inotify =
-            Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(|e| {
-                DaemonError::Setup {
-                    what: "initialise inotify (fs.inotify.max_user_instances?)",
-                    source: e.into(),
-                }
-            })?;
-        inotify
-            .add_watch(
-                &options.units_dir,
-                AddWatchFlags::IN_CLOSE_WRITE
-                    | AddWatchFlags::IN_MOVED_TO
-                    | AddWatchFlags::IN_MOVED_FROM
-                    | AddWatchFlags::IN_DELETE
-                    | AddWatchFlags::IN_ATTRIB,
-            )
-            .map_err(|e| DaemonError::Setup {
-                what: "watch the units directory (fs.inotify.max_user_watches?)",
-                source: e.into(),
-            })?;
-        let inotify_fd = inotify.as_fd_raw();
+        let watch = units_dir::UnitsWatch::new(&options.units_dir)?;
         poll.registry()
-            .register(&mut SourceFd(&inotify_fd), INOTIFY, Interest::READABLE)
+            .register(&mut SourceFd(&watch.raw_fd()), INOTIFY, Interest::READABLE)
             .map_err(setup("register inotify"))?;
 
         let mut listener = control::bind(&dirs.socket_path())?;
@@ -200,7 +196,7 @@ impl Daemon {
             units_dir: options.units_dir,
             poll,
             signals,
-            inotify,
+            watch,
             listener,
             tasks: BTreeMap::new(),
             invalid_units: BTreeMap::new(),
@@ -215,6 +211,7 @@ impl Daemon {
             started_ms: now_ms(),
             last_tick: Instant::now(),
             schedule_pending: true,
+            rescan_at: None,
             boot_id: crate::sys::boot_id(),
             _lock: lock,
         })
@@ -237,6 +234,7 @@ impl Daemon {
         );
         self.reconcile_all();
         self.scan_units();
+        self.resume_shutdown();
         crate::notify::ready(&format!("{} tasks", self.tasks.len()));
         if std::env::var_os("KEEL_SHUTDOWN_ON_START").is_some() {
             log::info!("KEEL_SHUTDOWN_ON_START: stopping tasks after reconcile");
@@ -251,12 +249,11 @@ impl Daemon {
                 self.schedule();
             }
             self.answer_waiters();
+            if let Err(e) = self.journal.sync() {
+                log::error!("journal: {e}");
+            }
             if let Some(code) = self.finished_shutdown() {
-                self.write_exit_status(code);
-                self.journal_event("", 0, 0, "daemon-stop", &format!("exit {code}"));
-                log::info!("daemon stopped (exit {code})");
-                let _ = std::fs::remove_file(self.dirs.socket_path());
-                return code;
+                return self.exit(code);
             }
             let timeout = self.timers.timeout(Instant::now());
             if let Err(e) = self.poll.poll(&mut events, timeout) {
@@ -275,10 +272,20 @@ impl Daemon {
         }
     }
 
+    fn exit(&mut self, code: i32) -> i32 {
+        self.write_exit_status(code);
+        let _ = std::fs::remove_file(self.dirs.shutdown_marker_path());
+        self.journal_event("", 0, 0, "daemon-stop", &format!("exit {code}"));
+        let _ = self.journal.sync();
+        log::info!("daemon stopped (exit {code})");
+        let _ = std::fs::remove_file(self.dirs.socket_path());
+        code
+    }
+
     fn dispatch(&mut self, event: &mio::event::Event) {
         match event.token() {
             SIGNALS => self.on_signals(),
-            INOTIFY => self.on_inotify(),
+            INOTIFY => self.on_units_dir_event(),
             LISTENER => self.accept_clients(),
             token => match self.sources.get(&token) {
                 Some(Source::Shim(unit)) => {
@@ -305,9 +312,21 @@ impl Daemon {
                     self.journal_event("", 0, 0, "reload", "SIGHUP");
                     self.scan_units();
                 }
-                _ => {}
+                // Forwarded by keel init from whoever signals the container; a supervisor
+                // must not die of them. They report the counts, as a cheap "are you there".
+                _ => log::info!("{}: {}", crate::unit::signal_name(signal), self.summary()),
             }
         }
+    }
+
+    /// `"3 tasks: 2 running, 1 queued"`.
+    pub(crate) fn summary(&self) -> String {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for task in self.tasks.values() {
+            *counts.entry(task.record.state.as_str()).or_default() += 1;
+        }
+        let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        format!("{} tasks: {}", self.tasks.len(), parts.join(", "))
     }
 
     /// The one reaper: `waitid(P_ALL, WEXITED|WNOHANG)` until nothing is left. Shims' statuses
@@ -332,20 +351,13 @@ impl Daemon {
         }
     }
 
-    fn on_inotify(&mut self) {
-        // The events themselves do not matter: any change means "rescan soon".
-        while let Ok(events) = self.inotify.read_events() {
-            if events.is_empty() {
-                break;
-            }
-        }
-        self.timers.add_after(RESCAN_DEBOUNCE, Timer::RescanUnits);
-    }
-
     fn fire(&mut self, timer: Timer) {
         match timer {
-            Timer::RescanUnits => self.scan_units(),
+            Timer::RescanUnits => self.on_rescan_due(),
+            Timer::WatchUnits => self.rewatch_units_dir(),
             Timer::Schedule => self.schedule_pending = true,
+            Timer::ReconcileRetry { unit, tries } => self.reconcile_one(&unit, tries),
+            Timer::ClientDeadline { token } => self.on_client_deadline(Token(token)),
             Timer::BackoffExpired { unit, generation } => {
                 self.on_backoff_expired(&unit, generation)
             }
@@ -377,9 +389,11 @@ impl Daemon {
         let fd = shim.pidfd.as_raw_fd();
         let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
         self.sources.remove(&shim.token);
+        self.reaped.remove(&shim.pid);
     }
 
-    /// Append to the journal; a failing journal is logged, never fatal.
+    /// Append to the journal (synced once per loop round); a failing journal is logged, never
+    /// fatal.
     pub(crate) fn journal_event(
         &mut self,
         unit: &str,
@@ -408,7 +422,9 @@ impl Daemon {
             return;
         }
         self.shutdown = Some(kind);
-        if let Shutdown::StopTasks { .. } = kind {
+        if let Shutdown::StopTasks { exit_code } = kind {
+            // Decide, persist, act: a daemon respawned mid-shutdown finishes it.
+            self.persist_shutdown(exit_code);
             let names: Vec<String> = self.tasks.keys().cloned().collect();
             for name in names {
                 self.interrupt_for_shutdown(&name);
@@ -438,14 +454,15 @@ impl Daemon {
     }
 }
 
-/// Raw fd of inotify (nix's `Inotify` implements `AsFd`).
-trait AsFdRaw {
-    fn as_fd_raw(&self) -> i32;
-}
-
-impl AsFdRaw for nix::sys::inotify::Inotify {
-    fn as_fd_raw(&self) -> i32 {
-        use std::os::fd::AsFd;
-        self.as_fd().as_raw_fd()
+/// A daemon holds a pidfd per task and a descriptor per client: raise the soft limit on open
+/// files to the hard limit (systemd's default soft limit is 1024).
+fn raise_open_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                log::warn!("cannot raise the open-file limit from {soft} to {hard}: {e}");
+            }
+        }
     }
 }

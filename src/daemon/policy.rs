@@ -26,6 +26,8 @@ pub enum Decision {
     },
     Stopped,
     Remove,
+    /// Stopped for a daemon shutdown: queued again, resumed at the next start.
+    Interrupted,
 }
 
 /// The unit settings the policy depends on.
@@ -48,7 +50,8 @@ pub fn decide(
 ) -> (Decision, History) {
     match intent {
         Intent::Stop => return (Decision::Stopped, history.clone()),
-        Intent::Remove => return (Decision::Remove, history.clone()),
+        Intent::Remove | Intent::Forget => return (Decision::Remove, history.clone()),
+        Intent::Interrupt => return (Decision::Interrupted, history.clone()),
         Intent::Restart => {
             return (
                 Decision::Restart {
@@ -278,6 +281,9 @@ mod tests {
             decide(&policy, &h, Intent::Remove, FAIL, z, 0, 0.5).0,
             Decision::Remove
         );
+        let (d, same) = decide(&policy, &h, Intent::Interrupt, OK, z, 0, 0.5);
+        assert_eq!(d, Decision::Interrupted);
+        assert_eq!(same, h, "an interruption is not a failure");
         let (d, fresh) = decide(&policy, &h, Intent::Restart, FAIL, z, 0, 0.5);
         assert_eq!(d, Decision::Restart { delay: z });
         assert_eq!(fresh, History::default());

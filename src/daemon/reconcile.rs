@@ -1,19 +1,18 @@
 //! Reconcile on start: what a restarted daemon does with each recorded task. The decision is a
 //! pure function of the record and what was observed of the machine; the daemon acts on it.
 
-use super::record::{LastExit, ShimIdentity, TaskRecord, TaskState};
-use crate::sandbox::spec::{ExitRecord, ShimRecord};
+use super::record::{ShimIdentity, TaskRecord, TaskState};
+use crate::sandbox::spec::ShimRecord;
 
 /// What is known of a recorded task's attempt on this machine now.
 #[derive(Clone)]
 pub struct Observed {
     pub boot_id: String,
+    /// `run/attempt.lock` is held: a shim of this task is alive (it holds the lock from
+    /// before its exec to its exit), even one that has not yet written `shim.ron`.
+    pub attempt_lock_held: bool,
     /// `run/shim.ron`, if present.
     pub shim_record: Option<ShimRecord>,
-    /// `run/exit.ron`, if present.
-    pub exit_record: Option<ExitRecord>,
-    /// Whether the process named by the chosen identity is alive (pid + start time match).
-    pub alive: fn(&ShimIdentity) -> bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -24,11 +23,10 @@ pub enum Action {
     ArmBackoff { until_ms: u64 },
     /// The shim is alive: take it back.
     Adopt { shim: ShimIdentity },
-    /// The attempt ended while nobody watched: settle it through the restart policy.
-    Settle {
-        exit: LastExit,
-        spawn_error: Option<String>,
-    },
+    /// A shim is alive but has not said who it is yet: look again shortly.
+    WaitForShim,
+    /// The attempt ended while nobody watched: settle it from its exit record (or as lost).
+    Settle,
 }
 
 /// The identity of the current attempt's shim: the record's, or the one the shim wrote itself
@@ -57,27 +55,19 @@ pub fn decide(record: &TaskRecord, observed: &Observed) -> Action {
     if !record.state.has_attempt() {
         return Action::Keep;
     }
-    if let Some(shim) = current_shim(record, observed) {
-        if shim.boot_id == observed.boot_id && (observed.alive)(&shim) {
-            return Action::Adopt { shim };
-        }
+    if !observed.attempt_lock_held {
+        // No shim of this task is alive: whatever it did is in its exit record, or lost.
+        return Action::Settle;
     }
-    match &observed.exit_record {
-        Some(exit) if exit.generation == record.generation => Action::Settle {
-            exit: LastExit::Agent(exit.status),
-            spawn_error: exit.spawn_error.clone(),
-        },
-        _ => Action::Settle {
-            exit: LastExit::Lost,
-            spawn_error: None,
-        },
+    match current_shim(record, observed) {
+        Some(shim) if shim.boot_id == observed.boot_id => Action::Adopt { shim },
+        _ => Action::WaitForShim,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::spec::AgentStatus;
 
     fn running(generation: u64, shim: Option<ShimIdentity>) -> TaskRecord {
         let mut r = TaskRecord::new("t", 0);
@@ -93,23 +83,11 @@ mod tests {
             boot_id: boot.into(),
         }
     }
-    fn observed(alive: fn(&ShimIdentity) -> bool) -> Observed {
+    fn observed(lock_held: bool) -> Observed {
         Observed {
             boot_id: "boot".into(),
+            attempt_lock_held: lock_held,
             shim_record: None,
-            exit_record: None,
-            alive,
-        }
-    }
-    fn exit(generation: u64, code: i32) -> ExitRecord {
-        ExitRecord {
-            generation,
-            attempt: 1,
-            status: AgentStatus::Exited(code),
-            agent_pid: 5,
-            started_ms: 0,
-            ended_ms: 1,
-            spawn_error: None,
         }
     }
 
@@ -117,7 +95,7 @@ mod tests {
     fn live_shim_is_adopted() {
         let r = running(3, Some(id(10, "boot")));
         assert_eq!(
-            decide(&r, &observed(|_| true)),
+            decide(&r, &observed(true)),
             Action::Adopt {
                 shim: id(10, "boot")
             }
@@ -125,44 +103,27 @@ mod tests {
     }
 
     #[test]
-    fn shim_from_another_boot_is_lost_even_if_pid_matches() {
-        let r = running(3, Some(id(10, "old-boot")));
-        assert_eq!(
-            decide(&r, &observed(|_| true)),
-            Action::Settle {
-                exit: LastExit::Lost,
-                spawn_error: None
-            }
-        );
-    }
-
-    #[test]
-    fn dead_shim_settles_from_its_exit_record_of_the_same_generation_only() {
+    fn no_lock_holder_means_the_attempt_is_over() {
         let r = running(3, Some(id(10, "boot")));
-        let mut o = observed(|_| false);
-        o.exit_record = Some(exit(3, 42));
-        assert_eq!(
-            decide(&r, &o),
-            Action::Settle {
-                exit: LastExit::Agent(AgentStatus::Exited(42)),
-                spawn_error: None
-            }
-        );
-        o.exit_record = Some(exit(2, 0));
-        assert_eq!(
-            decide(&r, &o),
-            Action::Settle {
-                exit: LastExit::Lost,
-                spawn_error: None
-            }
-        );
+        assert_eq!(decide(&r, &observed(false)), Action::Settle);
+        let mut stopping = r.clone();
+        stopping.state = TaskState::Stopping;
+        assert_eq!(decide(&stopping, &observed(false)), Action::Settle);
     }
 
     #[test]
-    fn starting_without_recorded_pid_finds_the_shim_record() {
+    fn a_recorded_shim_of_another_boot_is_not_adopted() {
+        let r = running(3, Some(id(10, "old-boot")));
+        assert_eq!(decide(&r, &observed(true)), Action::WaitForShim);
+    }
+
+    #[test]
+    fn starting_without_recorded_pid_finds_the_shim_record_or_waits_for_it() {
         let mut r = running(4, None);
         r.state = TaskState::Starting;
-        let mut o = observed(|_| true);
+        let mut o = observed(true);
+        // Spawned, but the shim has not written shim.ron yet: never start a second one.
+        assert_eq!(decide(&r, &o), Action::WaitForShim);
         o.shim_record = Some(ShimRecord {
             generation: 4,
             pid: 77,
@@ -177,18 +138,13 @@ mod tests {
         );
         // A shim record of an older attempt is not this attempt's shim.
         o.shim_record.as_mut().unwrap().generation = 3;
-        assert_eq!(
-            decide(&r, &o),
-            Action::Settle {
-                exit: LastExit::Lost,
-                spawn_error: None
-            }
-        );
+        assert_eq!(decide(&r, &o), Action::WaitForShim);
+        // Decided but never spawned: nobody holds the lock.
+        assert_eq!(decide(&r, &observed(false)), Action::Settle);
     }
 
     #[test]
     fn idle_states_are_kept_and_backoff_rearmed() {
-        let o = observed(|_| panic!("must not probe"));
         for state in [
             TaskState::Queued,
             TaskState::Succeeded,
@@ -197,11 +153,14 @@ mod tests {
         ] {
             let mut r = TaskRecord::new("t", 0);
             r.state = state;
-            assert_eq!(decide(&r, &o), Action::Keep);
+            assert_eq!(decide(&r, &observed(true)), Action::Keep);
         }
         let mut r = TaskRecord::new("t", 0);
         r.state = TaskState::Backoff;
         r.backoff_until_ms = Some(99);
-        assert_eq!(decide(&r, &o), Action::ArmBackoff { until_ms: 99 });
+        assert_eq!(
+            decide(&r, &observed(false)),
+            Action::ArmBackoff { until_ms: 99 }
+        );
     }
 }

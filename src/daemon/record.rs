@@ -114,8 +114,12 @@ pub enum Intent {
     Stop,
     /// `keel restart`: start again at once with the current unit file.
     Restart,
-    /// `keel rm` or the unit file was removed: forget the task.
+    /// `keel rm`: forget the task and its files (a work directory holding files is kept).
     Remove,
+    /// The unit file is gone: forget the task, keep its checkpoint, work and logs.
+    Forget,
+    /// The daemon is shutting down: the task resumes (as `queued`) at the next start.
+    Interrupt,
 }
 
 /// `tasks/<unit>/state.ron`.
@@ -123,7 +127,8 @@ pub enum Intent {
 pub struct TaskRecord {
     pub unit: String,
     pub state: TaskState,
-    /// 1, 2, … since the task was last (re)started by a user; 0 before the first start.
+    /// 1, 2, …: attempts ever started (never reset, so `KEEL_ATTEMPT` > 1 always means there
+    /// is earlier work to resume); 0 before the first start.
     pub attempt: u32,
     /// Increments at every spawn and never goes back: fences results of older attempts.
     pub generation: u64,

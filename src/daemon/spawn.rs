@@ -72,15 +72,56 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
 
 /// The last non-empty line of the progress file, for `keel status` and `KEEL_LAST_PROGRESS`.
 pub fn last_progress_line(run_dir: &Path) -> Option<String> {
-    let text = std::fs::read(spec::progress_path(run_dir)).ok()?;
-    let text = String::from_utf8_lossy(&text);
+    // Only the tail: agents append to this file, and it may grow large.
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = File::open(spec::progress_path(run_dir)).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut tail = Vec::with_capacity(4096);
+    file.take(4096).read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
     let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
     Some(line.chars().take(200).collect())
+}
+
+/// `run/attempt.lock`: held by the daemon from just before the spawn, then by the shim (as
+/// its fd 3) for its whole life. Whoever can take it knows that no shim of this task is
+/// alive — even one that has not yet written `shim.ron`.
+pub fn attempt_lock_path(run_dir: &Path) -> std::path::PathBuf {
+    run_dir.join("attempt.lock")
+}
+
+/// Is a shim of this task alive (holding the attempt lock)?
+pub fn attempt_lock_held(run_dir: &Path) -> bool {
+    match OpenOptions::new()
+        .read(true)
+        .open(attempt_lock_path(run_dir))
+    {
+        Ok(file) => !crate::sys::try_lock_exclusive(&file).unwrap_or(true),
+        Err(_) => false,
+    }
+}
+
+fn take_attempt_lock(run_dir: &Path) -> Result<File, SpawnError> {
+    let path = attempt_lock_path(run_dir);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| SpawnError::Open(path.display().to_string(), e))?;
+    match crate::sys::try_lock_exclusive(&file) {
+        Ok(true) => Ok(file),
+        Ok(false) => Err(SpawnError::PreviousShimAlive),
+        Err(e) => Err(SpawnError::Open(path.display().to_string(), e)),
+    }
 }
 
 /// Write the spec and spawn `keel shim --spec …` with a pidfd. The shim's own stderr goes to
 /// `run/shim.log`, never to the daemon: a shim must outlive the daemon and its pipes.
 pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
+    let lock = take_attempt_lock(&spec.run_dir)?;
     let spec_path = spec::attempt_path(&spec.run_dir);
     crate::state::write_ron(&spec_path, spec).map_err(SpawnError::WriteSpec)?;
     let devnull = File::open("/dev/null").map_err(|e| SpawnError::Open("/dev/null".into(), e))?;
@@ -116,7 +157,9 @@ pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
         stderr: shim_log.as_raw_fd(),
         extra_flags: 0,
         cgroup_fd: None,
+        keep_as_fd3: Some(lock.as_raw_fd()),
     };
+    // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.
     crate::sys::spawn_with_pidfd(&request).map_err(SpawnError::Clone)
 }
 
@@ -126,6 +169,7 @@ pub enum SpawnError {
     Open(String, io::Error),
     NulInPath,
     Clone(io::Error),
+    PreviousShimAlive,
 }
 
 impl std::fmt::Display for SpawnError {
@@ -134,6 +178,9 @@ impl std::fmt::Display for SpawnError {
             SpawnError::WriteSpec(e) => write!(f, "cannot write the attempt spec: {e}"),
             SpawnError::Open(path, e) => write!(f, "cannot open {path}: {e}"),
             SpawnError::NulInPath => f.write_str("state directory path contains a NUL byte"),
+            SpawnError::PreviousShimAlive => f.write_str(
+                "a shim of an earlier attempt still holds run/attempt.lock: not starting a second one",
+            ),
             SpawnError::Clone(e) => write!(
                 f,
                 "clone3 of the shim failed: {e} (out of pids or memory? see pids.max and ulimit -u)"

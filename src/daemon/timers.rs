@@ -17,6 +17,12 @@ pub enum Timer {
     StopForce { unit: String, generation: u64 },
     /// The units directory changed; rescan once the burst of events is over.
     RescanUnits,
+    /// The units directory was replaced: watch the new one.
+    WatchUnits,
+    /// A shim holds its attempt lock but has not said who it is yet: reconcile again.
+    ReconcileRetry { unit: String, tries: u32 },
+    /// A client has had its time to send a request (or read its answer).
+    ClientDeadline { token: usize },
     /// Re-run the scheduler (a task became startable).
     Schedule,
 }

@@ -1,22 +1,109 @@
 //! The units directory: one `.ron` file per task. A file that appears is queued, a file that
-//! changes takes effect at the task's next start, a file that disappears removes its task, and
-//! a file that does not parse is reported without harming anything else.
+//! changes takes effect at the task's next start, a file that stays gone (two scans at least a
+//! second apart: editors and `git checkout` remove and rewrite files) removes its task, and a
+//! file that does not parse is reported without harming anything else.
 
 use super::record::{Intent, TaskRecord, TaskState};
-use super::{Daemon, Task};
+use super::timers::Timer;
+use super::{Daemon, DaemonError, Task};
 use crate::state::now_ms;
 use crate::unit::{load_unit_file, unit_name_of};
-use std::collections::BTreeMap;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use std::collections::BTreeSet;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long after the last change in the units directory to rescan it (editors write files in
+/// several steps; each new event pushes the rescan back).
+const RESCAN_DEBOUNCE: Duration = Duration::from_millis(150);
+/// A unit file must be missing for this long (over two scans) before its task is removed.
+const REMOVAL_CONFIRMATION: Duration = Duration::from_secs(1);
+/// A scan that failed (EMFILE, the directory briefly gone) is retried after this.
+const SCAN_RETRY: Duration = Duration::from_secs(1);
+
+/// inotify on the units directory, re-established when the directory itself is replaced.
+pub(super) struct UnitsWatch {
+    inotify: Inotify,
+    dir: PathBuf,
+    watch: Option<WatchDescriptor>,
+}
+
+impl UnitsWatch {
+    pub fn new(dir: &Path) -> Result<Self, DaemonError> {
+        let inotify =
+            Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(|e| {
+                DaemonError::Setup {
+                    what: "initialise inotify (raise fs.inotify.max_user_instances?)",
+                    source: e.into(),
+                }
+            })?;
+        let mut watch = UnitsWatch {
+            inotify,
+            dir: dir.to_path_buf(),
+            watch: None,
+        };
+        watch.add().map_err(|source| DaemonError::Setup {
+            what: "watch the units directory (raise fs.inotify.max_user_watches?)",
+            source,
+        })?;
+        Ok(watch)
+    }
+
+    fn add(&mut self) -> std::io::Result<()> {
+        let flags = AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_ATTRIB
+            | AddWatchFlags::IN_DELETE_SELF
+            | AddWatchFlags::IN_MOVE_SELF;
+        self.watch = Some(self.inotify.add_watch(&self.dir, flags)?);
+        Ok(())
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.inotify.as_fd().as_raw_fd()
+    }
+
+    /// Drain the events: `(changed, watch lost)`.
+    fn drain(&mut self) -> (bool, bool) {
+        let mut changed = false;
+        let mut lost = false;
+        while let Ok(events) = self.inotify.read_events() {
+            if events.is_empty() {
+                break;
+            }
+            changed = true;
+            for event in events {
+                if event.mask.intersects(
+                    AddWatchFlags::IN_DELETE_SELF
+                        | AddWatchFlags::IN_MOVE_SELF
+                        | AddWatchFlags::IN_IGNORED,
+                ) {
+                    lost = true;
+                }
+            }
+        }
+        if lost {
+            if let Some(wd) = self.watch.take() {
+                let _ = self.inotify.rm_watch(wd);
+            }
+        }
+        (changed, lost)
+    }
+}
 
 /// Files in the units directory that are unit files (`*.ron`, not hidden, not editor temps).
+/// Symlinks to unit files count.
 pub fn unit_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            !name.starts_with('.') && p.extension().is_some_and(|e| e == "ron") && p.is_file()
+            !name.starts_with('.') && p.extension().is_some_and(|e| e == "ron")
         })
         .collect();
     files.sort();
@@ -24,20 +111,70 @@ pub fn unit_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 impl Daemon {
+    pub(super) fn on_units_dir_event(&mut self) {
+        let (changed, lost) = self.watch.drain();
+        if lost {
+            log::warn!(
+                "units directory {} was moved or removed: watching for it again",
+                self.units_dir.display()
+            );
+            self.timers.add_after(Duration::ZERO, Timer::WatchUnits);
+        }
+        if changed {
+            self.request_rescan();
+        }
+    }
+
+    /// Rescan once the current burst of changes is over.
+    pub(crate) fn request_rescan(&mut self) {
+        let at = Instant::now() + RESCAN_DEBOUNCE;
+        if self.rescan_at.is_none() {
+            self.timers.add(at, Timer::RescanUnits);
+        }
+        self.rescan_at = Some(at);
+    }
+
+    pub(super) fn on_rescan_due(&mut self) {
+        match self.rescan_at {
+            Some(at) if at > Instant::now() => self.timers.add(at, Timer::RescanUnits),
+            Some(_) => {
+                self.rescan_at = None;
+                self.scan_units();
+            }
+            None => {}
+        }
+    }
+
+    pub(super) fn rewatch_units_dir(&mut self) {
+        let _ = std::fs::create_dir_all(&self.units_dir);
+        match self.watch.add() {
+            Ok(()) => {
+                log::info!("watching {} again", self.units_dir.display());
+                self.scan_units();
+            }
+            Err(e) => {
+                log::warn!("cannot watch {}: {e}; retrying", self.units_dir.display());
+                self.timers.add_after(SCAN_RETRY, Timer::WatchUnits);
+            }
+        }
+    }
+
     /// Compare the units directory with the tasks and act on the differences.
     pub(crate) fn scan_units(&mut self) {
         let files = match unit_files(&self.units_dir) {
             Ok(files) => files,
             Err(e) => {
                 log::error!(
-                    "cannot read units directory {}: {e}",
+                    "cannot read units directory {}: {e}; retrying",
                     self.units_dir.display()
                 );
+                self.timers.add_after(SCAN_RETRY, Timer::RescanUnits);
+                self.rescan_at = Some(Instant::now() + SCAN_RETRY);
                 return;
             }
         };
-        let mut seen: BTreeMap<String, ()> = BTreeMap::new();
-        let mut invalid = BTreeMap::new();
+        let mut present: BTreeSet<String> = BTreeSet::new();
+        let mut invalid = std::collections::BTreeMap::new();
         for path in files {
             let file_name = path
                 .file_name()
@@ -46,13 +183,13 @@ impl Daemon {
                 .to_string();
             match load_unit_file(&path) {
                 Ok((name, unit, text)) => {
-                    seen.insert(name.clone(), ());
+                    present.insert(name.clone());
                     self.accept_unit(&name, unit, text);
                 }
                 Err(e) => {
                     if let Some(name) = unit_name_of(&path) {
                         // A broken edit of a known unit does not remove the task.
-                        seen.insert(name, ());
+                        present.insert(name);
                     }
                     let message = e.to_string();
                     if self.invalid_units.get(&file_name) != Some(&message) {
@@ -64,27 +201,56 @@ impl Daemon {
             }
         }
         self.invalid_units = invalid;
-        let gone: Vec<String> = self
-            .tasks
-            .keys()
-            .filter(|name| !seen.contains_key(*name))
-            .cloned()
-            .collect();
-        for name in gone {
+        self.note_missing_units(&present);
+        self.schedule_pending = true;
+    }
+
+    /// Tasks whose file is gone: removed once two scans a second apart agree.
+    fn note_missing_units(&mut self, present: &BTreeSet<String>) {
+        let now = Instant::now();
+        let mut confirmed = Vec::new();
+        for (name, task) in self.tasks.iter_mut() {
+            if present.contains(name) {
+                task.missing_since = None;
+                continue;
+            }
+            match task.missing_since {
+                None => {
+                    task.missing_since = Some(now);
+                    self.timers
+                        .add_after(REMOVAL_CONFIRMATION, Timer::RescanUnits);
+                    self.rescan_at = Some(now + REMOVAL_CONFIRMATION);
+                }
+                Some(since) if now.duration_since(since) >= REMOVAL_CONFIRMATION => {
+                    confirmed.push(name.clone());
+                }
+                Some(_) => {}
+            }
+        }
+        for name in confirmed {
             log::info!("{name}: unit file removed: removing the task");
             if let Some(task) = self.tasks.get_mut(&name) {
                 task.unit = None;
                 task.unit_text = None;
             }
-            self.stop_task(&name, Intent::Remove);
+            self.stop_task(&name, Intent::Forget);
         }
-        self.schedule_pending = true;
     }
 
     /// A valid unit file: queue a new task, or note an edit for the next start.
     pub(crate) fn accept_unit(&mut self, name: &str, unit: crate::unit::Unit, text: String) {
         match self.tasks.get_mut(name) {
             Some(task) => {
+                task.missing_since = None;
+                if task.record.intent == Intent::Forget {
+                    // The file came back while its task was being stopped for its absence:
+                    // start it again once it has stopped.
+                    task.record.intent = Intent::Restart;
+                    let _ = self.persist(name);
+                }
+                let Some(task) = self.tasks.get_mut(name) else {
+                    return;
+                };
                 if task.unit_text.as_deref() != Some(text.as_str()) {
                     let running = task.record.state.has_attempt();
                     task.unit = Some(unit);
@@ -111,6 +277,8 @@ impl Daemon {
                         accepted_text: None,
                         shim: None,
                         started_at: None,
+                        start_retry_at: None,
+                        missing_since: None,
                     },
                 );
                 if let Err(e) = self.dirs.create_task_dirs(name) {

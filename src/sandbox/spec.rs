@@ -105,6 +105,41 @@ pub fn progress_path(run_dir: &Path) -> PathBuf {
     run_dir.join("progress")
 }
 
+/// Signals the shim passes on to the agent's process group (what `keel kill -s` may send;
+/// SIGKILL is sent as [`kill_request_signal`]).
+pub const FORWARDED_SIGNALS: [i32; 8] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+];
+
+/// Signals a unit may name as `stop.signal`.
+pub const STOP_SIGNALS: [i32; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGKILL,
+];
+
+/// The signal to send to the shim so that the agent receives `signal`.
+pub fn signal_for_shim(signal: i32) -> Option<i32> {
+    if signal == libc::SIGKILL {
+        Some(kill_request_signal())
+    } else if FORWARDED_SIGNALS.contains(&signal) {
+        Some(signal)
+    } else {
+        None
+    }
+}
+
 /// Sent by the daemon to a shim to mean "SIGKILL the agent and everything in its process
 /// group" (a shim cannot forward a SIGKILL it receives itself). SIGRTMIN+3: no agent uses it.
 pub fn kill_request_signal() -> i32 {

@@ -55,7 +55,13 @@ pub struct SpawnRequest<'a> {
     /// Extra clone3 flags (namespaces; CLONE_INTO_CGROUP with `cgroup_fd`).
     pub extra_flags: u64,
     pub cgroup_fd: Option<RawFd>,
+    /// A descriptor the child keeps as fd 3 (the attempt lock); every other inherited
+    /// descriptor is closed at exec.
+    pub keep_as_fd3: Option<RawFd>,
 }
+
+/// The descriptor number on which a shim holds its attempt lock.
+pub const ATTEMPT_LOCK_FD: RawFd = 3;
 
 /// Spawn a process with `clone3(CLONE_PIDFD)`: returns its pid and a pidfd for the event loop.
 /// The child starts a new session (it must not share the daemon's terminal or process group,
@@ -103,36 +109,75 @@ fn child_exec(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
 ) -> ! {
-    // SAFETY (whole function): we are the freshly cloned child; every call below is
-    // async-signal-safe and uses memory built before the clone. On any failure we _exit(127)
-    // without unwinding or running destructors.
-    unsafe {
-        if libc::dup2(request.stdin, 0) < 0
-            || libc::dup2(request.stdout, 1) < 0
-            || libc::dup2(request.stderr, 2) < 0
-        {
-            libc::_exit(127);
+    // We are the freshly cloned child: every call below is async-signal-safe and uses memory
+    // built before the clone; on failure we _exit(127) without unwinding.
+    for (from, to) in [(request.stdin, 0), (request.stdout, 1), (request.stderr, 2)] {
+        // SAFETY: dup2 on descriptors the parent opened for us; no memory involved.
+        if unsafe { libc::dup2(from, to) } < 0 {
+            // SAFETY: _exit never returns and runs nothing of ours.
+            unsafe { libc::_exit(127) };
         }
-        libc::setsid();
-        // Descriptors inherited without close-on-exec from whoever started the daemon (a
-        // shell's, systemd's) must not reach the shim and, through it, the agent.
+    }
+    // SAFETY: setsid has no arguments; failing (already a leader) is harmless.
+    unsafe { libc::setsid() };
+    // Descriptors inherited without close-on-exec from whoever started the daemon (a shell's,
+    // systemd's) must not reach the shim and, through it, the agent. close_range(2).
+    // SAFETY: integer arguments only.
+    unsafe {
         libc::syscall(
             libc::SYS_close_range,
             3u32,
             u32::MAX,
             libc::CLOSE_RANGE_CLOEXEC,
-        );
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::execve(request.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-        libc::_exit(127);
+        )
+    };
+    if let Some(fd) = request.keep_as_fd3 {
+        let kept = if fd == ATTEMPT_LOCK_FD {
+            // dup2 onto itself would leave close-on-exec set: clear the flag instead.
+            // SAFETY: fcntl(F_SETFD) on a descriptor we own; integer arguments only.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }
+        } else {
+            // SAFETY: dup2 on a descriptor the parent opened for us; the new fd 3 has
+            // close-on-exec cleared, as dup2(2) documents.
+            unsafe { libc::dup2(fd, ATTEMPT_LOCK_FD) }
+        };
+        if kept < 0 {
+            // SAFETY: as above.
+            unsafe { libc::_exit(127) };
+        }
     }
+    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+    // SAFETY: sigemptyset initialises the set it is given, which lives on our stack.
+    unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
+    // SAFETY: the set was initialised just above; a NULL old-set pointer is allowed.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut()) };
+    // SAFETY: program, argv and envp are NUL-terminated arrays of C strings built before the
+    // clone and still alive (our copy of the parent's memory).
+    unsafe { libc::execve(request.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    // SAFETY: execve failed; leave without running any of the parent's cleanup.
+    unsafe { libc::_exit(127) }
 }
 
 fn clone_args_zeroed() -> libc::clone_args {
     // SAFETY: clone_args is a plain C struct of integers; all-zero is its documented default.
     unsafe { std::mem::zeroed() }
+}
+
+/// `flock(LOCK_EX|LOCK_NB)`: `Ok(true)` when we now hold the lock, `Ok(false)` when another
+/// open file description holds it. The lock lives as long as any descriptor of this open file
+/// description — across fork and exec, which is what the attempt lock relies on.
+pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
+    // SAFETY: flock takes a descriptor we own (borrowed for the call) and an integer.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let error = io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(error)
+    }
 }
 
 /// `prctl(PR_SET_CHILD_SUBREAPER)`: orphans of our descendants are reparented to us, so we

@@ -1,0 +1,220 @@
+//! Ending attempts on purpose: `keel stop`, `restart`, `rm`, a removed unit file, shutdown.
+//! The stop signal first, SIGKILL after `stop.timeout`, and what happens afterwards is the
+//! task's persisted intent.
+
+use super::record::{Intent, TaskState};
+use super::timers::Timer;
+use super::{Daemon, FORCE_KILL_GRACE};
+use crate::sandbox::spec;
+use crate::state::now_ms;
+use std::time::Duration;
+
+/// Which pending intent wins when a second request arrives during a stop: removal beats
+/// everything, forgetting beats the rest, a user's stop is not undone by a shutdown, and
+/// otherwise the latest request wins.
+pub fn merge_intent(pending: Intent, new: Intent) -> Intent {
+    match (pending, new) {
+        (Intent::Remove, _) | (_, Intent::Remove) => Intent::Remove,
+        (Intent::Forget, _) | (_, Intent::Forget) => Intent::Forget,
+        (Intent::Stop, Intent::Interrupt) => Intent::Stop,
+        (_, new) => new,
+    }
+}
+
+impl Daemon {
+    /// Ask the attempt to end: `stop.signal` now, SIGKILL after `stop.timeout`. What happens
+    /// once it has ended is `intent`. A task without a live attempt is settled at once.
+    pub(crate) fn stop_task(&mut self, unit: &str, intent: Intent) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        if task.shim.is_none() {
+            match intent {
+                Intent::Remove | Intent::Forget => self.remove_task(unit, intent == Intent::Remove),
+                Intent::Stop if !task.record.state.is_final() => {
+                    task.record.reason = Some("stopped by request".into());
+                    task.record.backoff_until_ms = None;
+                    self.transition(unit, TaskState::Stopped, "");
+                }
+                Intent::Restart => {
+                    task.record.restarts.clear();
+                    task.record.consecutive_failures = 0;
+                    task.record.backoff_until_ms = None;
+                    task.record.reason = None;
+                    self.transition(unit, TaskState::Queued, "restart");
+                    self.schedule_pending = true;
+                }
+                Intent::Stop | Intent::Interrupt | Intent::None => {}
+            }
+            return;
+        }
+        task.record.intent = merge_intent(task.record.intent, intent);
+        if task.record.state == TaskState::Stopping {
+            let _ = self.persist(unit);
+            return;
+        }
+        let signal = task
+            .unit
+            .as_ref()
+            .map_or(libc::SIGTERM, |u| u.stop.signal.0);
+        let timeout = self.stop_timeout(unit);
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        task.record.stop_started_ms = Some(now_ms());
+        let generation = task.record.generation;
+        self.transition(
+            unit,
+            TaskState::Stopping,
+            &format!(
+                "{}, SIGKILL after {}",
+                crate::unit::signal_name(signal),
+                crate::cli::format::duration_precise(timeout)
+            ),
+        );
+        self.send_stop_signal(unit, signal);
+        self.timers.add_after(
+            timeout,
+            Timer::StopTimeout {
+                unit: unit.to_string(),
+                generation,
+            },
+        );
+    }
+
+    pub(crate) fn stop_timeout(&self, unit: &str) -> Duration {
+        self.tasks
+            .get(unit)
+            .and_then(|t| t.unit.as_ref())
+            .map_or(Duration::from_secs(30), |u| u.stop.timeout.0)
+    }
+
+    /// The unit's stop signal, through the shim (SIGKILL as the shim's kill request).
+    pub(crate) fn send_stop_signal(&mut self, unit: &str, signal: i32) {
+        let to_shim = spec::signal_for_shim(signal).unwrap_or(libc::SIGTERM);
+        self.signal_shim(unit, to_shim);
+    }
+
+    /// Shutdown: stop a running task so that it resumes at the next start.
+    pub(crate) fn interrupt_for_shutdown(&mut self, unit: &str) {
+        if self.tasks.get(unit).is_some_and(|t| t.shim.is_some()) {
+            self.stop_task(unit, Intent::Interrupt);
+        }
+    }
+
+    /// Send a signal to the attempt's shim through its pidfd (never a recycled pid).
+    pub(crate) fn signal_shim(&mut self, unit: &str, signal: i32) -> bool {
+        let Some(shim) = self.tasks.get(unit).and_then(|t| t.shim.as_ref()) else {
+            return false;
+        };
+        match crate::sys::pidfd_send_signal(&shim.pidfd, signal) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!(
+                    "{unit}: signal {} to shim {}: {e}",
+                    crate::unit::signal_name(signal),
+                    shim.pid
+                );
+                false
+            }
+        }
+    }
+
+    pub(crate) fn on_stop_timeout(&mut self, unit: &str, generation: u64) {
+        if !self.still_stopping(unit, generation) {
+            return;
+        }
+        let attempt = self.tasks.get(unit).map_or(0, |t| t.record.attempt);
+        self.journal_event(unit, attempt, generation, "stop-timeout", "SIGKILL");
+        log::warn!("{unit}: stop timeout: SIGKILL");
+        self.signal_shim(unit, spec::kill_request_signal());
+        self.timers.add_after(
+            FORCE_KILL_GRACE,
+            Timer::StopForce {
+                unit: unit.to_string(),
+                generation,
+            },
+        );
+    }
+
+    pub(crate) fn on_stop_force(&mut self, unit: &str, generation: u64) {
+        if !self.still_stopping(unit, generation) {
+            return;
+        }
+        log::error!("{unit}: shim did not end after SIGKILL of its agent: killing the shim");
+        self.signal_shim(unit, libc::SIGKILL);
+    }
+
+    fn still_stopping(&self, unit: &str, generation: u64) -> bool {
+        self.tasks.get(unit).is_some_and(|t| {
+            t.record.generation == generation
+                && t.record.state == TaskState::Stopping
+                && t.shim.is_some()
+        })
+    }
+
+    /// Forget a task. `explicit` (`keel rm`): its record, run files and checkpoint go, and its
+    /// work directory unless it holds files. Otherwise (its unit file vanished) only the
+    /// record goes: checkpoint, work and logs stay for whoever brings the file back.
+    pub(crate) fn remove_task(&mut self, unit: &str, explicit: bool) {
+        let Some(task) = self.tasks.remove(unit) else {
+            return;
+        };
+        if let Some(shim) = &task.shim {
+            self.deregister_shim(shim);
+        }
+        let (attempt, generation) = (task.record.attempt, task.record.generation);
+        let run = self.dirs.run_dir(unit);
+        let _ = std::fs::remove_file(self.dirs.record_path(unit));
+        let _ = std::fs::remove_file(self.dirs.accepted_unit_path(unit));
+        let detail = if explicit {
+            let work = self.dirs.work_dir(unit);
+            let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
+            let _ = std::fs::remove_dir_all(&run);
+            let _ = std::fs::remove_dir_all(self.dirs.checkpoint_dir(unit));
+            if work_has_files {
+                format!("work directory kept: {}", work.display())
+            } else {
+                let _ = std::fs::remove_dir_all(self.dirs.task_dir(unit));
+                String::new()
+            }
+        } else {
+            for record in [
+                spec::attempt_path(&run),
+                spec::shim_record_path(&run),
+                spec::exit_record_path(&run),
+            ] {
+                let _ = std::fs::remove_file(record);
+            }
+            format!(
+                "unit file gone; checkpoint, work and logs kept in {}",
+                self.dirs.task_dir(unit).display()
+            )
+        };
+        self.journal_event(unit, attempt, generation, "removed", &detail);
+        log::info!("{unit}: removed {detail}");
+        // The file may have come back while the task was stopping.
+        if self.units_dir.join(format!("{unit}.ron")).exists() {
+            self.request_rescan();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removal_wins_and_a_shutdown_does_not_undo_a_users_stop() {
+        use Intent::*;
+        assert_eq!(merge_intent(Remove, Restart), Remove);
+        assert_eq!(merge_intent(Stop, Remove), Remove);
+        assert_eq!(merge_intent(Forget, Restart), Forget);
+        assert_eq!(merge_intent(Forget, Remove), Remove);
+        assert_eq!(merge_intent(Stop, Interrupt), Stop);
+        assert_eq!(merge_intent(Stop, Restart), Restart);
+        assert_eq!(merge_intent(Restart, Stop), Stop);
+        assert_eq!(merge_intent(Restart, Interrupt), Interrupt);
+        assert_eq!(merge_intent(None, Stop), Stop);
+    }
+}

@@ -1,0 +1,516 @@
+//! Unit files: one `.ron` file per agent task.
+//!
+//! A unit is parsed with serde + ron; every field but `command` has a default, unknown fields
+//! are errors, and every error names `file:line:col` so that an operator can fix it without
+//! guessing. Durations (`"250ms"`, `"90s"`, `"5m"`, `"1h"`) and sizes (`"512M"`, `"4G"`) are
+//! strings with units, parsed here.
+//!
+//! Three layers:
+//! - [`parse_unit`] / [`check_unit`] / [`load_unit_file`]: text (or a file) to a valid [`Unit`].
+//! - [`validate_unit`]: the semantic rules (backoff factor ≥ 1, absolute paths, …), a pure
+//!   function of a parsed unit that names each problem by its [`FieldPath`].
+//! - A small lexer and a tolerant structural scan of the text (`SourceMap`) that map field
+//!   paths to positions and back. ron reports where its cursor was (often the whitespace before
+//!   a token, or inside a string after a custom error); the scan turns that into the start of
+//!   the offending token and the field it belongs to, and locates semantic problems.
+
+mod lexer;
+mod scanner;
+mod source_map;
+mod validate;
+mod values;
+
+#[cfg(test)]
+mod test_support;
+#[cfg(test)]
+mod tests_errors;
+#[cfg(test)]
+mod tests_source_map;
+#[cfg(test)]
+mod tests_valid;
+#[cfg(test)]
+mod tests_values;
+
+pub use validate::{validate_unit, FieldPath, PathSeg, Problem};
+pub use values::{
+    format_duration, format_size, parse_capability, parse_duration, parse_signal, parse_size,
+    signal_name, Dur, Size, StopSignal,
+};
+
+use serde::Deserialize;
+use source_map::{line_col, SourceMap};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A unit as accepted: the agent's command and everything keel needs to run it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Unit {
+    pub command: Command,
+    #[serde(default)]
+    pub resume_command: Option<Command>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub repo: Option<Repo>,
+    #[serde(default)]
+    pub restart: RestartPolicy,
+    #[serde(default)]
+    pub backoff: Backoff,
+    #[serde(default)]
+    pub restart_limit: RestartLimit,
+    #[serde(default)]
+    pub resources: Resources,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub liveness: Liveness,
+    #[serde(default = "default_workdir")]
+    pub workdir: String,
+    #[serde(default)]
+    pub sandbox: Sandbox,
+    #[serde(default)]
+    pub stop: Stop,
+    #[serde(default)]
+    pub essential: bool,
+}
+
+fn default_workdir() -> String {
+    "/work".to_string()
+}
+
+/// argv of the agent: never empty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command(pub Vec<String>);
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Repo {
+    pub path: String,
+    #[serde(default = "default_base")]
+    pub base: String,
+    #[serde(default)]
+    pub branch: Option<String>,
+}
+
+fn default_base() -> String {
+    "main".to_string()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum RestartPolicy {
+    Always,
+    #[default]
+    OnFailure,
+    Never,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backoff {
+    #[serde(default = "Backoff::default_initial")]
+    pub initial: Dur,
+    #[serde(default = "Backoff::default_max")]
+    pub max: Dur,
+    #[serde(default = "Backoff::default_factor")]
+    pub factor: f64,
+    #[serde(default = "Backoff::default_reset_after")]
+    pub reset_after: Dur,
+}
+
+impl Backoff {
+    fn default_initial() -> Dur {
+        Dur(Duration::from_secs(1))
+    }
+    fn default_max() -> Dur {
+        Dur(Duration::from_secs(300))
+    }
+    fn default_factor() -> f64 {
+        2.0
+    }
+    fn default_reset_after() -> Dur {
+        Dur(Duration::from_secs(600))
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Self::default_initial(),
+            max: Self::default_max(),
+            factor: Self::default_factor(),
+            reset_after: Self::default_reset_after(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartLimit {
+    #[serde(default = "RestartLimit::default_count")]
+    pub count: u32,
+    #[serde(default = "RestartLimit::default_within")]
+    pub within: Dur,
+}
+
+impl RestartLimit {
+    fn default_count() -> u32 {
+        5
+    }
+    fn default_within() -> Dur {
+        Dur(Duration::from_secs(3600))
+    }
+}
+
+impl Default for RestartLimit {
+    fn default() -> Self {
+        RestartLimit {
+            count: Self::default_count(),
+            within: Self::default_within(),
+        }
+    }
+}
+
+/// A reservation that the scheduler counts and the kernel enforces (cgroup limits).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// CPU cores (fractional).
+    #[serde(default = "Resources::default_cpu")]
+    pub cpu: f64,
+    #[serde(default = "Resources::default_memory")]
+    pub memory: Size,
+    #[serde(default = "Resources::default_pids")]
+    pub pids: u32,
+}
+
+impl Resources {
+    fn default_cpu() -> f64 {
+        1.0
+    }
+    fn default_memory() -> Size {
+        Size(2 << 30)
+    }
+    fn default_pids() -> u32 {
+        1024
+    }
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            cpu: Self::default_cpu(),
+            memory: Self::default_memory(),
+            pids: Self::default_pids(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Liveness {
+    #[serde(default = "Liveness::default_heartbeat_timeout")]
+    pub heartbeat_timeout: Dur,
+    #[serde(default = "Liveness::default_progress_timeout")]
+    pub progress_timeout: Dur,
+    #[serde(default = "Liveness::default_startup_grace")]
+    pub startup_grace: Dur,
+    #[serde(default)]
+    pub on_stall: OnStall,
+    #[serde(default = "Liveness::default_signals")]
+    pub signals: Vec<LivenessSignal>,
+}
+
+impl Liveness {
+    fn default_heartbeat_timeout() -> Dur {
+        Dur(Duration::from_secs(300))
+    }
+    fn default_progress_timeout() -> Dur {
+        Dur(Duration::from_secs(1800))
+    }
+    fn default_startup_grace() -> Dur {
+        Dur(Duration::from_secs(120))
+    }
+    fn default_signals() -> Vec<LivenessSignal> {
+        vec![
+            LivenessSignal::Heartbeat,
+            LivenessSignal::Output,
+            LivenessSignal::Cpu,
+        ]
+    }
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Liveness {
+            heartbeat_timeout: Self::default_heartbeat_timeout(),
+            progress_timeout: Self::default_progress_timeout(),
+            startup_grace: Self::default_startup_grace(),
+            on_stall: OnStall::default(),
+            signals: Self::default_signals(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum OnStall {
+    #[default]
+    Restart,
+    Kill,
+    Report,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum LivenessSignal {
+    Heartbeat,
+    Output,
+    Cpu,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Sandbox {
+    #[serde(default)]
+    pub network: Network,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    #[serde(default)]
+    pub writable: Vec<String>,
+    #[serde(default)]
+    pub hidden: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum Network {
+    #[default]
+    Host,
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stop {
+    #[serde(default = "Stop::default_signal")]
+    pub signal: StopSignal,
+    #[serde(default = "Stop::default_timeout")]
+    pub timeout: Dur,
+}
+
+impl Stop {
+    fn default_signal() -> StopSignal {
+        StopSignal(libc::SIGTERM)
+    }
+    fn default_timeout() -> Dur {
+        Dur(Duration::from_secs(30))
+    }
+}
+
+impl Default for Stop {
+    fn default() -> Self {
+        Stop {
+            signal: Self::default_signal(),
+            timeout: Self::default_timeout(),
+        }
+    }
+}
+
+/// An error in a unit file, with the position an editor can jump to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnitError {
+    pub file: PathBuf,
+    /// 1-based; 0 when the error is about the file as a whole (its name, or reading it).
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+impl fmt::Display for UnitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file.display(),
+            self.line.max(1),
+            self.col.max(1),
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for UnitError {}
+
+/// A unit name is the file stem: `[a-z0-9][a-z0-9._-]{0,62}`.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let bad_char = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(*c)));
+    let reason = if name.is_empty() {
+        "it is empty".to_string()
+    } else if let Some(c) = bad_char {
+        if c.is_ascii_uppercase() {
+            format!("it contains the uppercase letter {c:?}: use lowercase")
+        } else if c.is_whitespace() {
+            "it contains a space: use \"-\" or \"_\" instead".to_string()
+        } else {
+            format!("it contains {c:?}")
+        }
+    } else if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        let first = name.chars().next().unwrap_or_default();
+        format!("it starts with {first:?}: start with a lowercase letter or a digit")
+    } else if name.len() > 63 {
+        format!("it is {} characters long: the limit is 63", name.len())
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "unit name {name:?} is invalid: {reason} (the file name without .ron must match [a-z0-9][a-z0-9._-]{{0,62}})"
+    ))
+}
+
+/// The unit name of a unit file path (`units/fix-tests.ron` → `fix-tests`).
+pub fn unit_name_of(path: &Path) -> Option<String> {
+    if path.extension()? != "ron" {
+        return None;
+    }
+    Some(path.file_stem()?.to_str()?.to_string())
+}
+
+/// A unit file larger than this is refused unread: a unit is a few lines of RON.
+pub const MAX_UNIT_FILE_SIZE: u64 = 1 << 20;
+
+/// The smallest memory reservation a unit may ask for.
+pub const MIN_MEMORY: u64 = 4 << 20;
+
+/// Parse a unit's text and validate it. `file` is only used in error messages. On error, the
+/// first problem in file order is returned (see [`check_unit`] for all of them).
+pub fn parse_unit(file: &Path, text: &str) -> Result<Unit, UnitError> {
+    check_unit(file, text).map_err(|errors| {
+        errors
+            .into_iter()
+            .next()
+            .expect("check_unit reports at least one error")
+    })
+}
+
+/// Parse a unit's text and validate it, reporting every problem found, in file order. A syntax
+/// or type error stops parsing, so it is reported alone; semantic problems (a backoff factor
+/// below 1, a relative path, …) are all reported. A leading byte-order mark is ignored.
+pub fn check_unit(file: &Path, text: &str) -> Result<Unit, Vec<UnitError>> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let error_at = |offset: usize, message: String| {
+        let (line, col) = line_col(text, offset);
+        UnitError {
+            file: file.to_path_buf(),
+            line,
+            col,
+            message,
+        }
+    };
+    let parsed: Result<Unit, _> = ron::from_str(text);
+    let map = SourceMap::new(text);
+    let unit = match parsed {
+        Ok(unit) => unit,
+        Err(error) => {
+            let (offset, message) = map.explain(&error);
+            return Err(vec![error_at(offset, message)]);
+        }
+    };
+    let mut found = map.duplicate_keys();
+    for problem in validate_unit(&unit) {
+        let offset = std::iter::once(&problem.path)
+            .chain(&problem.also)
+            .find_map(|path| map.find(path))
+            .unwrap_or_else(|| map.locate(&problem.path));
+        found.push((offset, problem.to_string()));
+    }
+    if found.is_empty() {
+        return Ok(unit);
+    }
+    found.sort_by_key(|(offset, _)| *offset);
+    // Offsets in order: one pass over the text finds every line and column.
+    let (mut line, mut col, mut at) = (1, 1, 0);
+    Err(found
+        .into_iter()
+        .map(|(offset, message)| {
+            for c in text[at..offset.min(text.len())].chars() {
+                if c == '\n' {
+                    (line, col) = (line + 1, 1);
+                } else {
+                    col += 1;
+                }
+            }
+            at = offset.min(text.len());
+            UnitError {
+                file: file.to_path_buf(),
+                line,
+                col,
+                message,
+            }
+        })
+        .collect())
+}
+
+/// Read, name-check and parse a unit file: `(name, unit, text)`.
+pub fn load_unit_file(path: &Path) -> Result<(String, Unit, String), UnitError> {
+    use std::io::Read;
+    let whole_file = |message: String| UnitError {
+        file: path.to_path_buf(),
+        line: 0,
+        col: 0,
+        message,
+    };
+    let name = unit_name_of(path).ok_or_else(|| {
+        whole_file(
+            "not a unit file: unit files are named NAME.ron, NAME matching [a-z0-9][a-z0-9._-]{0,62}"
+                .to_string(),
+        )
+    })?;
+    validate_name(&name).map_err(whole_file)?;
+    // Checked before opening: opening a FIFO would block.
+    let metadata = std::fs::metadata(path).map_err(|e| whole_file(format!("cannot read: {e}")))?;
+    if metadata.is_dir() {
+        return Err(whole_file(
+            "is a directory: a unit is a file NAME.ron".to_string(),
+        ));
+    }
+    if !metadata.is_file() {
+        return Err(whole_file(
+            "is not a regular file: a unit is a file NAME.ron".to_string(),
+        ));
+    }
+    let file = std::fs::File::open(path).map_err(|e| whole_file(format!("cannot read: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_UNIT_FILE_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| whole_file(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_UNIT_FILE_SIZE {
+        return Err(whole_file(format!(
+            "is larger than {}: a unit file is a few lines of RON",
+            format_size(MAX_UNIT_FILE_SIZE)
+        )));
+    }
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(error) => {
+            let valid = error.utf8_error().valid_up_to();
+            let bytes = error.into_bytes();
+            let prefix = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+            let (line, col) = line_col(prefix, valid);
+            return Err(UnitError {
+                file: path.to_path_buf(),
+                line,
+                col,
+                message: format!(
+                    "invalid UTF-8 (byte 0x{:02x}): save the file as UTF-8",
+                    bytes[valid]
+                ),
+            });
+        }
+    };
+    let unit = parse_unit(path, &text)?;
+    Ok((name, unit, text))
+}
