@@ -229,17 +229,26 @@ pub fn read_ron<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateErro
         })
 }
 
-/// Test hook (DESIGN: crash points): when `KEEL_CRASH_AT` names this point, abort the process
-/// right here, as a power cut would. Only for tests; unset in production.
+/// Test hook (DESIGN: crash points): when `KEEL_CRASH_AT` names this point, die right here,
+/// as a power cut would. `KEEL_CRASH_AT=name:N` dies the N-th time the point is reached (so a
+/// test can interrupt an overwrite, not only the first write). Only for tests.
 pub fn crash_point(name: &str) {
-    if let Some(wanted) = std::env::var_os("KEEL_CRASH_AT") {
-        if wanted == name {
-            log::warn!("KEEL_CRASH_AT={name}: dying on purpose");
-            // SIGKILL, not abort(): no unwinding, no flushing, no core file — a power cut.
-            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-            std::process::abort();
-        }
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static REACHED: AtomicU32 = AtomicU32::new(0);
+    let Ok(wanted) = std::env::var("KEEL_CRASH_AT") else {
+        return;
+    };
+    let (point, nth) = match wanted.split_once(':') {
+        Some((point, n)) => (point, n.parse().unwrap_or(1)),
+        None => (wanted.as_str(), 1),
+    };
+    if point != name || REACHED.fetch_add(1, Ordering::SeqCst) + 1 != nth {
+        return;
     }
+    log::warn!("KEEL_CRASH_AT={wanted}: dying on purpose");
+    // SIGKILL, not abort(): no unwinding, no flushing, no core file — a power cut.
+    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    std::process::abort();
 }
 
 /// `flock(LOCK_EX|LOCK_NB)` on `state_dir/lock`: one daemon per state directory. The holder's

@@ -75,3 +75,22 @@ fn crash_in_the_middle_of_a_state_write_leaves_no_torn_file() {
     let text = std::fs::read_to_string(d.task_dir("job").join("state.ron")).unwrap();
     assert!(text.contains("Succeeded"), "{text}");
 }
+
+#[test]
+fn crash_in_the_middle_of_overwriting_a_record_keeps_the_old_one_whole() {
+    // The daemon's atomic writes for a new task: 1 state.ron (queued), 2 state.ron
+    // (starting), 3 unit.ron, 4 run/attempt.ron, 5 state.ron (running) — the overwrite of the
+    // record after the spawn, interrupted between the temp file's fsync and the rename.
+    let (task, attempts, d) = crash_then_recover("mid-write:5");
+    let record = std::fs::read_to_string(d.task_dir("job").join("state.ron")).unwrap();
+    assert!(record.contains("Succeeded"), "{record}");
+    assert_eq!(
+        attempts, "1\n",
+        "the live attempt was re-adopted, not run again"
+    );
+    assert_eq!(task["attempt"], 1);
+    for entry in std::fs::read_dir(d.task_dir("job")).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(!name.contains(".tmp."), "left behind: {name}");
+    }
+}

@@ -231,3 +231,174 @@ fn a_killed_daemon_is_respawned_and_tasks_keep_running() {
     let exit = wait_exit(&mut child, Duration::from_secs(40), &scratch);
     assert_eq!(exit.code(), Some(0));
 }
+
+/// An essential unit ends with 42 while a neighbour takes its time to stop; the daemon is
+/// killed in the middle of that shutdown. The respawned daemon finishes the shutdown and
+/// `keel init` still exits 42.
+#[test]
+fn a_shutdown_interrupted_by_a_daemon_crash_is_finished_with_the_same_status() {
+    if !require_root("a_shutdown_interrupted_by_a_daemon_crash_is_finished_with_the_same_status") {
+        return;
+    }
+    let scratch = Scratch::new("shutdown-crash");
+    let flag = scratch.dir.join("go");
+    write_unit(
+        &scratch,
+        "main",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", "while [ ! -e {flag} ]; do sleep 0.05; done; exit 42"], restart: Never, essential: true)"#,
+            flag = flag.display()
+        ),
+    );
+    write_unit(
+        &scratch,
+        "side",
+        r#"Unit(command: ["/bin/sh", "-c", "trap 'sleep 2; exit 0' TERM; while :; do sleep 0.1; done"], stop: Stop(timeout: "10s"))"#,
+    );
+    let mut child = init_in_pid_namespace(&scratch);
+    let side_log = scratch.dir.join("state/tasks/side/state.ron");
+    wait_until(Duration::from_secs(10), "side running", || {
+        std::fs::read_to_string(&side_log)
+            .unwrap_or_default()
+            .contains("Running")
+    });
+    std::fs::write(&flag, "").unwrap();
+    wait_until(Duration::from_secs(10), "side stopping", || {
+        std::fs::read_to_string(&side_log)
+            .unwrap_or_default()
+            .contains("Stopping")
+    });
+    let init = init_pid(&child);
+    let daemon: i32 = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+        .unwrap()
+        .split_whitespace()
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.contains("daemon"))
+        })
+        .unwrap()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(30), &scratch);
+    assert_eq!(
+        status.code(),
+        Some(42),
+        "{}",
+        std::fs::read_to_string(scratch.dir.join("init.log")).unwrap_or_default()
+    );
+    // The neighbour was interrupted, not stopped for good: it resumes at the next start.
+    let side = std::fs::read_to_string(&side_log).unwrap();
+    assert!(side.contains("Queued"), "{side}");
+}
+
+#[test]
+fn keep_tasks_is_refused_under_init() {
+    if !require_root("keep_tasks_is_refused_under_init") {
+        return;
+    }
+    let scratch = Scratch::new("keep-tasks");
+    write_unit(&scratch, "w", r#"Unit(command: ["sleep", "60"])"#);
+    let mut child = init_in_pid_namespace(&scratch);
+    let keel = |args: &[&str]| {
+        Command::new(keel_bin())
+            .arg("--state")
+            .arg(scratch.dir.join("state"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    wait_until(Duration::from_secs(10), "daemon up", || {
+        keel(&["health"]).status.success()
+    });
+    let out = keel(&["shutdown", "--keep-tasks"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("would end PID 1"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(keel(&["health"]).status.success());
+    assert!(keel(&["shutdown"]).status.success());
+    let status = wait_exit(&mut child, Duration::from_secs(30), &scratch);
+    assert_eq!(status.code(), Some(0));
+}
+
+/// Orphans whose every ancestor inside the namespace is gone are reparented to PID 1 itself
+/// (not to a shim or the daemon): `keel init` reaps them all.
+#[test]
+fn orphans_reparented_to_pid_1_are_reaped_by_keel_init() {
+    if !require_root("orphans_reparented_to_pid_1_are_reaped_by_keel_init") {
+        return;
+    }
+    let scratch = Scratch::new("init-orphans");
+    write_unit(&scratch, "idle", r#"Unit(command: ["sleep", "120"])"#);
+    let mut child = init_in_pid_namespace(&scratch);
+    let keel = |args: &[&str]| {
+        Command::new(keel_bin())
+            .arg("--state")
+            .arg(scratch.dir.join("state"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    wait_until(Duration::from_secs(10), "daemon up", || {
+        keel(&["health"]).status.success()
+    });
+    let init = init_pid(&child);
+    let marks = scratch.dir.join("marks");
+    // Each orphan waits until its parent is gone, then records its parent pid as seen in the
+    // namespace (read by the shell itself from /proc/self/stat, field 4).
+    let script = format!(
+        r#"i=0; while [ $i -lt 1000 ]; do (sh -c 'sleep 0.5; read -r l < /proc/self/stat; set -- $l; echo $4 >> {marks}' &); i=$((i+1)); done"#,
+        marks = marks.display()
+    );
+    let status = Command::new("nsenter")
+        .args([
+            "-t",
+            &init.to_string(),
+            "-p",
+            "-m",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_until(Duration::from_secs(60), "1000 orphans reported", || {
+        std::fs::read_to_string(&marks)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 1000
+    });
+    let parents = std::fs::read_to_string(&marks).unwrap();
+    assert!(
+        parents.lines().all(|p| p == "1"),
+        "orphans not reparented to PID 1"
+    );
+    // None of them is left a zombie under keel init.
+    wait_until(
+        Duration::from_secs(10),
+        "no zombie children of keel init",
+        || {
+            std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .all(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                        .map(|s| !s.rsplit(')').next().unwrap_or("").trim().starts_with('Z'))
+                        .unwrap_or(true)
+                })
+        },
+    );
+    assert!(keel(&["shutdown"]).status.success());
+    let status = wait_exit(&mut child, Duration::from_secs(30), &scratch);
+    assert_eq!(status.code(), Some(0));
+}

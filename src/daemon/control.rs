@@ -24,8 +24,8 @@ pub(crate) struct Client {
     stream: UnixStream,
     input: Vec<u8>,
     output: Vec<u8>,
-    /// Waiting for a task to end its attempt before answering (stop, rm).
-    waiting_for: Option<String>,
+    /// Waiting for a task's attempt (unit, generation) to end before answering (stop, rm).
+    waiting_for: Option<(String, u64)>,
     done_reading: bool,
 }
 
@@ -246,8 +246,13 @@ impl Daemon {
             .clients
             .iter()
             .filter_map(|(token, c)| {
-                let unit = c.waiting_for.as_ref()?;
-                let busy = self.tasks.get(unit).is_some_and(|t| t.shim.is_some());
+                let (unit, generation) = c.waiting_for.as_ref()?;
+                // The attempt that was live when the request came has ended (a new one may
+                // already be running: `start` during a stop).
+                let busy = self
+                    .tasks
+                    .get(unit)
+                    .is_some_and(|t| t.shim.is_some() && t.record.generation == *generation);
                 (!busy).then(|| (*token, unit.clone()))
             })
             .collect();
@@ -277,8 +282,9 @@ impl Daemon {
     fn handle(&mut self, token: Token, request: Request) -> Option<Response> {
         log::debug!("control: {request:?}");
         let wait_for = |daemon: &mut Daemon, unit: &str| {
+            let generation = daemon.tasks.get(unit).map_or(0, |t| t.record.generation);
             if let Some(client) = daemon.clients.get_mut(&token) {
-                client.waiting_for = Some(unit.to_string());
+                client.waiting_for = Some((unit.to_string(), generation));
             }
             None
         };

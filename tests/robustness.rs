@@ -1,0 +1,170 @@
+//! The daemon never dies of a client's, a unit's or a stray signal's mistake.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn idle_clients_are_dropped_and_do_not_wedge_the_daemon() {
+    let d = Daemon::start("idle-clients");
+    let pid = d.child.as_ref().unwrap().id();
+    let baseline = open_fds(pid);
+    let sock = d.state().join("keel.sock");
+    let idle: Vec<_> = (0..100)
+        .map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap())
+        .collect();
+    wait_until(Duration::from_secs(5), "idle clients accepted", || {
+        open_fds(pid) >= baseline + 100
+    });
+    // Others are still served while they idle.
+    assert!(d.keel(&["health"]).status.success());
+    d.write_unit(
+        "ok",
+        r#"Unit(command: ["/bin/sh", "-c", "exit 0"], restart: Never)"#,
+    );
+    d.wait_state("ok", "succeeded", Duration::from_secs(5));
+    // After the client deadline (10 s) their descriptors are closed.
+    wait_until(Duration::from_secs(15), "idle clients dropped", || {
+        open_fds(pid) <= baseline + 2
+    });
+    drop(idle);
+}
+
+#[test]
+fn garbage_requests_get_errors_not_a_crash() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start("garbage-requests");
+    let sock = d.state().join("keel.sock");
+    for junk in [
+        &b"not json\n"[..],
+        b"{\"verb\":\"nope\"}\n",
+        b"{\"verb\":\"stop\"}\n",
+        b"\xff\xfe\n",
+    ] {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        s.write_all(junk).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        assert!(line.contains("\"error\""), "{line}");
+        assert!(line.contains("malformed request"), "{line}");
+    }
+    assert!(d.keel(&["health"]).status.success());
+}
+
+#[test]
+fn stray_signals_do_not_kill_the_daemon() {
+    let d = Daemon::start("usr-signals");
+    let pid = nix::unistd::Pid::from_raw(d.child.as_ref().unwrap().id() as i32);
+    for signal in [
+        nix::sys::signal::Signal::SIGUSR1,
+        nix::sys::signal::Signal::SIGUSR2,
+        nix::sys::signal::Signal::SIGHUP,
+    ] {
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(d.keel(&["health"]).status.success(), "{}", d.daemon_log());
+    assert!(
+        d.daemon_log().contains("SIGUSR1: 0 tasks"),
+        "{}",
+        d.daemon_log()
+    );
+}
+
+#[test]
+fn signals_the_shim_cannot_forward_are_refused() {
+    let d = Daemon::start("bad-signal");
+    d.write_unit("t", r#"Unit(command: ["sleep", "60"])"#);
+    d.wait_state("t", "running", Duration::from_secs(5));
+    let out = d.keel(&["kill", "-s", "SIGALRM", "t"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("SIGALRM cannot be sent to a task"),
+        "{}",
+        stderr_of(&out)
+    );
+    let task = d.task("t").unwrap();
+    assert_eq!(task["state"], "running");
+    assert_eq!(task["attempt"], 1);
+    // And a unit naming one as its stop signal is refused with its position.
+    let bad = d.scratch.dir.join("alarm.ron");
+    std::fs::write(
+        &bad,
+        "Unit(\n  command: [\"x\"],\n  stop: Stop(signal: \"SIGALRM\"),\n)",
+    )
+    .unwrap();
+    let out = d.keel(&["add", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("alarm.ron:3:"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn sigkill_as_stop_signal_kills_the_agents_whole_process_group() {
+    let d = Daemon::start("stop-kill");
+    let pids = d.scratch.dir.join("pids");
+    d.write_unit(
+        "family",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", "sleep 600 & echo $! > {pids}; wait"], stop: Stop(signal: "SIGKILL"))"#,
+            pids = pids.display()
+        ),
+    );
+    d.wait_state("family", "running", Duration::from_secs(5));
+    wait_until(Duration::from_secs(5), "child pid", || {
+        std::fs::read_to_string(&pids).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let child: i32 = std::fs::read_to_string(&pids)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let out = d.keel(&["stop", "family"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let task = d.task("family").unwrap();
+    assert_eq!(task["state"], "stopped");
+    assert_eq!(task["last_exit"], "signal:SIGKILL");
+    wait_until(Duration::from_secs(2), "the agent's child is gone", || {
+        !std::path::Path::new(&format!("/proc/{child}")).exists()
+            || std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .is_ok_and(|s| s.rsplit(')').next().unwrap().trim().starts_with('Z'))
+    });
+}
+
+#[test]
+fn a_start_during_a_stop_starts_again_afterwards() {
+    let d = Daemon::start("start-during-stop");
+    d.write_unit(
+        "slow",
+        r#"Unit(command: ["/bin/sh", "-c", "trap 'sleep 1; exit 0' TERM; while :; do sleep 0.1; done"])"#,
+    );
+    d.wait_state("slow", "running", Duration::from_secs(5));
+    let state = d.state();
+    let stopper = std::thread::spawn(move || {
+        std::process::Command::new(keel_bin())
+            .arg("--state")
+            .arg(state)
+            .args(["stop", "slow"])
+            .output()
+            .unwrap()
+    });
+    d.wait_state("slow", "stopping", Duration::from_secs(5));
+    let out = d.keel(&["start", "slow"]);
+    assert!(
+        stdout_of(&out).contains("starts again once stopped"),
+        "{}",
+        stdout_of(&out)
+    );
+    stopper.join().unwrap();
+    let task = d.wait_state("slow", "running", Duration::from_secs(10));
+    assert_eq!(task["attempt"], 2);
+}
