@@ -123,3 +123,26 @@ fn orderly_shutdown_interrupts_tasks_and_the_next_daemon_resumes_them() {
     let text = std::fs::read_to_string(&seen).unwrap();
     assert_eq!(text, "1 0\n2 1 signal:SIGTERM\n");
 }
+
+#[test]
+fn an_unreadable_record_does_not_start_a_second_agent() {
+    let mut d = Daemon::start("unreadable");
+    let seen = d.scratch.dir.join("seen");
+    d.write_unit(
+        "precious",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", "echo started >> {seen}; exec sleep 60"])"#,
+            seen = seen.display()
+        ),
+    );
+    let before = d.wait_state("precious", "running", Duration::from_secs(5));
+    d.crash();
+    std::fs::write(d.task_dir("precious").join("state.ron"), "garbage (").unwrap();
+    d.spawn();
+    let after = d.wait_state("precious", "running", Duration::from_secs(5));
+    assert_eq!(after["pid"], before["pid"], "re-adopted from run/attempt.ron");
+    assert_eq!(after["attempt"], 1);
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "started\n");
+    assert!(d.task_dir("precious").join("state.ron.unreadable").exists());
+    assert!(d.events(Some("precious")).iter().any(|e| e["event"] == "record-unreadable"));
+}
