@@ -172,7 +172,11 @@ fn units_directory_changes_are_acted_on_within_a_second() {
     wait_until(Duration::from_secs(2), "task removed", || {
         d.task("watched").is_none()
     });
-    assert!(t1.elapsed() < Duration::from_secs(1) + Duration::from_millis(500));
+    assert!(
+        t1.elapsed() < Duration::from_secs(1),
+        "removal took {:?}",
+        t1.elapsed()
+    );
 }
 
 #[test]

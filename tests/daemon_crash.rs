@@ -140,9 +140,15 @@ fn an_unreadable_record_does_not_start_a_second_agent() {
     std::fs::write(d.task_dir("precious").join("state.ron"), "garbage (").unwrap();
     d.spawn();
     let after = d.wait_state("precious", "running", Duration::from_secs(5));
-    assert_eq!(after["pid"], before["pid"], "re-adopted from run/attempt.ron");
+    assert_eq!(
+        after["pid"], before["pid"],
+        "re-adopted from run/attempt.ron"
+    );
     assert_eq!(after["attempt"], 1);
     assert_eq!(std::fs::read_to_string(&seen).unwrap(), "started\n");
     assert!(d.task_dir("precious").join("state.ron.unreadable").exists());
-    assert!(d.events(Some("precious")).iter().any(|e| e["event"] == "record-unreadable"));
+    assert!(d
+        .events(Some("precious"))
+        .iter()
+        .any(|e| e["event"] == "record-unreadable"));
 }

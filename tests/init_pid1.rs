@@ -24,6 +24,16 @@ fn init_in_pid_namespace(scratch: &Scratch) -> Child {
         .unwrap()
 }
 
+/// Run a `keel` client against the state directory of `scratch`.
+fn keel_cli(scratch: &Scratch, args: &[&str]) -> std::process::Output {
+    Command::new(keel_bin())
+        .arg("--state")
+        .arg(scratch.dir.join("state"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 fn write_unit(scratch: &Scratch, name: &str, text: &str) {
     std::fs::write(scratch.dir.join("units").join(format!("{name}.ron")), text).unwrap();
 }
@@ -304,14 +314,7 @@ fn keep_tasks_is_refused_under_init() {
     let scratch = Scratch::new("keep-tasks");
     write_unit(&scratch, "w", r#"Unit(command: ["sleep", "60"])"#);
     let mut child = init_in_pid_namespace(&scratch);
-    let keel = |args: &[&str]| {
-        Command::new(keel_bin())
-            .arg("--state")
-            .arg(scratch.dir.join("state"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let keel = |args: &[&str]| keel_cli(&scratch, args);
     wait_until(Duration::from_secs(10), "daemon up", || {
         keel(&["health"]).status.success()
     });
@@ -338,14 +341,7 @@ fn orphans_reparented_to_pid_1_are_reaped_by_keel_init() {
     let scratch = Scratch::new("init-orphans");
     write_unit(&scratch, "idle", r#"Unit(command: ["sleep", "120"])"#);
     let mut child = init_in_pid_namespace(&scratch);
-    let keel = |args: &[&str]| {
-        Command::new(keel_bin())
-            .arg("--state")
-            .arg(scratch.dir.join("state"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let keel = |args: &[&str]| keel_cli(&scratch, args);
     wait_until(Duration::from_secs(10), "daemon up", || {
         keel(&["health"]).status.success()
     });

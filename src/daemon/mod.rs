@@ -61,7 +61,7 @@ pub(crate) struct Task {
     pub started_at: Option<Instant>,
     /// A start that could not be persisted is retried after this instant.
     pub start_retry_at: Option<Instant>,
-    /// First scan that found the unit file missing (removal needs two scans, 1 s apart).
+    /// First scan that found the unit file missing (removal needs two scans, 0.6 s apart).
     pub missing_since: Option<Instant>,
 }
 

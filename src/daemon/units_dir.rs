@@ -1,6 +1,6 @@
 //! The units directory: one `.ron` file per task. A file that appears is queued, a file that
-//! changes takes effect at the task's next start, a file that stays gone (two scans at least a
-//! second apart: editors and `git checkout` remove and rewrite files) removes its task, and a
+//! changes takes effect at the task's next start, a file that stays gone (two scans 0.6 s
+//! apart: editors and `git checkout` remove and rewrite files) removes its task, and a
 //! file that does not parse is reported without harming anything else.
 
 use super::record::{Intent, TaskRecord, TaskState};
@@ -17,8 +17,10 @@ use std::time::{Duration, Instant};
 /// How long after the last change in the units directory to rescan it (editors write files in
 /// several steps; each new event pushes the rescan back).
 const RESCAN_DEBOUNCE: Duration = Duration::from_millis(150);
-/// A unit file must be missing for this long (over two scans) before its task is removed.
-const REMOVAL_CONFIRMATION: Duration = Duration::from_secs(1);
+/// A unit file must be missing for this long (over two scans) before its task is removed:
+/// long enough for an editor's rename-and-rewrite, short enough that with the debounce a
+/// removal is acted on within a second.
+const REMOVAL_CONFIRMATION: Duration = Duration::from_millis(600);
 /// A scan that failed (EMFILE, the directory briefly gone) is retried after this.
 const SCAN_RETRY: Duration = Duration::from_secs(1);
 
@@ -205,7 +207,7 @@ impl Daemon {
         self.schedule_pending = true;
     }
 
-    /// Tasks whose file is gone: removed once two scans a second apart agree.
+    /// Tasks whose file is gone: removed once two scans 0.6 s apart agree.
     fn note_missing_units(&mut self, present: &BTreeSet<String>) {
         let now = Instant::now();
         let mut confirmed = Vec::new();

@@ -34,17 +34,9 @@ use crate::unit::signal_name;
 /// `docker run` uses 125): unreadable spec, no pipe, no log file.
 pub const SETUP_FAILURE: i32 = 125;
 
-/// Signals forwarded to the agent's process group as they are.
-const FORWARDED: [i32; 8] = [
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGWINCH,
-    libc::SIGCONT,
-];
+/// Signals forwarded to the agent's process group as they are: the contract with the daemon,
+/// which refuses to send any other.
+const FORWARDED: [i32; 8] = crate::sandbox::spec::FORWARDED_SIGNALS;
 
 /// Size of the one read buffer for the agent's output.
 const READ_BUFFER: usize = 64 * 1024;
