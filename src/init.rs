@@ -52,14 +52,14 @@ struct Init<'a> {
     /// respawned daemon, not by the daemon of a restarted container.
     instance: String,
     state_dir: &'a Path,
-    units_dir: &'a Path,
+    units_dir: Option<&'a Path>,
     daemon: Option<Pid>,
     crashes: Vec<Instant>,
     respawn_at: Option<Instant>,
     shutting_down: bool,
 }
 
-pub fn run(state_dir: &Path, units_dir: &Path) -> i32 {
+pub fn run(state_dir: &Path, units_dir: Option<&Path>) -> i32 {
     let pid1 = std::process::id() == 1;
     if pid1 {
         mount_proc_if_missing();
@@ -155,9 +155,14 @@ impl Init<'_> {
             .arg("daemon")
             .arg("--state")
             .arg(self.state_dir)
-            .arg("--units")
-            .arg(self.units_dir)
             .env("KEEL_UNDER_INIT", &self.instance);
+        if let Some(units) = self.units_dir {
+            command.arg("--units").arg(units);
+        }
+        // A stale exit status (an earlier init killed before reading it) must not be taken
+        // for this daemon's.
+        let _ =
+            std::fs::remove_file(crate::state::StateDir::new(self.state_dir).exit_status_path());
         if self.shutting_down {
             // A daemon respawned during shutdown stops the tasks it re-adopts, then exits.
             command.env("KEEL_SHUTDOWN_ON_START", "1");

@@ -68,6 +68,9 @@ enum Command {
         unit: Option<String>,
         #[arg(short, long)]
         follow: bool,
+        /// Only the last N events (default all; 10 with -f).
+        #[arg(short = 'n', long = "lines")]
+        lines: Option<usize>,
         #[arg(long)]
         json: bool,
     },
@@ -106,6 +109,7 @@ fn main() {
             keel::logger::init("daemon");
             let options = keel::daemon::Options {
                 state_dir: state_dir.clone(),
+                units_dir_explicit: units.is_some(),
                 units_dir: units_dir(units),
             };
             match keel::daemon::Daemon::new(options) {
@@ -115,7 +119,8 @@ fn main() {
         }
         Command::Init { units } => {
             keel::logger::init("init");
-            std::process::exit(keel::init::run(&state_dir, &units_dir(units)));
+            let units = units.map(|u| std::path::absolute(&u).unwrap_or(u));
+            std::process::exit(keel::init::run(&state_dir, units.as_deref()));
         }
         Command::Shim { spec } => {
             keel::logger::init("shim");
@@ -139,9 +144,20 @@ fn main() {
             lines,
             follow,
         } => cli::logs::run(&state_dir, &unit, lines, follow),
-        Command::Events { unit, follow, json } => {
-            cli::events::run(&state_dir, unit.as_deref(), json, follow)
-        }
+        Command::Events {
+            unit,
+            follow,
+            lines,
+            json,
+        } => cli::events::run(
+            &state_dir,
+            &cli::events::Options {
+                unit: unit.as_deref(),
+                json,
+                follow,
+                lines,
+            },
+        ),
         Command::Check { files } => cli::check::run(&files),
         Command::Health => cli::health::run(&state_dir),
         Command::Reload => cli::simple::run(&state_dir, Request::Reload),

@@ -96,4 +96,8 @@ pub struct TaskInfo {
     pub progress: Option<String>,
     /// The unit file was edited since this attempt started: takes effect at the next start.
     pub unit_changed: bool,
+    /// The daemon has a record of this task but has not seen its unit file (a wrong or
+    /// unmounted units directory?): it is neither started nor forgotten; `keel rm` forgets it.
+    #[serde(default)]
+    pub unit_file_missing: bool,
 }

@@ -327,21 +327,62 @@ pub struct Journal {
     path: PathBuf,
     file: File,
     dirty: bool,
+    size: u64,
+}
+
+/// The journal is rotated to `events.jsonl.1` (replacing the previous one) past this size.
+pub const JOURNAL_MAX_BYTES: u64 = 32 << 20;
+
+/// The rotated journal beside `path`.
+pub fn rotated_journal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".1");
+    PathBuf::from(name)
 }
 
 impl Journal {
     pub fn open(path: &Path) -> Result<Self, StateError> {
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
+            .read(true)
             .append(true)
             .create(true)
             .mode(0o600)
             .open(path)
             .map_err(io_err(path))?;
+        // A line torn by a power cut must not swallow the next event: end it.
+        if Self::ends_mid_line(&mut file).map_err(io_err(path))? {
+            file.write_all(b"\n").map_err(io_err(path))?;
+        }
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         Ok(Journal {
             path: path.to_path_buf(),
             file,
             dirty: false,
+            size,
         })
+    }
+
+    fn ends_mid_line(file: &mut File) -> io::Result<bool> {
+        use std::io::{Read, Seek, SeekFrom};
+        let len = file.metadata()?.len();
+        if len == 0 {
+            return Ok(false);
+        }
+        let mut last = [0u8; 1];
+        file.seek(SeekFrom::Start(len - 1))?;
+        file.read_exact(&mut last)?;
+        Ok(last[0] != b'\n')
+    }
+
+    /// Past [`JOURNAL_MAX_BYTES`], start a new file (the old one stays as `events.jsonl.1`).
+    fn rotate_if_full(&mut self) -> Result<(), StateError> {
+        if self.size < JOURNAL_MAX_BYTES {
+            return Ok(());
+        }
+        let _ = self.file.sync_data();
+        fs::rename(&self.path, rotated_journal_path(&self.path)).map_err(io_err(&self.path))?;
+        *self = Journal::open(&self.path)?;
+        Ok(())
     }
 
     /// Append one event as one line. [`Journal::sync`] makes it durable: the daemon syncs
@@ -352,9 +393,11 @@ impl Journal {
             message: e.to_string(),
         })?;
         line.push('\n');
+        self.rotate_if_full()?;
         self.file
             .write_all(line.as_bytes())
             .map_err(io_err(&self.path))?;
+        self.size += line.len() as u64;
         self.dirty = true;
         Ok(())
     }
@@ -448,6 +491,33 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(rfc3339(1_796_015_523_456), "2026-11-30T05:12:03.456Z");
+    }
+
+    #[test]
+    fn a_torn_last_line_is_ended_before_the_next_event() {
+        let dir = scratch("torn");
+        let path = dir.join("events.jsonl");
+        fs::write(&path, "{\"time\":\"x\",\"ts_").unwrap();
+        let mut journal = Journal::open(&path).unwrap();
+        journal
+            .append(&Event {
+                time: rfc3339(1),
+                ts_ms: 1,
+                unit: "a".into(),
+                attempt: 1,
+                generation: 1,
+                event: "running".into(),
+                detail: String::new(),
+            })
+            .unwrap();
+        journal.sync().unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        let last = text.lines().last().unwrap();
+        assert_eq!(
+            serde_json::from_str::<Event>(last).unwrap().event,
+            "running"
+        );
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

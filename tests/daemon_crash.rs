@@ -152,3 +152,88 @@ fn an_unreadable_record_does_not_start_a_second_agent() {
         .iter()
         .any(|e| e["event"] == "record-unreadable"));
 }
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim().starts_with('Z'))
+}
+
+#[test]
+fn nothing_of_a_stopped_attempt_outlives_it() {
+    let d = Daemon::start("leftover-group");
+    let pids = d.scratch.dir.join("pids");
+    // The leader exits at SIGTERM; its child ignores SIGTERM and would run on.
+    d.write_unit(
+        "fam",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", "trap 'exit 0' TERM; (trap '' TERM; exec sleep 600) & echo $! > {pids}; wait"], stop: Stop(timeout: "2s"))"#,
+            pids = pids.display()
+        ),
+    );
+    d.wait_state("fam", "running", Duration::from_secs(5));
+    wait_until(Duration::from_secs(5), "child pid", || {
+        std::fs::read_to_string(&pids).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let child: i32 = std::fs::read_to_string(&pids)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let out = d.keel(&["stop", "fam"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    wait_until(Duration::from_secs(2), "the ignoring child is gone", || {
+        !alive(child)
+    });
+}
+
+/// A shim that is alive but not yet adopted (it had not said who it is when the daemon
+/// started): a stop waits for it to be adopted, and then really stops it.
+#[test]
+fn a_stop_before_adoption_is_carried_out_at_adoption() {
+    let mut d = Daemon::start("unadopted");
+    d.write_unit("w", r#"Unit(command: ["sleep", "600"])"#);
+    let before = d.wait_state("w", "running", Duration::from_secs(5));
+    let shim = before["pid"].as_i64().unwrap() as i32;
+    d.crash();
+    // Make the shim unidentifiable for a while: no pid in the record, no shim.ron.
+    let record_path = d.task_dir("w").join("state.ron");
+    let record = std::fs::read_to_string(&record_path).unwrap();
+    let start = record.find("shim: Some(").unwrap();
+    let end = start + record[start..].find("\n    )),").unwrap() + "\n    )),".len();
+    std::fs::write(
+        &record_path,
+        format!("{}shim: None,{}", &record[..start], &record[end..]),
+    )
+    .unwrap();
+    let shim_ron = d.task_dir("w").join("run/shim.ron");
+    let aside = d.scratch.dir.join("shim.ron");
+    std::fs::rename(&shim_ron, &aside).unwrap();
+    d.spawn();
+    let state = d.state();
+    let stopper = std::thread::spawn(move || {
+        std::process::Command::new(keel_bin())
+            .arg("--state")
+            .arg(state)
+            .args(["stop", "w"])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        alive(shim),
+        "nothing may stop a shim the daemon does not hold"
+    );
+    assert!(
+        !stopper.is_finished(),
+        "stop answered before the shim was even adopted"
+    );
+    std::fs::rename(&aside, &shim_ron).unwrap();
+    let out = stopper.join().unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        stdout_of(&out).contains("w: stopped"),
+        "{}",
+        stdout_of(&out)
+    );
+    wait_until(Duration::from_secs(5), "shim gone", || !alive(shim));
+}

@@ -85,6 +85,9 @@ fn essential_unit_exit_code_passes_through() {
         ("kill -TERM $$", 128 + 15),
     ] {
         let scratch = Scratch::new("essential");
+        // A stale exit status from an earlier init must not be taken for this daemon's.
+        std::fs::create_dir_all(scratch.dir.join("state")).unwrap();
+        std::fs::write(scratch.dir.join("state/exit-status"), "77\n").unwrap();
         write_unit(
             &scratch,
             "main",

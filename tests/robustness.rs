@@ -145,9 +145,15 @@ fn a_start_during_a_stop_starts_again_afterwards() {
     let d = Daemon::start("start-during-stop");
     d.write_unit(
         "slow",
-        r#"Unit(command: ["/bin/sh", "-c", "trap 'sleep 1; exit 0' TERM; while :; do sleep 0.1; done"])"#,
+        r#"Unit(command: ["/bin/sh", "-c", "trap 'sleep 1; exit 0' TERM; echo ready; while :; do sleep 0.1; done"])"#,
     );
     d.wait_state("slow", "running", Duration::from_secs(5));
+    let log = d.task_dir("slow").join("run/output.log");
+    wait_until(Duration::from_secs(5), "trap installed", || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("ready")
+    });
     let state = d.state();
     let stopper = std::thread::spawn(move || {
         std::process::Command::new(keel_bin())
@@ -167,4 +173,64 @@ fn a_start_during_a_stop_starts_again_afterwards() {
     stopper.join().unwrap();
     let task = d.wait_state("slow", "running", Duration::from_secs(10));
     assert_eq!(task["attempt"], 2);
+}
+
+#[test]
+fn the_agent_gets_only_stdio_and_the_original_open_file_limit() {
+    let d = Daemon::start("agent-fds");
+    d.write_unit(
+        "fds",
+        r#"Unit(command: ["/bin/sh", "-c", "ls /proc/self/fd; echo nofile $(ulimit -Sn)"], restart: Never)"#,
+    );
+    d.wait_state("fds", "succeeded", Duration::from_secs(5));
+    let out = std::fs::read_to_string(d.task_dir("fds").join("run/output.log")).unwrap();
+    let fds: Vec<&str> = out.lines().filter(|l| !l.starts_with("nofile")).collect();
+    // 0, 1, 2 and the one `ls` opens to read the directory: no attempt lock, no daemon fds.
+    assert!(fds.len() <= 4 && fds[..3] == ["0", "1", "2"], "{out}");
+    let (soft, _) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    assert!(
+        out.contains(&format!("nofile {soft}")),
+        "{out} (expected {soft})"
+    );
+}
+
+#[test]
+fn a_held_attempt_lock_defers_the_start_without_a_second_agent() {
+    let d = Daemon::prepare("deferred");
+    // A shim of an earlier attempt that nobody watches holds the lock (simulated here).
+    let run = d.task_dir("held").join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let lock = std::fs::File::create(run.join("attempt.lock")).unwrap();
+    nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map(|held| {
+            let mut d = d;
+            d.spawn();
+            d.write_unit("held", r#"Unit(command: ["sleep", "60"])"#);
+            wait_until(Duration::from_secs(5), "deferred", || {
+                d.task("held").is_some_and(|t| {
+                    t["reason"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("start deferred")
+                })
+            });
+            std::thread::sleep(Duration::from_millis(5500));
+            let task = d.task("held").unwrap();
+            assert_eq!(task["state"], "queued");
+            assert_eq!(task["attempt"], 0);
+            let events = d.events(Some("held"));
+            assert_eq!(
+                events
+                    .iter()
+                    .filter(|e| e["event"] == "start-deferred")
+                    .count(),
+                1
+            );
+            assert!(!events.iter().any(|e| e["event"] == "starting"));
+            drop(held);
+            d.wait_state("held", "running", Duration::from_secs(10));
+        })
+        .map_err(|(_, e)| e)
+        .unwrap();
 }

@@ -109,3 +109,79 @@ fn rewritten_in_place_symlinked_and_a_replaced_directory_are_all_seen() {
     d.wait_state("fresh", "succeeded", Duration::from_secs(5));
     assert_eq!(d.task("linked").unwrap()["state"], "running");
 }
+
+#[test]
+fn steady_churn_in_the_directory_does_not_hold_back_new_units() {
+    let d = Daemon::start("churn");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let path = d.units().join("notes.txt");
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::write(&path, "x").unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    d.write_unit("new", LONG);
+    d.wait_state("new", "running", Duration::from_secs(3));
+    let took = t0.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().unwrap();
+    assert!(took < Duration::from_secs(1), "queued after {took:?}");
+}
+
+#[test]
+fn a_wrong_units_directory_is_refused_and_unseen_units_are_not_forgotten() {
+    let mut d = Daemon::start("wrong-units");
+    d.write_unit("kept", LONG);
+    let before = d.wait_state("kept", "running", Duration::from_secs(5));
+    let out = d.keel(&["shutdown", "--keep-tasks"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let _ = d.child.take().unwrap().wait();
+    // A typo in --units: refused, naming the directory.
+    let out = std::process::Command::new(keel_bin())
+        .args(["daemon", "--state"])
+        .arg(d.state())
+        .arg("--units")
+        .arg(d.scratch.dir.join("unitz"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("unitz does not exist"),
+        "{}",
+        stderr_of(&out)
+    );
+    // An existing but empty (say, not yet mounted) directory: the running task is re-adopted
+    // and kept, not forgotten; `keel status` says its file is missing.
+    let empty = d.scratch.dir.join("empty-units");
+    std::fs::create_dir(&empty).unwrap();
+    let real_units = d.units();
+    std::fs::rename(&real_units, d.scratch.dir.join("units.away")).unwrap();
+    std::os::unix::fs::symlink(&empty, &real_units).unwrap();
+    d.spawn();
+    std::thread::sleep(Duration::from_millis(1500));
+    let task = d.task("kept").unwrap();
+    assert_eq!(task["state"], "running");
+    assert_eq!(task["pid"], before["pid"]);
+    assert_eq!(task["unit_file_missing"], true);
+}
+
+#[test]
+fn rm_removes_what_a_forgotten_task_left_behind() {
+    let d = Daemon::start("leftovers");
+    d.write_unit("old", LONG);
+    d.wait_state("old", "running", Duration::from_secs(5));
+    std::fs::remove_file(d.units().join("old.ron")).unwrap();
+    wait_until(Duration::from_secs(5), "forgotten", || {
+        d.task("old").is_none()
+    });
+    assert!(d.task_dir("old").join("checkpoint/seen").exists());
+    let out = d.keel(&["rm", "old"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(!d.task_dir("old").exists());
+}

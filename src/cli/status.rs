@@ -96,6 +96,9 @@ fn note(task: &TaskInfo, now: u64) -> String {
     if task.unit_changed {
         parts.push("unit edited: applies at next start".into());
     }
+    if task.unit_file_missing {
+        parts.push("unit file missing (keel rm forgets the task)".into());
+    }
     parts.join(" · ")
 }
 
@@ -119,6 +122,7 @@ mod tests {
             reason: Some("a long reason ".repeat(10)),
             progress: Some("step 3 of 9".into()),
             unit_changed: false,
+            unit_file_missing: false,
         };
         let report = StatusReport {
             daemon: DaemonInfo {

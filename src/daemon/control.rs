@@ -46,6 +46,14 @@ pub(super) fn bind(path: &Path) -> Result<UnixListener, DaemonError> {
     Ok(listener)
 }
 
+fn not_persisted(unit: &str) -> Response {
+    Response::Error {
+        message: format!(
+            "{unit}: cannot record the request in the state directory (disk full or read-only?); nothing was done"
+        ),
+    }
+}
+
 fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     let creds = getsockopt(stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
@@ -249,10 +257,9 @@ impl Daemon {
                 let (unit, generation) = c.waiting_for.as_ref()?;
                 // The attempt that was live when the request came has ended (a new one may
                 // already be running: `start` during a stop).
-                let busy = self
-                    .tasks
-                    .get(unit)
-                    .is_some_and(|t| t.shim.is_some() && t.record.generation == *generation);
+                let busy = self.tasks.get(unit).is_some_and(|t| {
+                    t.record.state.has_attempt() && t.record.generation == *generation
+                });
                 (!busy).then(|| (*token, unit.clone()))
             })
             .collect();
@@ -312,21 +319,30 @@ impl Daemon {
                 if let Err(e) = self.known(&unit) {
                     return Some(*e);
                 }
-                self.stop_task(&unit, Intent::Stop);
+                if !self.stop_task(&unit, Intent::Stop) {
+                    return Some(not_persisted(&unit));
+                }
                 wait_for(self, &unit)
             }
             Request::Restart { unit } => {
                 if let Err(e) = self.known(&unit) {
                     return Some(*e);
                 }
-                self.stop_task(&unit, Intent::Restart);
+                if !self.stop_task(&unit, Intent::Restart) {
+                    return Some(not_persisted(&unit));
+                }
                 Some(Response::Ok {
                     message: format!("{unit}: restarting"),
                 })
             }
             Request::Remove { unit } => {
                 if let Err(e) = self.known(&unit) {
-                    return Some(*e);
+                    // A task forgotten when its unit file went away leaves its directory
+                    // (checkpoint, work, logs) behind: `keel rm` removes that too.
+                    return Some(match self.remove_leftovers(&unit) {
+                        Some(message) => Response::Ok { message },
+                        None => *e,
+                    });
                 }
                 let path = self.units_dir.join(format!("{unit}.ron"));
                 if let Err(e) = std::fs::remove_file(&path) {
@@ -340,7 +356,9 @@ impl Daemon {
                     task.unit = None;
                     task.unit_text = None;
                 }
-                self.stop_task(&unit, Intent::Remove);
+                if !self.stop_task(&unit, Intent::Remove) {
+                    return Some(not_persisted(&unit));
+                }
                 wait_for(self, &unit)
             }
             Request::Kill { unit, signal } => {
@@ -414,7 +432,9 @@ impl Daemon {
             }
             TaskState::Stopping => {
                 // A start during a stop: start again once it has stopped (unless removed).
-                self.stop_task(unit, Intent::Restart);
+                if !self.stop_task(unit, Intent::Restart) {
+                    return not_persisted(unit);
+                }
                 Response::Ok {
                     message: format!("{unit}: starts again once stopped"),
                 }
@@ -478,6 +498,7 @@ impl Daemon {
                     reason: r.reason.clone(),
                     progress: super::last_progress_line(&self.dirs.run_dir(&t.name)),
                     unit_changed: r.state.has_attempt() && t.accepted_text != t.unit_text,
+                    unit_file_missing: !t.seen_file,
                 }
             })
             .collect();

@@ -87,7 +87,7 @@ impl Daemon {
         let queued: Vec<super::queue::Candidate> = self
             .tasks
             .values()
-            .filter(|t| t.record.state == TaskState::Queued && t.unit.is_some())
+            .filter(|t| t.record.state == TaskState::Queued && t.unit.is_some() && t.seen_file)
             .filter(|t| t.start_retry_at.is_none_or(|at| at <= Instant::now()))
             .map(|t| super::queue::Candidate {
                 unit: t.name.clone(),
@@ -115,6 +115,20 @@ impl Daemon {
         let (Some(unit_def), Some(text)) = (task.unit.clone(), task.unit_text.clone()) else {
             return;
         };
+        if spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+            // A shim of an earlier attempt is still alive (not ours to watch: it will be
+            // adopted, or it is ending). Never two live attempts: try again later.
+            let before = task.record.clone();
+            self.defer_start(
+                unit,
+                before,
+                "a shim of an earlier attempt still holds run/attempt.lock",
+            );
+            return;
+        }
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
         let before = task.record.clone();
         task.record.generation += 1;
         task.record.attempt += 1;
@@ -129,17 +143,28 @@ impl Daemon {
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         let last_exit = task.record.last_exit.map(|e| e.to_string());
 
-        let dirs_ready = self.dirs.create_task_dirs(unit);
-        if dirs_ready.is_err()
-            || !self.transition(unit, TaskState::Starting, &format!("attempt {attempt}"))
-        {
-            let why = match dirs_ready {
-                Err(e) => format!("cannot create the task's directories: {e}"),
-                Ok(()) => "cannot persist the start (disk full or read-only?)".to_string(),
-            };
+        task.record.state = TaskState::Starting;
+        // Decide, persist, then (only then) say so and act.
+        let persisted = self
+            .dirs
+            .create_task_dirs(unit)
+            .map_err(|e| format!("cannot create the task's directories: {e}"))
+            .and_then(|()| {
+                self.persist(unit)
+                    .map_err(|e| format!("cannot persist the start: {e}"))
+            });
+        if let Err(why) = persisted {
             self.defer_start(unit, before, &why);
             return;
         }
+        self.journal_event(
+            unit,
+            attempt,
+            generation,
+            "starting",
+            &format!("attempt {attempt}"),
+        );
+        log::info!("{unit}: starting (attempt {attempt})");
         state::crash_point("after-persist-starting");
         if let Some(task) = self.tasks.get_mut(unit) {
             task.started_at = Some(Instant::now());
@@ -178,6 +203,8 @@ impl Daemon {
                 // it would not be running) and try again.
                 let why = SpawnError::PreviousShimAlive.to_string();
                 self.defer_start(unit, before, &why);
+                // `starting` reached the disk: put the record back as it was.
+                let _ = self.persist(unit);
             }
             Err(e) => {
                 let why = e.to_string();
@@ -188,17 +215,22 @@ impl Daemon {
         }
     }
 
-    /// Undo an undecided start: the task stays queued and is retried after `START_RETRY`.
+    /// Undo an undecided start: the task stays queued and is retried after `START_RETRY`. The
+    /// record on disk was not changed (or the change did not take): memory goes back to it.
     fn defer_start(&mut self, unit: &str, before: super::record::TaskRecord, why: &str) {
-        log::error!("{unit}: start deferred: {why}");
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
+        let reason = format!("start deferred: {why}");
+        let repeated = before.reason.as_deref() == Some(reason.as_str());
         task.record = before;
-        task.record.reason = Some(format!("start deferred: {why}"));
+        task.record.reason = Some(reason);
         task.start_retry_at = Some(Instant::now() + START_RETRY);
         let (attempt, generation) = (task.record.attempt, task.record.generation);
-        self.journal_event(unit, attempt, generation, "start-deferred", why);
+        if !repeated {
+            log::error!("{unit}: start deferred: {why}");
+            self.journal_event(unit, attempt, generation, "start-deferred", why);
+        }
         self.timers.add_after(START_RETRY, Timer::Schedule);
     }
 
@@ -302,6 +334,17 @@ impl Daemon {
         task.record.restarts = history.restarts;
         task.record.consecutive_failures = history.consecutive_failures;
         let shutting_down = self.shutdown.is_some();
+        if matches!(decision, Decision::Succeeded | Decision::Failed { .. })
+            && unit_def.essential
+            && self.under_init.is_some()
+        {
+            // The shutdown this final state implies is recorded first: a crash between the
+            // two writes must not leave a final essential unit and a container that never ends.
+            self.persist_shutdown(exit.exit_code());
+        }
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
         match decision {
             Decision::Succeeded => {
                 task.record.reason = None;

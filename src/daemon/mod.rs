@@ -39,6 +39,9 @@ const FORCE_KILL_GRACE: Duration = Duration::from_secs(5);
 pub struct Options {
     pub state_dir: PathBuf,
     pub units_dir: PathBuf,
+    /// Given with `--units`: it must exist (a typo or an unmounted filesystem must not look
+    /// like "every unit was removed"). The default `STATE/units` is created.
+    pub units_dir_explicit: bool,
 }
 
 /// A live attempt: its shim and the pidfd registered in the loop.
@@ -61,8 +64,11 @@ pub(crate) struct Task {
     pub started_at: Option<Instant>,
     /// A start that could not be persisted is retried after this instant.
     pub start_retry_at: Option<Instant>,
-    /// First scan that found the unit file missing (removal needs two scans, 0.6 s apart).
+    /// First scan that found the unit file missing (removal needs two scans, 0.5 s apart).
     pub missing_since: Option<Instant>,
+    /// This daemon has seen the unit file. A task whose file was never seen (a wrong or not
+    /// yet mounted units directory) is neither started nor forgotten: `keel rm` forgets it.
+    pub seen_file: bool,
 }
 
 enum Source {
@@ -104,6 +110,8 @@ pub struct Daemon {
     schedule_pending: bool,
     /// The units directory changed: rescan at this instant (pushed back by each new event).
     rescan_at: Option<Instant>,
+    /// The first event of the current burst (bounds how long a rescan can be pushed back).
+    rescan_first: Option<Instant>,
     boot_id: String,
     _lock: InstanceLock,
 }
@@ -112,6 +120,7 @@ pub struct Daemon {
 #[derive(Debug)]
 pub enum DaemonError {
     State(StateError),
+    Config(String),
     Setup {
         what: &'static str,
         source: std::io::Error,
@@ -122,6 +131,7 @@ impl std::fmt::Display for DaemonError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DaemonError::State(e) => write!(f, "{e}"),
+            DaemonError::Config(message) => f.write_str(message),
             DaemonError::Setup { what, source } => write!(f, "cannot {what}: {source}"),
         }
     }
@@ -144,6 +154,12 @@ impl Daemon {
         let dirs = StateDir::new(&options.state_dir);
         dirs.create()?;
         let lock = InstanceLock::acquire(&dirs.lock_path())?;
+        if options.units_dir_explicit && !options.units_dir.is_dir() {
+            return Err(DaemonError::Config(format!(
+                "units directory {} does not exist: create it, or fix --units",
+                options.units_dir.display()
+            )));
+        }
         std::fs::create_dir_all(&options.units_dir).map_err(setup("create the units directory"))?;
         let _ = std::fs::remove_file(dirs.exit_status_path());
         let journal = Journal::open(&dirs.events_path())?;
@@ -212,6 +228,7 @@ impl Daemon {
             last_tick: Instant::now(),
             schedule_pending: true,
             rescan_at: None,
+            rescan_first: None,
             boot_id: crate::sys::boot_id(),
             _lock: lock,
         })
@@ -437,7 +454,8 @@ impl Daemon {
         match self.shutdown? {
             Shutdown::KeepTasks => Some(0),
             Shutdown::StopTasks { exit_code } => {
-                let busy = self.tasks.values().any(|t| t.shim.is_some());
+                // Adopted or not: a live attempt keeps the daemon (and PID 1) alive.
+                let busy = self.tasks.values().any(|t| t.record.state.has_attempt());
                 (!busy).then_some(exit_code)
             }
         }
@@ -454,11 +472,15 @@ impl Daemon {
     }
 }
 
+/// The RLIMIT_NOFILE the daemon was started with, restored for every shim (and agent).
+pub(crate) static ORIGINAL_NOFILE: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+
 /// A daemon holds a pidfd per task and a descriptor per client: raise the soft limit on open
-/// files to the hard limit (systemd's default soft limit is 1024).
+/// files to the hard limit (systemd's default soft limit is 1024). Children get the original.
 fn raise_open_file_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = ORIGINAL_NOFILE.set((soft, hard));
         if soft < hard {
             if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
                 log::warn!("cannot raise the open-file limit from {soft} to {hard}: {e}");

@@ -79,9 +79,12 @@ pub fn decide(
     }
 
     let mut next = history.clone();
-    // A long healthy run forgives earlier failures: the backoff starts over.
+    // A long healthy run forgives earlier failures: the backoff starts over, and the restarts
+    // before it no longer count against the limit (an `Always` agent that works for hours
+    // between exits is not crash-looping).
     if ran_for >= policy.backoff.reset_after.0 {
         next.consecutive_failures = 0;
+        next.restarts.clear();
     }
     let window_ms = policy.limit.within.0.as_millis() as u64;
     next.restarts
@@ -257,6 +260,18 @@ mod tests {
         let (d, after) = run(RestartPolicy::Always, 3, &h, FAIL, 0, 3_600_000 + 10);
         assert!(matches!(d, Decision::Restart { .. }));
         assert_eq!(after.restarts, vec![3_600_010]);
+    }
+
+    #[test]
+    fn healthy_runs_do_not_count_against_the_limit() {
+        // Restarts after runs longer than reset_after (60 s) never reach the limit of 3.
+        let mut h = History::default();
+        for n in 0..10 {
+            let (d, next) = run(RestartPolicy::Always, 3, &h, OK, 600, n * 600_000);
+            assert!(matches!(d, Decision::Restart { .. }), "exit {n}: {d:?}");
+            h = next;
+        }
+        assert_eq!(h.restarts.len(), 1);
     }
 
     #[test]

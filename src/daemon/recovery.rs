@@ -4,7 +4,7 @@
 
 use super::lifecycle::Ending;
 use super::reconcile::{self, Action, Observed};
-use super::record::{ShimIdentity, TaskRecord, TaskState};
+use super::record::{Intent, ShimIdentity, TaskRecord, TaskState};
 use super::timers::Timer;
 use super::{spawn, Daemon, Shutdown, Task};
 use crate::sandbox::spec::{self, AttemptSpec, ShimRecord};
@@ -131,6 +131,7 @@ impl Daemon {
                 started_at,
                 start_retry_at: None,
                 missing_since: None,
+                seen_file: false,
             },
         );
     }
@@ -230,7 +231,18 @@ impl Daemon {
         };
         task.shim = Some(live);
         task.record.shim = Some(shim.clone());
-        if task.record.state == TaskState::Stopping {
+        if task.record.state != TaskState::Stopping && task.record.intent != Intent::None {
+            // A stop, restart or removal requested while the shim was not adopted yet.
+            let intent = task.record.intent;
+            self.journal_event(
+                unit,
+                0,
+                generation,
+                "adopted",
+                &format!("shim pid {}", shim.pid),
+            );
+            self.stop_task(unit, intent);
+        } else if task.record.state == TaskState::Stopping {
             // Resume the stop: send the signal again (the daemon may have died before sending
             // it; twice is harmless), with what is left of the timeout.
             let signal = task

@@ -13,6 +13,8 @@ use std::path::Path;
 /// Output log size before rotation, and how many rotated files are kept.
 pub const LOG_MAX_BYTES: u64 = 16 << 20;
 pub const LOG_KEEP: u32 = 3;
+/// `run/shim.log` is started afresh (the old one kept as `shim.log.1`) past this size.
+const SHIM_LOG_MAX_BYTES: u64 = 1 << 20;
 
 /// What the agent learns about its situation (DESIGN, "What the agent sees").
 pub struct AttemptContext<'a> {
@@ -126,6 +128,10 @@ pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
     crate::state::write_ron(&spec_path, spec).map_err(SpawnError::WriteSpec)?;
     let devnull = File::open("/dev/null").map_err(|e| SpawnError::Open("/dev/null".into(), e))?;
     let shim_log_path = spec::shim_log_path(&spec.run_dir);
+    // The shims' own log is appended to by every attempt: keep one old generation of it.
+    if std::fs::metadata(&shim_log_path).is_ok_and(|m| m.len() > SHIM_LOG_MAX_BYTES) {
+        let _ = std::fs::rename(&shim_log_path, spec.run_dir.join("shim.log.1"));
+    }
     let shim_log = OpenOptions::new()
         .append(true)
         .create(true)
@@ -158,6 +164,7 @@ pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
         extra_flags: 0,
         cgroup_fd: None,
         keep_as_fd3: Some(lock.as_raw_fd()),
+        nofile: super::ORIGINAL_NOFILE.get().copied(),
     };
     // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.
     crate::sys::spawn_with_pidfd(&request).map_err(SpawnError::Clone)

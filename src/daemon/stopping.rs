@@ -23,11 +23,18 @@ pub fn merge_intent(pending: Intent, new: Intent) -> Intent {
 
 impl Daemon {
     /// Ask the attempt to end: `stop.signal` now, SIGKILL after `stop.timeout`. What happens
-    /// once it has ended is `intent`. A task without a live attempt is settled at once.
-    pub(crate) fn stop_task(&mut self, unit: &str, intent: Intent) {
+    /// once it has ended is `intent`. A task without a live attempt is settled at once. Returns
+    /// false when the decision could not be persisted: then nothing was signalled.
+    pub(crate) fn stop_task(&mut self, unit: &str, intent: Intent) -> bool {
         let Some(task) = self.tasks.get_mut(unit) else {
-            return;
+            return true;
         };
+        if task.shim.is_none() && task.record.state.has_attempt() {
+            // A live shim not adopted yet (reconcile is waiting for it to say who it is): the
+            // intent is recorded now and carried out when it is adopted.
+            task.record.intent = merge_intent(task.record.intent, intent);
+            return self.persist(unit).is_ok();
+        }
         if task.shim.is_none() {
             match intent {
                 Intent::Remove | Intent::Forget => self.remove_task(unit, intent == Intent::Remove),
@@ -46,12 +53,12 @@ impl Daemon {
                 }
                 Intent::Stop | Intent::Interrupt | Intent::None => {}
             }
-            return;
+            return true;
         }
-        task.record.intent = merge_intent(task.record.intent, intent);
+        let previous_intent = task.record.intent;
+        task.record.intent = merge_intent(previous_intent, intent);
         if task.record.state == TaskState::Stopping {
-            let _ = self.persist(unit);
-            return;
+            return self.persist(unit).is_ok();
         }
         let signal = task
             .unit
@@ -59,11 +66,12 @@ impl Daemon {
             .map_or(libc::SIGTERM, |u| u.stop.signal.0);
         let timeout = self.stop_timeout(unit);
         let Some(task) = self.tasks.get_mut(unit) else {
-            return;
+            return true;
         };
+        let previous_state = task.record.state;
         task.record.stop_started_ms = Some(now_ms());
         let generation = task.record.generation;
-        self.transition(
+        let persisted = self.transition(
             unit,
             TaskState::Stopping,
             &format!(
@@ -72,6 +80,16 @@ impl Daemon {
                 crate::cli::format::duration_precise(timeout)
             ),
         );
+        if !persisted {
+            // Decide, persist, act: an unrecorded stop is not carried out (after a crash the
+            // record would say running, and the policy would bring the task back).
+            if let Some(task) = self.tasks.get_mut(unit) {
+                task.record.state = previous_state;
+                task.record.intent = previous_intent;
+                task.record.stop_started_ms = None;
+            }
+            return false;
+        }
         self.send_stop_signal(unit, signal);
         self.timers.add_after(
             timeout,
@@ -80,6 +98,7 @@ impl Daemon {
                 generation,
             },
         );
+        true
     }
 
     pub(crate) fn stop_timeout(&self, unit: &str) -> Duration {
@@ -97,7 +116,11 @@ impl Daemon {
 
     /// Shutdown: stop a running task so that it resumes at the next start.
     pub(crate) fn interrupt_for_shutdown(&mut self, unit: &str) {
-        if self.tasks.get(unit).is_some_and(|t| t.shim.is_some()) {
+        if self
+            .tasks
+            .get(unit)
+            .is_some_and(|t| t.record.state.has_attempt())
+        {
             self.stop_task(unit, Intent::Interrupt);
         }
     }
@@ -153,6 +176,31 @@ impl Daemon {
         })
     }
 
+    /// `keel rm` of a task without a record (forgotten when its unit file went away): remove
+    /// its directory, keeping a work directory that holds files. `None` if there is nothing.
+    pub(crate) fn remove_leftovers(&mut self, unit: &str) -> Option<String> {
+        crate::unit::validate_name(unit).ok()?;
+        let dir = self.dirs.task_dir(unit);
+        if !dir.is_dir() || super::spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+            return None;
+        }
+        let work = self.dirs.work_dir(unit);
+        let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
+        let _ = std::fs::remove_dir_all(self.dirs.run_dir(unit));
+        let _ = std::fs::remove_dir_all(self.dirs.checkpoint_dir(unit));
+        let message = if work_has_files {
+            format!(
+                "{unit}: leftovers removed; work directory kept: {}",
+                work.display()
+            )
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+            format!("{unit}: leftovers removed")
+        };
+        self.journal_event(unit, 0, 0, "removed", &message);
+        Some(message)
+    }
+
     /// Forget a task. `explicit` (`keel rm`): its record, run files and checkpoint go, and its
     /// work directory unless it holds files. Otherwise (its unit file vanished) only the
     /// record goes: checkpoint, work and logs stay for whoever brings the file back.
@@ -170,7 +218,12 @@ impl Daemon {
         let detail = if explicit {
             let work = self.dirs.work_dir(unit);
             let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
-            let _ = std::fs::remove_dir_all(&run);
+            if super::spawn::attempt_lock_held(&run) {
+                // Never pull run/ (and its lock) from under a live shim.
+                log::error!("{unit}: removed while a shim still holds its attempt lock; run/ kept");
+            } else {
+                let _ = std::fs::remove_dir_all(&run);
+            }
             let _ = std::fs::remove_dir_all(self.dirs.checkpoint_dir(unit));
             if work_has_files {
                 format!("work directory kept: {}", work.display())

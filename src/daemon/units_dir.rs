@@ -1,5 +1,5 @@
 //! The units directory: one `.ron` file per task. A file that appears is queued, a file that
-//! changes takes effect at the task's next start, a file that stays gone (two scans 0.6 s
+//! changes takes effect at the task's next start, a file that stays gone (two scans 0.5 s
 //! apart: editors and `git checkout` remove and rewrite files) removes its task, and a
 //! file that does not parse is reported without harming anything else.
 
@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 /// How long after the last change in the units directory to rescan it (editors write files in
 /// several steps; each new event pushes the rescan back).
 const RESCAN_DEBOUNCE: Duration = Duration::from_millis(150);
+const RESCAN_MAX_DELAY: Duration = Duration::from_millis(400);
 /// A unit file must be missing for this long (over two scans) before its task is removed:
 /// long enough for an editor's rename-and-rewrite, short enough that with the debounce a
 /// removal is acted on within a second.
-const REMOVAL_CONFIRMATION: Duration = Duration::from_millis(600);
+const REMOVAL_CONFIRMATION: Duration = Duration::from_millis(500);
 /// A scan that failed (EMFILE, the directory briefly gone) is retried after this.
 const SCAN_RETRY: Duration = Duration::from_secs(1);
 
@@ -127,9 +128,13 @@ impl Daemon {
         }
     }
 
-    /// Rescan once the current burst of changes is over.
+    /// Rescan once the current burst of changes is over — but never later than
+    /// `RESCAN_MAX_DELAY` after its first event (a file rewritten every 100 ms in the units
+    /// directory must not hold back the units beside it).
     pub(crate) fn request_rescan(&mut self) {
-        let at = Instant::now() + RESCAN_DEBOUNCE;
+        let now = Instant::now();
+        let first = *self.rescan_first.get_or_insert(now);
+        let at = (now + RESCAN_DEBOUNCE).min(first + RESCAN_MAX_DELAY);
         if self.rescan_at.is_none() {
             self.timers.add(at, Timer::RescanUnits);
         }
@@ -141,6 +146,7 @@ impl Daemon {
             Some(at) if at > Instant::now() => self.timers.add(at, Timer::RescanUnits),
             Some(_) => {
                 self.rescan_at = None;
+                self.rescan_first = None;
                 self.scan_units();
             }
             None => {}
@@ -207,13 +213,16 @@ impl Daemon {
         self.schedule_pending = true;
     }
 
-    /// Tasks whose file is gone: removed once two scans 0.6 s apart agree.
+    /// Tasks whose file is gone: removed once two scans 0.5 s apart agree.
     fn note_missing_units(&mut self, present: &BTreeSet<String>) {
         let now = Instant::now();
         let mut confirmed = Vec::new();
         for (name, task) in self.tasks.iter_mut() {
             if present.contains(name) {
                 task.missing_since = None;
+                continue;
+            }
+            if !task.seen_file {
                 continue;
             }
             match task.missing_since {
@@ -244,6 +253,7 @@ impl Daemon {
         match self.tasks.get_mut(name) {
             Some(task) => {
                 task.missing_since = None;
+                task.seen_file = true;
                 if task.record.intent == Intent::Forget {
                     // The file came back while its task was being stopped for its absence:
                     // start it again once it has stopped.
@@ -281,6 +291,7 @@ impl Daemon {
                         started_at: None,
                         start_retry_at: None,
                         missing_since: None,
+                        seen_file: true,
                     },
                 );
                 if let Err(e) = self.dirs.create_task_dirs(name) {

@@ -114,7 +114,13 @@ struct Shim<'a> {
 /// written by then).
 fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
     let fail = |message: String| setup_failure(Some(spec), message);
-    let pid = std::process::id() as i32;
+    // The attempt lock the daemon handed over as fd 3 stays with the shim alone: close-on-exec,
+    // so no agent (nor anything it daemonizes) can keep the lock after the shim is gone,
+    // whatever the kernel's close_range support.
+    process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    // Our pid as the host sees it (the daemon records it): /proc here is the host's, and in a
+    // PID namespace getpid() would say 1.
+    let pid = process::host_pid();
     let record = ShimRecord {
         generation: spec.generation,
         pid,
@@ -203,6 +209,14 @@ impl Shim<'_> {
             if signal_ready {
                 self.handle_signals();
             }
+        }
+        // The attempt is over: nothing of it may run on beside the next one. What is left of
+        // the agent's process group (a child that ignored the stop signal) is killed here; in
+        // a PID namespace everything else dies with the shim, its PID 1.
+        match process::kill_process_group(self.agent, libc::SIGKILL) {
+            Ok(()) => log::info!("killed what was left of process group {}", self.agent),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => log::warn!("cannot kill process group {}: {e}", self.agent),
         }
         // Step 5: what the agent wrote before it ended is in the pipe now; orphans may keep
         // the write end open, so read what is there and stop at EAGAIN (or EOF).

@@ -58,6 +58,9 @@ pub struct SpawnRequest<'a> {
     /// A descriptor the child keeps as fd 3 (the attempt lock); every other inherited
     /// descriptor is closed at exec.
     pub keep_as_fd3: Option<RawFd>,
+    /// `(soft, hard)` RLIMIT_NOFILE for the child: the limit the daemon was started with, not
+    /// the one it raised for itself (select(2) breaks above 1024; agents expect the usual).
+    pub nofile: Option<(u64, u64)>,
 }
 
 /// The descriptor number on which a shim holds its attempt lock.
@@ -145,6 +148,15 @@ fn child_exec(
             // SAFETY: as above.
             unsafe { libc::_exit(127) };
         }
+    }
+    if let Some((soft, hard)) = request.nofile {
+        let limit = libc::rlimit {
+            rlim_cur: soft as libc::rlim_t,
+            rlim_max: hard as libc::rlim_t,
+        };
+        // SAFETY: setrlimit reads the struct on our stack; failure leaves the raised limit,
+        // which is harmless.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
     }
     let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
     // SAFETY: sigemptyset initialises the set it is given, which lives on our stack.

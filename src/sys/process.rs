@@ -432,6 +432,25 @@ pub fn kill_process_group(pgid: i32, signal: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Mark `fd` close-on-exec if it is open (fcntl(2) F_SETFD); a closed fd is left alone.
+pub fn set_cloexec(fd: RawFd) {
+    // SAFETY: fcntl(F_GETFD/F_SETFD) take integers; on a closed fd they fail with EBADF.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags >= 0 {
+        // SAFETY: as above, on an fd that is open.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+    }
+}
+
+/// This process's pid as seen by the mounted /proc (the host's, for a shim in a PID namespace
+/// that kept the host's mount namespace), falling back to getpid().
+pub fn host_pid() -> i32 {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str().and_then(|s| s.parse().ok()))
+        .unwrap_or(std::process::id() as i32)
+}
+
 /// What one `waitpid(-1, WNOHANG)` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reaped {
