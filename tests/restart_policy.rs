@@ -155,7 +155,11 @@ fn missing_program_is_reported_not_retried_forever() {
         r#"Unit(command: ["no-such-agent-binary"], restart: Never)"#,
     );
     let task = d.wait_state("ghost", "failed", Duration::from_secs(10));
-    assert_eq!(task["last_exit"], "exit:127");
+    // Distinct from any exit code the agent could have chosen.
+    assert_eq!(task["last_exit"], "spawn-failed");
     let reason = task["reason"].as_str().unwrap();
-    assert!(reason.contains("no-such-agent-binary"), "{reason}");
+    assert!(
+        reason.contains("spawn failed: no-such-agent-binary: No such file or directory"),
+        "{reason}"
+    );
 }

@@ -340,7 +340,7 @@ fn missing_program_is_a_spawn_error() {
     let (code, record) = run(&dir, &dir.spec(&["keel-no-such-program-xyz", "-p", "hi"]));
     assert_eq!(code, 127);
     assert_eq!(record.status, AgentStatus::Exited(127));
-    let message = "cannot execute \"keel-no-such-program-xyz\": No such file or directory \
+    let message = "spawn failed: keel-no-such-program-xyz: No such file or directory \
                    (is it installed and on PATH?)";
     assert_eq!(record.spawn_error.as_deref(), Some(message));
     assert_eq!((record.generation, record.attempt), (17, 2));

@@ -36,7 +36,10 @@ impl Ending {
     pub fn from_records(run_dir: &std::path::Path, generation: u64, otherwise: &str) -> Self {
         match state::read_ron::<ExitRecord>(&spec::exit_record_path(run_dir)) {
             Ok(Some(record)) if record.generation == generation => Ending {
-                exit: LastExit::Agent(record.status),
+                exit: match record.spawn_error {
+                    Some(_) => LastExit::SpawnFailed,
+                    None => LastExit::Agent(record.status),
+                },
                 note: record.spawn_error,
                 ended_ms: Some(record.ended_ms),
             },

@@ -65,6 +65,9 @@ impl fmt::Display for TaskState {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub enum LastExit {
     Agent(AgentStatus),
+    /// The agent never ran: its program or its sandbox could not be set up (the reason is in
+    /// the task's `reason`).
+    SpawnFailed,
     Oom,
     Stalled,
     /// The attempt vanished without an exit record (its shim was killed, or the host rebooted).
@@ -79,6 +82,7 @@ impl LastExit {
     pub fn exit_code(self) -> i32 {
         match self {
             LastExit::Agent(status) => status.exit_code(),
+            LastExit::SpawnFailed => 127,
             LastExit::Oom => 128 + libc::SIGKILL,
             LastExit::Stalled | LastExit::Lost => 1,
         }
@@ -89,6 +93,7 @@ impl fmt::Display for LastExit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LastExit::Agent(status) => write!(f, "{status}"),
+            LastExit::SpawnFailed => f.write_str("spawn-failed"),
             LastExit::Oom => f.write_str("oom"),
             LastExit::Stalled => f.write_str("stalled"),
             LastExit::Lost => f.write_str("lost"),

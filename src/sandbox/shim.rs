@@ -156,7 +156,7 @@ fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
     let plan = ExecPlan::new(&spec.argv, &env, &spec.cwd)
         .map_err(|e| fail(format!("cannot start the agent: {e}")))?;
     let started_ms = now_ms();
-    let agent = match process::spawn_agent(&plan, dev_null.as_fd(), write_end.as_fd()) {
+    let agent = match process::spawn_agent(&plan, dev_null.as_fd(), write_end.as_fd(), None) {
         Ok(pid) => pid,
         Err(SpawnError::Setup(e)) => return Err(fail(format!("cannot fork the agent: {e}"))),
         Err(SpawnError::Child(failure)) => {
@@ -426,7 +426,7 @@ pub fn spawn_failure(
             };
             let code = if not_found && !found { 127 } else { 126 };
             (
-                format!("cannot execute {program:?}: {reason}{hint}"),
+                format!("spawn failed: {program}: {reason}{hint}"),
                 AgentStatus::Exited(code),
             )
         }
@@ -436,6 +436,13 @@ pub fn spawn_failure(
                 cwd.display().to_string()
             ),
             AgentStatus::Exited(127),
+        ),
+        ExecStage::Sandbox => (
+            format!(
+                "sandbox: {}",
+                failure.message.as_deref().unwrap_or("setup failed")
+            ),
+            AgentStatus::Exited(SETUP_FAILURE),
         ),
         stage => (
             format!("cannot start the agent: {}: {reason}", stage.call()),
@@ -593,6 +600,7 @@ mod tests {
             pid: 10,
             stage,
             errno,
+            message: None,
         }
     }
 
@@ -607,7 +615,7 @@ mod tests {
         );
         assert_eq!(
             msg,
-            "cannot execute \"claude\": No such file or directory (is it installed and on PATH?)"
+            "spawn failed: claude: No such file or directory (is it installed and on PATH?)"
         );
         assert_eq!(status, AgentStatus::Exited(127));
 
@@ -617,7 +625,7 @@ mod tests {
             &failure(ExecStage::Exec, libc::ENOENT),
             false,
         );
-        assert_eq!(msg, "cannot execute \"./x.sh\": No such file or directory");
+        assert_eq!(msg, "spawn failed: ./x.sh: No such file or directory");
         assert_eq!(status, AgentStatus::Exited(127));
 
         let (msg, status) =
@@ -627,7 +635,7 @@ mod tests {
 
         let (msg, status) =
             spawn_failure("tool", cwd, &failure(ExecStage::Exec, libc::EACCES), true);
-        assert_eq!(msg, "cannot execute \"tool\": Permission denied");
+        assert_eq!(msg, "spawn failed: tool: Permission denied");
         assert_eq!(status, AgentStatus::Exited(126));
 
         let (msg, _) = spawn_failure("tool", cwd, &failure(ExecStage::Chdir, libc::ENOENT), false);

@@ -33,6 +33,8 @@ pub enum ExecStage {
     Chdir,
     /// `execve` of every PATH candidate.
     Exec,
+    /// The sandbox (namespaces, mounts, privileges): the message says which step and why.
+    Sandbox,
 }
 
 impl ExecStage {
@@ -44,6 +46,7 @@ impl ExecStage {
             ExecStage::Stdio => "dup2",
             ExecStage::Chdir => "chdir",
             ExecStage::Exec => "execve",
+            ExecStage::Sandbox => "sandbox setup",
         }
     }
     fn code(self) -> i32 {
@@ -53,6 +56,7 @@ impl ExecStage {
             ExecStage::Stdio => 3,
             ExecStage::Chdir => 4,
             ExecStage::Exec => 5,
+            ExecStage::Sandbox => 6,
         }
     }
     fn from_code(code: i32) -> ExecStage {
@@ -61,6 +65,7 @@ impl ExecStage {
             2 => ExecStage::DeathSignal,
             3 => ExecStage::Stdio,
             4 => ExecStage::Chdir,
+            6 => ExecStage::Sandbox,
             _ => ExecStage::Exec,
         }
     }
@@ -72,7 +77,14 @@ pub struct ExecFailure {
     pub pid: i32,
     pub stage: ExecStage,
     pub errno: i32,
+    /// For [`ExecStage::Sandbox`]: what failed and what to do about it.
+    pub message: Option<String>,
 }
+
+/// Work the agent's child does before `chdir` and `execve`: build the sandbox (unshare, mounts,
+/// pivot_root, privileges). It runs in the forked child of the single-threaded shim, so it may
+/// allocate and use ordinary Rust; an `Err` is reported to the shim and the child exits.
+pub type Prepare<'a> = &'a dyn Fn() -> Result<(), String>;
 
 /// Why [`spawn_agent`] failed.
 #[derive(Debug)]
@@ -181,6 +193,7 @@ pub fn spawn_agent(
     plan: &ExecPlan,
     stdin: BorrowedFd<'_>,
     output: BorrowedFd<'_>,
+    prepare: Option<Prepare<'_>>,
 ) -> Result<i32, SpawnError> {
     // Everything the child touches is built here, before the fork.
     let mut argv: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
@@ -199,6 +212,7 @@ pub fn spawn_agent(
         max_signal: libc::SIGRTMAX(),
         default_action: [0; 8],
         empty_mask: empty_sigset(),
+        prepare,
     };
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| SpawnError::Setup(e.into()))?;
@@ -214,6 +228,7 @@ pub fn spawn_agent(
         child_exec(&child, report_write.as_raw_fd());
     }
     drop(report_write);
+    let mut report_read = std::fs::File::from(report_read);
 
     // Wait for exec (the pipe closes: 0 bytes) or a failure report (8 bytes).
     let mut report = [0u8; 8];
@@ -233,9 +248,23 @@ pub fn spawn_agent(
         report[0], report[1], report[2], report[3],
     ]));
     let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
+    // A sandbox failure carries its message after the 8 bytes, up to EOF.
+    let mut text = Vec::new();
+    if stage == ExecStage::Sandbox {
+        use std::io::Read;
+        let _ = (&mut report_read)
+            .take(MAX_REPORT_MESSAGE)
+            .read_to_end(&mut text);
+    }
+    let message = (!text.is_empty()).then(|| String::from_utf8_lossy(&text).into_owned());
     // The child _exits right after writing; reap it here so nobody else sees it.
     let _ = wait_for(pid);
-    Err(SpawnError::Child(ExecFailure { pid, stage, errno }))
+    Err(SpawnError::Child(ExecFailure {
+        pid,
+        stage,
+        errno,
+        message,
+    }))
 }
 
 /// The pre-built memory the forked child works from.
@@ -252,6 +281,7 @@ struct ChildSetup<'a> {
     /// mask. Larger than the kernel's struct on every architecture.
     default_action: [u64; 8],
     empty_mask: libc::sigset_t,
+    prepare: Option<Prepare<'a>>,
 }
 
 fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
@@ -307,6 +337,11 @@ fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
         if !redirect(setup.stdin, 0) || !redirect(setup.output, 1) || !redirect(setup.output, 2) {
             fail(ExecStage::Stdio, errno());
         }
+        if let Some(prepare) = setup.prepare {
+            if let Err(message) = prepare() {
+                child_fail_with(report, &message);
+            }
+        }
         if libc::chdir(setup.cwd) < 0 {
             fail(ExecStage::Chdir, errno());
         }
@@ -335,6 +370,23 @@ fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
             last = libc::EACCES;
         }
         fail(ExecStage::Exec, last)
+    }
+}
+
+/// Longest sandbox failure message passed from the child.
+const MAX_REPORT_MESSAGE: u64 = 4096;
+
+/// Report a sandbox failure with its message and exit. Only called after `prepare`, which has
+/// already used ordinary (non-async-signal-safe) code: the shim is single-threaded.
+fn child_fail_with(report: RawFd, message: &str) -> ! {
+    let mut msg = Vec::with_capacity(8 + message.len());
+    msg.extend_from_slice(&ExecStage::Sandbox.code().to_ne_bytes());
+    msg.extend_from_slice(&0i32.to_ne_bytes());
+    msg.extend_from_slice(&message.as_bytes()[..message.len().min(MAX_REPORT_MESSAGE as usize)]);
+    // SAFETY: write(2) of a live buffer, then _exit(2), which never returns.
+    unsafe {
+        libc::write(report, msg.as_ptr().cast(), msg.len());
+        libc::_exit(127)
     }
 }
 
