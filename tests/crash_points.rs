@@ -6,10 +6,10 @@ use common::*;
 use std::time::Duration;
 
 fn unit_recording_attempts(d: &Daemon) -> (String, std::path::PathBuf) {
-    let seen = d.scratch.dir.join("attempts.txt");
+    let seen = d.task_dir("job").join("work/attempts.txt");
     let text = format!(
         r#"Unit(command: ["/bin/sh", "-c", "echo $KEEL_ATTEMPT $KEEL_LAST_EXIT >> {seen}; sleep 1; exit 0"], restart: OnFailure, backoff: Backoff(initial: "100ms"))"#,
-        seen = seen.display()
+        seen = "/work/attempts.txt"
     );
     (text, seen)
 }

@@ -14,12 +14,12 @@ fn log_len(d: &Daemon, unit: &str) -> u64 {
 #[test]
 fn task_outlives_a_killed_daemon_and_is_readopted() {
     let mut d = Daemon::start("crash");
-    let flag = d.scratch.dir.join("finish");
+    let flag = d.task_dir("steady").join("work/finish");
     d.write_unit(
         "steady",
         &format!(
             r#"Unit(command: ["/bin/sh", "-c", "while [ ! -e {flag} ]; do echo tick; sleep 0.05; done; exit 3"], restart: Never)"#,
-            flag = flag.display()
+            flag = "/work/finish"
         ),
     );
     let before = d.wait_state("steady", "running", Duration::from_secs(10));
@@ -62,12 +62,12 @@ fn task_outlives_a_killed_daemon_and_is_readopted() {
 #[test]
 fn a_task_that_ended_while_the_daemon_was_down_is_settled_from_its_exit_record() {
     let mut d = Daemon::start("settle");
-    let flag = d.scratch.dir.join("finish");
+    let flag = d.task_dir("quick").join("work/finish");
     d.write_unit(
         "quick",
         &format!(
             r#"Unit(command: ["/bin/sh", "-c", "while [ ! -e {flag} ]; do sleep 0.05; done; exit 0"], restart: OnFailure)"#,
-            flag = flag.display()
+            flag = "/work/finish"
         ),
     );
     d.wait_state("quick", "running", Duration::from_secs(10));
@@ -100,12 +100,12 @@ fn finished_tasks_are_not_rerun_by_a_daemon_restart() {
 #[test]
 fn orderly_shutdown_interrupts_tasks_and_the_next_daemon_resumes_them() {
     let mut d = Daemon::start("resume");
-    let seen = d.scratch.dir.join("seen.txt");
+    let seen = d.task_dir("long").join("work/seen.txt");
     d.write_unit(
         "long",
         &format!(
             r#"Unit(command: ["/bin/sh", "-c", "echo $KEEL_ATTEMPT $KEEL_RESUMED $KEEL_LAST_EXIT >> {seen}; exec sleep 60"])"#,
-            seen = seen.display()
+            seen = "/work/seen.txt"
         ),
     );
     d.wait_state("long", "running", Duration::from_secs(10));
@@ -127,12 +127,12 @@ fn orderly_shutdown_interrupts_tasks_and_the_next_daemon_resumes_them() {
 #[test]
 fn an_unreadable_record_does_not_start_a_second_agent() {
     let mut d = Daemon::start("unreadable");
-    let seen = d.scratch.dir.join("seen");
+    let seen = d.task_dir("precious").join("work/seen");
     d.write_unit(
         "precious",
         &format!(
             r#"Unit(command: ["/bin/sh", "-c", "echo started >> {seen}; exec sleep 60"])"#,
-            seen = seen.display()
+            seen = "/work/seen"
         ),
     );
     let before = d.wait_state("precious", "running", Duration::from_secs(5));
@@ -161,28 +161,21 @@ fn alive(pid: i32) -> bool {
 #[test]
 fn nothing_of_a_stopped_attempt_outlives_it() {
     let d = Daemon::start("leftover-group");
-    let pids = d.scratch.dir.join("pids");
     // The leader exits at SIGTERM; its child ignores SIGTERM and would run on.
     d.write_unit(
         "fam",
-        &format!(
-            r#"Unit(command: ["/bin/sh", "-c", "trap 'exit 0' TERM; (trap '' TERM; exec sleep 600) & echo $! > {pids}; wait"], stop: Stop(timeout: "2s"))"#,
-            pids = pids.display()
-        ),
+        r#"Unit(command: ["/bin/sh", "-c", "trap 'exit 0' TERM; (trap '' TERM; exec sleep 600) & echo started > /work/pids; wait"], stop: Stop(timeout: "2s"))"#,
     );
-    d.wait_state("fam", "running", Duration::from_secs(5));
-    wait_until(Duration::from_secs(5), "child pid", || {
-        std::fs::read_to_string(&pids).is_ok_and(|t| t.ends_with('\n'))
+    let task = d.wait_state("fam", "running", Duration::from_secs(5));
+    wait_until(Duration::from_secs(5), "child started", || {
+        d.task_dir("fam").join("work/pids").exists()
     });
-    let child: i32 = std::fs::read_to_string(&pids)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let members = namespace_members(task["pid"].as_i64().unwrap() as i32);
+    assert!(members().len() >= 3, "shim, agent, child: {:?}", members());
     let out = d.keel(&["stop", "fam"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     wait_until(Duration::from_secs(2), "the ignoring child is gone", || {
-        !alive(child)
+        members().is_empty()
     });
 }
 

@@ -118,7 +118,6 @@ fn a_thousand_double_forked_orphans_are_all_reaped() {
         return;
     }
     let scratch = Scratch::new("orphans");
-    let marks = scratch.dir.join("marks");
     // Each orphan's parent exits at once (double fork); the orphan marks a file and exits.
     // Then, with every orphan done, the agent counts zombies left in the namespace.
     let script = format!(
@@ -128,7 +127,7 @@ fn a_thousand_double_forked_orphans_are_all_reaped() {
            z=$(cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == "Z"' | wc -l)
            echo "orphans $(wc -l < {marks}) zombies $z"
            [ "$(wc -l < {marks})" -eq 1000 ] && [ "$z" -eq 0 ]"#,
-        marks = marks.display()
+        marks = "/work/marks"
     );
     write_unit(
         &scratch,
@@ -151,13 +150,13 @@ fn sigterm_to_pid_1_stops_tasks_in_order() {
         return;
     }
     let scratch = Scratch::new("sigterm");
-    let note = scratch.dir.join("note");
+    let note = scratch.dir.join("state/tasks/polite/work/note");
     write_unit(
         &scratch,
         "polite",
         &format!(
             r#"Unit(command: ["/bin/sh", "-c", "trap 'echo stopped-cleanly > {note}; exit 0' TERM; echo up; while :; do sleep 0.1; done"], stop: Stop(timeout: "10s"))"#,
-            note = note.display()
+            note = "/work/note"
         ),
     );
     let mut child = init_in_pid_namespace(&scratch);
@@ -254,13 +253,13 @@ fn a_shutdown_interrupted_by_a_daemon_crash_is_finished_with_the_same_status() {
         return;
     }
     let scratch = Scratch::new("shutdown-crash");
-    let flag = scratch.dir.join("go");
+    let flag = scratch.dir.join("state/tasks/main/work/go");
     write_unit(
         &scratch,
         "main",
         &format!(
             r#"Unit(command: ["/bin/sh", "-c", "while [ ! -e {flag} ]; do sleep 0.05; done; exit 42"], restart: Never, essential: true)"#,
-            flag = flag.display()
+            flag = "/work/go"
         ),
     );
     write_unit(

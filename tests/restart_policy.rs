@@ -8,10 +8,10 @@ use std::time::Duration;
 #[test]
 fn fails_three_times_then_succeeds_with_the_right_environment() {
     let d = Daemon::start("flaky");
-    let seen = d.scratch.dir.join("seen.txt");
+    let seen = d.task_dir("flaky").join("work/seen.txt");
     let script = format!(
         r#"echo "$0 $KEEL_ATTEMPT $KEEL_RESUMED $KEEL_LAST_EXIT" >> {seen}; [ "$KEEL_ATTEMPT" -ge 4 ]"#,
-        seen = seen.display()
+        seen = "/work/seen.txt"
     );
     d.write_unit(
         "flaky",

@@ -111,32 +111,22 @@ fn signals_the_shim_cannot_forward_are_refused() {
 #[test]
 fn sigkill_as_stop_signal_kills_the_agents_whole_process_group() {
     let d = Daemon::start("stop-kill");
-    let pids = d.scratch.dir.join("pids");
     d.write_unit(
         "family",
-        &format!(
-            r#"Unit(command: ["/bin/sh", "-c", "sleep 600 & echo $! > {pids}; wait"], stop: Stop(signal: "SIGKILL"))"#,
-            pids = pids.display()
-        ),
+        r#"Unit(command: ["/bin/sh", "-c", "sleep 600 & echo started > /work/pids; wait"], stop: Stop(signal: "SIGKILL"))"#,
     );
-    d.wait_state("family", "running", Duration::from_secs(5));
-    wait_until(Duration::from_secs(5), "child pid", || {
-        std::fs::read_to_string(&pids).is_ok_and(|t| t.ends_with('\n'))
+    let task = d.wait_state("family", "running", Duration::from_secs(5));
+    wait_until(Duration::from_secs(5), "child started", || {
+        d.task_dir("family").join("work/pids").exists()
     });
-    let child: i32 = std::fs::read_to_string(&pids)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let members = namespace_members(task["pid"].as_i64().unwrap() as i32);
     let out = d.keel(&["stop", "family"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let task = d.task("family").unwrap();
     assert_eq!(task["state"], "stopped");
     assert_eq!(task["last_exit"], "signal:SIGKILL");
     wait_until(Duration::from_secs(2), "the agent's child is gone", || {
-        !std::path::Path::new(&format!("/proc/{child}")).exists()
-            || std::fs::read_to_string(format!("/proc/{child}/stat"))
-                .is_ok_and(|s| s.rsplit(')').next().unwrap().trim().starts_with('Z'))
+        members().is_empty()
     });
 }
 

@@ -47,6 +47,8 @@ impl TempDir {
             run_dir: self.run(),
             log_max_bytes: 10 << 20,
             log_keep: 3,
+            // The shim's own behaviour, without a sandbox (tests/sandbox.rs covers that).
+            sandbox: None,
         }
     }
     fn output(&self) -> String {

@@ -8,7 +8,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod record;
 mod recovery;
-mod spawn;
+pub mod spawn;
 mod stopping;
 pub mod timers;
 mod units_dir;
@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use timers::{Timer, Timers};
 
-pub use spawn::last_progress_line;
+pub use spawn::{attempt_spec, last_progress_line, spawn_shim, AttemptContext};
 pub use stopping::merge_intent;
 
 const SIGNALS: Token = Token(0);

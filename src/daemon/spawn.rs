@@ -1,7 +1,7 @@
 //! Turning a decision to start into a running shim: the attempt's spec, its environment
 //! contract, and the clone3 call.
 
-use crate::sandbox::spec::{self, AttemptSpec};
+use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
 use crate::state::{StateDir, StateError};
 use crate::unit::Unit;
 use std::ffi::CString;
@@ -25,7 +25,9 @@ pub struct AttemptContext<'a> {
     pub last_progress: Option<String>,
 }
 
-/// The spec of one attempt: `resume_command` replaces `command` from attempt 2 on.
+/// The spec of one attempt: `resume_command` replaces `command` from attempt 2 on. The agent
+/// runs in its sandbox: at `workdir`, with its progress file and checkpoint directory under
+/// `/run/keel`, and keel's state directory out of sight.
 pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> AttemptSpec {
     let run_dir = dirs.run_dir(ctx.unit_name);
     let argv = match (&unit.resume_command, ctx.attempt > 1) {
@@ -45,13 +47,10 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
             if ctx.attempt > 1 { "1" } else { "0" }.to_string(),
         ),
         ("KEEL_LAST_EXIT", ctx.last_exit.clone().unwrap_or_default()),
-        (
-            "KEEL_PROGRESS",
-            spec::progress_path(&run_dir).display().to_string(),
-        ),
+        ("KEEL_PROGRESS", spec::SANDBOX_PROGRESS.to_string()),
         (
             "KEEL_CHECKPOINT_DIR",
-            dirs.checkpoint_dir(ctx.unit_name).display().to_string(),
+            spec::SANDBOX_CHECKPOINT_DIR.to_string(),
         ),
         (
             "KEEL_LAST_PROGRESS",
@@ -59,17 +58,47 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         ),
     ];
     env.extend(keel_vars.into_iter().map(|(k, v)| (k.to_string(), v)));
+    let memory = unit.resources.memory.0;
+    let mut hidden = vec![dirs.root.clone()];
+    hidden.extend(unit.sandbox.hidden.iter().map(std::path::PathBuf::from));
+    let sandbox = SandboxSpec {
+        workdir: unit.workdir.clone().into(),
+        work_source: dirs.work_dir(ctx.unit_name),
+        new_root: spec::sandbox_root_path(&run_dir),
+        progress_file: spec::progress_path(&run_dir),
+        checkpoint_source: dirs.checkpoint_dir(ctx.unit_name),
+        hidden,
+        writable: unit.sandbox.writable.iter().map(Into::into).collect(),
+        capabilities: unit.sandbox.capabilities.clone(),
+        user: unit.sandbox.user.clone(),
+        network_none: unit.sandbox.network == crate::unit::Network::None,
+        // tmpfs pages are the task's memory: /tmp may use its whole reservation, $HOME half.
+        tmp_size: memory,
+        home_size: memory / 2,
+    };
     AttemptSpec {
         unit: ctx.unit_name.to_string(),
         generation: ctx.generation,
         attempt: ctx.attempt,
         argv,
         env,
-        cwd: dirs.work_dir(ctx.unit_name),
+        cwd: unit.workdir.clone().into(),
         run_dir,
         log_max_bytes: LOG_MAX_BYTES,
         log_keep: LOG_KEEP,
+        sandbox: Some(sandbox),
     }
+}
+
+/// What must exist on the host before the shim builds the sandbox: the empty directory the
+/// root is built on, and the progress file it binds (a file bind needs its source).
+pub fn prepare_sandbox_sources(run_dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(spec::sandbox_root_path(run_dir))?;
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(spec::progress_path(run_dir))
+        .map(drop)
 }
 
 /// The last non-empty line of the progress file, for `keel status` and `KEEL_LAST_PROGRESS`.
@@ -124,6 +153,8 @@ fn take_attempt_lock(run_dir: &Path) -> Result<File, SpawnError> {
 /// `run/shim.log`, never to the daemon: a shim must outlive the daemon and its pipes.
 pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
     let lock = take_attempt_lock(&spec.run_dir)?;
+    prepare_sandbox_sources(&spec.run_dir)
+        .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
     let spec_path = spec::attempt_path(&spec.run_dir);
     crate::state::write_ron(&spec_path, spec).map_err(SpawnError::WriteSpec)?;
     let devnull = File::open("/dev/null").map_err(|e| SpawnError::Open("/dev/null".into(), e))?;
@@ -161,7 +192,13 @@ pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
         stdin: devnull.as_raw_fd(),
         stdout: shim_log.as_raw_fd(),
         stderr: shim_log.as_raw_fd(),
-        extra_flags: 0,
+        // The shim is PID 1 of the task's own PID namespace: the agent and everything it
+        // starts see only each other, and all of it dies with the shim.
+        extra_flags: if spec.sandbox.is_some() {
+            libc::CLONE_NEWPID as u64
+        } else {
+            0
+        },
         cgroup_fd: None,
         keep_as_fd3: Some(lock.as_raw_fd()),
         nofile: super::ORIGINAL_NOFILE.get().copied(),
@@ -187,6 +224,10 @@ impl std::fmt::Display for SpawnError {
             SpawnError::NulInPath => f.write_str("state directory path contains a NUL byte"),
             SpawnError::PreviousShimAlive => f.write_str(
                 "a shim of an earlier attempt still holds run/attempt.lock: not starting a second one",
+            ),
+            SpawnError::Clone(e) if e.raw_os_error() == Some(libc::EPERM) => write!(
+                f,
+                "cannot create the task's PID namespace (clone3: {e}): run keel as root — namespaces need CAP_SYS_ADMIN"
             ),
             SpawnError::Clone(e) => write!(
                 f,
@@ -230,11 +271,20 @@ mod tests {
         assert_eq!(env_of(&spec, "KEEL_ATTEMPT"), "1");
         assert_eq!(env_of(&spec, "KEEL_LAST_EXIT"), "");
         assert_eq!(env_of(&spec, "X"), "1");
+        assert_eq!(env_of(&spec, "KEEL_PROGRESS"), "/run/keel/progress");
+        assert_eq!(env_of(&spec, "KEEL_CHECKPOINT_DIR"), "/run/keel/checkpoint");
+        assert_eq!(spec.cwd, Path::new("/work"));
+        let sandbox = spec.sandbox.unwrap();
+        assert_eq!(sandbox.work_source, Path::new("/var/lib/keel/tasks/t/work"));
         assert_eq!(
-            env_of(&spec, "KEEL_PROGRESS"),
-            "/var/lib/keel/tasks/t/run/progress"
+            sandbox.hidden[0],
+            Path::new("/var/lib/keel"),
+            "the state dir is hidden"
         );
-        assert_eq!(spec.cwd, Path::new("/var/lib/keel/tasks/t/work"));
+        assert_eq!(
+            sandbox.new_root,
+            Path::new("/var/lib/keel/tasks/t/run/root")
+        );
     }
 
     #[test]

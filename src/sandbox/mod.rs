@@ -1,5 +1,8 @@
 //! Everything that runs on the task's side of the fence: the shim and what it sets up.
 
 pub mod logs;
+pub mod mounts;
+pub mod prepare;
+pub mod privileges;
 pub mod shim;
 pub mod spec;

@@ -22,6 +22,7 @@ use nix::sys::signal::SigSet;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::sandbox::logs::LogWriter;
+use crate::sandbox::prepare::prepare;
 use crate::sandbox::spec::{
     exit_record_path, kill_request_signal, shim_record_path, AgentStatus, AttemptSpec, ExitRecord,
     ShimRecord,
@@ -152,11 +153,24 @@ fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
     let dev_null =
         process::open_dev_null().map_err(|e| fail(format!("cannot open /dev/null: {e}")))?;
 
-    let env = agent_env(std::env::vars_os(), &spec.env);
+    // The sandbox is resolved here, on the host's view; the agent's child enters it.
+    let sandbox = match &spec.sandbox {
+        Some(sandbox) => Some(prepare(sandbox).map_err(|e| fail(format!("sandbox: {e}")))?),
+        None => None,
+    };
+    let mut spec_env = spec.env.clone();
+    if let Some(sandbox) = &sandbox {
+        // Before the unit's variables: a HOME the unit sets itself wins.
+        spec_env.insert(0, ("HOME".into(), sandbox.home.display().to_string()));
+    }
+    let env = agent_env(std::env::vars_os(), &spec_env);
     let plan = ExecPlan::new(&spec.argv, &env, &spec.cwd)
         .map_err(|e| fail(format!("cannot start the agent: {e}")))?;
+    let enter = || sandbox.as_ref().map_or(Ok(()), |s| s.enter());
+    let prepare_step: Option<process::Prepare<'_>> = sandbox.as_ref().map(|_| &enter as _);
     let started_ms = now_ms();
-    let agent = match process::spawn_agent(&plan, dev_null.as_fd(), write_end.as_fd(), None) {
+    let agent = match process::spawn_agent(&plan, dev_null.as_fd(), write_end.as_fd(), prepare_step)
+    {
         Ok(pid) => pid,
         Err(SpawnError::Setup(e)) => return Err(fail(format!("cannot fork the agent: {e}"))),
         Err(SpawnError::Child(failure)) => {

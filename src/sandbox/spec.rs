@@ -27,7 +27,44 @@ pub struct AttemptSpec {
     pub log_max_bytes: u64,
     /// …keeping this many rotated files (`output.log.1` … `output.log.N`).
     pub log_keep: u32,
+    /// The sandbox the agent runs in. Always set by the daemon; `None` only for tests that
+    /// run a shim by hand.
+    #[serde(default)]
+    pub sandbox: Option<SandboxSpec>,
 }
+
+/// What the agent's sandbox is made of (DESIGN, "What the agent sees"). Host paths unless
+/// said otherwise.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SandboxSpec {
+    /// Where the task's work directory appears inside (`workdir`, default `/work`).
+    pub workdir: PathBuf,
+    /// `tasks/<unit>/work`: bound read-write at `workdir`.
+    pub work_source: PathBuf,
+    /// `tasks/<unit>/run/root`: an empty directory the new root is built on.
+    pub new_root: PathBuf,
+    /// `tasks/<unit>/run/progress`: bound at [`SANDBOX_PROGRESS`].
+    pub progress_file: PathBuf,
+    /// `tasks/<unit>/checkpoint`: bound at [`SANDBOX_CHECKPOINT_DIR`].
+    pub checkpoint_source: PathBuf,
+    /// Made invisible: keel's state directory, then the unit's `sandbox.hidden`.
+    pub hidden: Vec<PathBuf>,
+    /// The unit's `sandbox.writable`: bound read-write at the same path.
+    pub writable: Vec<PathBuf>,
+    /// The unit's `sandbox.capabilities` (names); none by default.
+    pub capabilities: Vec<String>,
+    /// The unit's `sandbox.user` (`uid:gid` or a name); `None`: root, with no capabilities.
+    pub user: Option<String>,
+    /// `sandbox.network: None`: a network namespace of its own, with only `lo`.
+    pub network_none: bool,
+    /// Size caps of the private tmpfs `/tmp` and `$HOME`.
+    pub tmp_size: u64,
+    pub home_size: u64,
+}
+
+/// Where the agent finds its progress file and checkpoint directory inside the sandbox.
+pub const SANDBOX_PROGRESS: &str = "/run/keel/progress";
+pub const SANDBOX_CHECKPOINT_DIR: &str = "/run/keel/checkpoint";
 
 /// Written by the shim as soon as it starts: who it is, so that a restarted daemon can find
 /// and re-adopt it even if the daemon died between spawning it and recording its pid.
@@ -103,6 +140,10 @@ pub fn shim_log_path(run_dir: &Path) -> PathBuf {
 }
 pub fn progress_path(run_dir: &Path) -> PathBuf {
     run_dir.join("progress")
+}
+/// The empty directory the sandbox's root is built on.
+pub fn sandbox_root_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("root")
 }
 
 /// Signals the shim passes on to the agent's process group (what `keel kill -s` may send;

@@ -1,8 +1,11 @@
-//! The few raw syscalls keel needs that neither std nor nix wrap: pidfds and clone3.
+//! The few raw syscalls keel needs that neither std nor nix wrap: pidfds, clone3, locks,
+//! capabilities (`caps`), mounts (`mount`), the shim's fork and exec (`process`).
 //!
 //! Every `unsafe` block of keel lives under `src/sys/`, each with a `// SAFETY:` line.
 //! Everything else in the crate goes through these functions or through nix.
 
+pub mod caps;
+pub mod mount;
 pub mod process;
 
 use std::ffi::CString;

@@ -279,3 +279,18 @@ pub fn stdout_of(out: &Output) -> String {
 pub fn path_str(path: &Path) -> String {
     path.display().to_string()
 }
+
+/// Host pids of every process in the PID namespace whose PID 1 is `shim` (the task's
+/// sandbox): found through /proc/<pid>/ns/pid, never by name.
+pub fn namespace_members(shim: i32) -> impl Fn() -> Vec<i32> {
+    let ns = std::fs::read_link(format!("/proc/{shim}/ns/pid_for_children"))
+        .expect("shim's pid namespace");
+    move || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+            .filter(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l == ns))
+            .collect()
+    }
+}

@@ -1,0 +1,139 @@
+//! Start latency of a sandboxed task, against a baseline, interleaved in one run:
+//!
+//! (a) bare fork+exec of `/bin/true` (std's Command: clone + exec + wait);
+//! (b) keel's sandboxed start, exactly as the daemon does it: clone3(CLONE_PIDFD|CLONE_NEWPID)
+//!     of `keel shim`, which builds the mount namespace, drops privileges and execs
+//!     `/bin/true`, then writes its exit record — spawn through reap;
+//! (c) `bwrap` with the equivalent flags (read-only `/`, a bind, `--proc`, `--dev`,
+//!     `--unshare-pid`);
+//! (d) `unshare -mpf --mount-proc`.
+//!
+//! `cargo run --release --example spawn_bench -- [ROUNDS]` (as root). The state directory is
+//! on tmpfs (/dev/shm) so that the figures are the sandbox's, not the disk's fsyncs.
+
+use keel::daemon::{attempt_spec, spawn_shim, AttemptContext};
+use keel::state::StateDir;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let scratch = std::path::PathBuf::from(format!("/dev/shm/keel-bench-{}", std::process::id()));
+    let dirs = StateDir::new(scratch.join("state"));
+    dirs.create().expect("state dir");
+    dirs.create_task_dirs("bench").expect("task dirs");
+    let unit = keel::unit::parse_unit(
+        std::path::Path::new("bench.ron"),
+        r#"Unit(command: ["/bin/true"], restart: Never)"#,
+    )
+    .expect("unit");
+    let work = dirs.work_dir("bench");
+    let have_bwrap = Command::new("bwrap").arg("--version").output().is_ok();
+
+    let mut bare = Vec::new();
+    let mut keel = Vec::new();
+    let mut bwrap = Vec::new();
+    let mut unshare = Vec::new();
+    for round in 0..rounds {
+        bare.push(time(|| {
+            assert!(Command::new("/bin/true").status().unwrap().success());
+        }));
+        let generation = round as u64 + 1;
+        let ctx = AttemptContext {
+            unit_name: "bench",
+            attempt: 1,
+            generation,
+            last_exit: None,
+            last_progress: None,
+        };
+        let spec = attempt_spec(&dirs, &unit, &ctx);
+        keel.push(time(|| {
+            let (pid, _pidfd) = spawn_shim(&spec).expect("spawn shim");
+            let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
+            assert_eq!(
+                status,
+                nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0),
+                "shim failed: see {}",
+                dirs.run_dir("bench").join("shim.log").display()
+            );
+        }));
+        if have_bwrap {
+            bwrap.push(time(|| {
+                let ok = Command::new("bwrap")
+                    .args(["--ro-bind", "/", "/", "--bind"])
+                    .arg(&work)
+                    .arg("/work")
+                    .args([
+                        "--proc",
+                        "/proc",
+                        "--dev",
+                        "/dev",
+                        "--unshare-pid",
+                        "/bin/true",
+                    ])
+                    .status()
+                    .unwrap()
+                    .success();
+                assert!(ok);
+            }));
+        }
+        unshare.push(time(|| {
+            assert!(Command::new("unshare")
+                .args(["-mpf", "--mount-proc", "/bin/true"])
+                .status()
+                .unwrap()
+                .success());
+        }));
+    }
+    let base = median(&mut bare.clone());
+    println!("start → exit of /bin/true, {rounds} rounds interleaved (ms):");
+    println!("{:<44} {:>8} {:>8} {:>8}", "", "median", "p99", "ratio");
+    for (name, samples) in [
+        ("(a) fork+exec (baseline)", &mut bare),
+        ("(b) keel sandboxed start", &mut keel),
+        ("(c) bwrap --ro-bind / / --bind --proc --dev", &mut bwrap),
+        ("(d) unshare -mpf --mount-proc", &mut unshare),
+    ] {
+        if samples.is_empty() {
+            println!("{name:<44} not installed");
+            continue;
+        }
+        let m = median(samples);
+        println!(
+            "{name:<44} {:>8.2} {:>8.2} {:>7.2}x",
+            ms(m),
+            ms(p99(samples)),
+            m.as_secs_f64() / base.as_secs_f64()
+        );
+    }
+    if !bwrap.is_empty() {
+        println!(
+            "keel vs bwrap: {:.1}x faster",
+            median(&mut bwrap).as_secs_f64() / median(&mut keel).as_secs_f64()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+fn time(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn p99(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[(samples.len() * 99 / 100).min(samples.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

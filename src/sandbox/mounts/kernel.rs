@@ -1,0 +1,408 @@
+//! The real [`Mounter`]: applies each [`MountOp`] with the syscalls of `crate::sys::mount`.
+//!
+//! Before the pivot every target lies under `new_root`, and no symlink on the way may lead
+//! out of it (a host `/home/x` → `/data/x`, a state directory behind a symlink): the sandbox
+//! will resolve that path inside its root, so the mount must land there too. Two ways:
+//!
+//! - a path made only of what this mounter created itself (directories and files in its own
+//!   tmpfs layers) and of mount roots is free of symlinks: it is used as is, relative to the
+//!   current directory, which is the new root from its tmpfs's mount on. That is most of the
+//!   plan, and costs one syscall an operation;
+//! - any other path is resolved with openat2(2) `RESOLVE_IN_ROOT` (symlinks resolve as if
+//!   `new_root` were `/`), and the mount made on `/proc/self/fd/N` of the result.
+//!
+//! Files and directories are only ever created inside a tmpfs this mounter mounted (or, by
+//! the slow way, one that fstatfs(2) says is a tmpfs): never on the host, whatever the plan.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{OFlag, AT_FDCWD};
+use nix::mount::MsFlags;
+use nix::sys::stat::{Mode, SFlag};
+
+use super::planner::under;
+use super::{MountOp, Mounter};
+use crate::sys::mount as sys;
+
+/// What this mounter knows a path (relative to the new root) to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    /// A directory or file it created.
+    Created,
+    /// The root of a tmpfs it mounted.
+    Tmpfs,
+    /// The root of another mount it made (a bind: host content below).
+    Mount,
+}
+
+/// Applies a plan to the kernel. Create it with the layout's `new_root`. It changes the
+/// current directory (to the new root, then `/` after the pivot).
+pub struct KernelMounter {
+    new_root: PathBuf,
+    /// The new root's tmpfs, opened once it is mounted (for openat2).
+    root: Option<OwnedFd>,
+    known: HashMap<PathBuf, Known>,
+    /// The current directory is the new root's tmpfs.
+    in_root: bool,
+    pivoted: bool,
+}
+
+/// Where to point a syscall at: a path, and the descriptor it names if any (kept open as
+/// long as the path is used).
+struct Place {
+    path: PathBuf,
+    _fd: Option<OwnedFd>,
+}
+
+fn refuse(message: String) -> io::Error {
+    io::Error::other(message)
+}
+
+fn errno(e: nix::Error) -> io::Error {
+    io::Error::from(e)
+}
+
+impl KernelMounter {
+    pub fn new(new_root: &Path) -> KernelMounter {
+        KernelMounter {
+            new_root: new_root.to_path_buf(),
+            root: None,
+            known: HashMap::new(),
+            in_root: false,
+            pivoted: false,
+        }
+    }
+
+    /// `target` relative to the new root ("" for the root itself).
+    fn relative<'t>(&self, target: &'t Path) -> io::Result<&'t Path> {
+        target.strip_prefix(&self.new_root).map_err(|_| {
+            refuse(format!(
+                "{} is outside the sandbox root {}: refusing to touch the host",
+                target.display(),
+                self.new_root.display()
+            ))
+        })
+    }
+
+    /// Is every component of `rel` something this mounter created or mounted on? Then it
+    /// holds no symlink and can be used as a path relative to the new root.
+    fn trusted(&self, rel: &Path) -> bool {
+        self.in_root
+            && rel
+                .ancestors()
+                .all(|a| a == Path::new("") || self.known.contains_key(a))
+    }
+
+    /// May this mounter create entries in directory `rel`? Only in a tmpfs of its own.
+    fn creatable(&self, rel: &Path) -> bool {
+        if !self.trusted(rel) {
+            return false;
+        }
+        for ancestor in rel.ancestors() {
+            match self.known.get(ancestor) {
+                Some(Known::Created) => continue,
+                Some(Known::Tmpfs) => return true,
+                Some(Known::Mount) => return false,
+                None => return ancestor == Path::new(""),
+            }
+        }
+        false
+    }
+
+    /// Record a mount at `rel`: what this mounter created below it is out of view.
+    fn mounted(&mut self, rel: &Path, known: Known) {
+        self.known.retain(|path, _| !under(path, rel));
+        self.known.insert(rel.to_path_buf(), known);
+    }
+
+    /// The path to give a syscall for `target`, before or after the pivot.
+    fn place(&mut self, target: &Path) -> io::Result<Place> {
+        if self.pivoted || target == self.new_root {
+            return Ok(Place {
+                path: target.to_path_buf(),
+                _fd: None,
+            });
+        }
+        let rel = self.relative(target)?;
+        if self.trusted(rel) {
+            return Ok(Place {
+                path: rel.to_path_buf(),
+                _fd: None,
+            });
+        }
+        let fd = self.open_in_root(rel)?;
+        Ok(Place {
+            path: sys::fd_path(&fd),
+            _fd: Some(fd),
+        })
+    }
+
+    /// An O_PATH descriptor of `rel`, resolved inside the new root.
+    fn open_in_root(&mut self, rel: &Path) -> io::Result<OwnedFd> {
+        if self.root.is_none() {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            let fd = nix::fcntl::open(&self.new_root, flags, Mode::empty()).map_err(errno)?;
+            self.root = Some(fd);
+        }
+        let root = self.root.as_ref().expect("opened above");
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        sys::open_in_root(root.as_fd(), rel, OFlag::O_PATH)
+    }
+
+    /// Create `path` with `create(dirfd, name)`, in a tmpfs only. Returns whether the new
+    /// entry may be trusted (it was created the fast way, in a known tmpfs).
+    fn create(
+        &mut self,
+        path: &Path,
+        create: impl FnOnce(Option<&OwnedFd>, &Path) -> nix::Result<()>,
+    ) -> io::Result<bool> {
+        let rel = self.relative(path)?.to_path_buf();
+        if self.pivoted {
+            return Err(refuse(format!(
+                "{}: cannot create after pivot_root",
+                path.display()
+            )));
+        }
+        let (Some(parent), Some(_)) = (rel.parent(), rel.file_name()) else {
+            return Err(refuse(format!("{}: nothing to create", path.display())));
+        };
+        if self.creatable(parent) {
+            create(None, &rel).map_err(errno)?;
+            return Ok(true);
+        }
+        let parent_fd = self.open_in_root(parent)?;
+        if !sys::is_tmpfs(&parent_fd)? {
+            return Err(refuse(format!(
+                "refusing to create {}: its parent is not one of keel's tmpfs layers (it would \
+                 be created on the host)",
+                path.display()
+            )));
+        }
+        let name = Path::new(rel.file_name().expect("checked above"));
+        create(Some(&parent_fd), name).map_err(errno)?;
+        Ok(false)
+    }
+
+    fn mkdir(&mut self, path: &Path, mode: u32) -> io::Result<()> {
+        let mode = Mode::from_bits_truncate(mode);
+        let fast = self.create(path, |dir, name| match dir {
+            Some(dir) => nix::sys::stat::mkdirat(dir, name, mode),
+            None => nix::sys::stat::mkdirat(AT_FDCWD, name, mode),
+        })?;
+        self.note_created(path, fast)
+    }
+
+    /// An empty regular file, with mknodat(2) (`S_IFREG` needs no privilege and, unlike
+    /// open(O_CREAT), leaves no descriptor to close).
+    fn mkfile(&mut self, path: &Path) -> io::Result<()> {
+        let (kind, mode) = (SFlag::S_IFREG, Mode::from_bits_truncate(0o644));
+        let fast = self.create(path, |dir, name| match dir {
+            Some(dir) => nix::sys::stat::mknodat(dir, name, kind, mode, 0),
+            None => nix::sys::stat::mknodat(AT_FDCWD, name, kind, mode, 0),
+        })?;
+        self.note_created(path, fast)
+    }
+
+    fn note_created(&mut self, path: &Path, fast: bool) -> io::Result<()> {
+        if fast {
+            let rel = self.relative(path)?.to_path_buf();
+            self.known.insert(rel, Known::Created);
+        }
+        Ok(())
+    }
+
+    /// Mount with `mount(place)` on `target`, then record what now shows there.
+    fn mount_on(
+        &mut self,
+        target: &Path,
+        known: Known,
+        mount: impl FnOnce(&Path) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let place = self.place(target)?;
+        mount(&place.path)?;
+        if target == self.new_root {
+            // The tmpfs now over the new root: work from inside it. A descriptor opened
+            // before would name the directory underneath.
+            self.root = None;
+            sys::chdir(&self.new_root)?;
+            self.in_root = true;
+            self.known.clear();
+        } else if !self.pivoted {
+            if place._fd.is_none() {
+                let rel = self.relative(target)?.to_path_buf();
+                self.mounted(&rel, known);
+            } else {
+                // Resolved through a symlink, maybe: where it landed is not known, so
+                // nothing below it can be trusted any more.
+                self.known.clear();
+            }
+        }
+        Ok(())
+    }
+
+    /// Hide `target`: an empty read-only tmpfs over a directory, /dev/null over anything
+    /// else. A path that does not exist is hidden already.
+    fn hide(&mut self, target: &Path) -> io::Result<()> {
+        let rel = self.relative(target)?.to_path_buf();
+        let fd = match self.open_in_root(&rel) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            other => other?,
+        };
+        let path = sys::fd_path(&fd);
+        let stat = nix::sys::stat::fstat(&fd).map_err(errno)?;
+        self.known.clear();
+        if stat.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            let flags =
+                MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            sys::mount_fs("tmpfs", &path, "tmpfs", flags, Some("size=4k,mode=000"))
+        } else {
+            sys::bind(Path::new("/dev/null"), &path, false)
+        }
+    }
+}
+
+fn tmpfs_data(size: u64, mode: u32, owner: Option<(u32, u32)>) -> String {
+    let mut data = format!("size={size},mode={mode:04o}");
+    if let Some((uid, gid)) = owner {
+        data.push_str(&format!(",uid={uid},gid={gid}"));
+    }
+    data
+}
+
+impl Mounter for KernelMounter {
+    fn apply(&mut self, op: &MountOp) -> io::Result<()> {
+        match op {
+            MountOp::MakeRootPrivate => {
+                sys::set_propagation(Path::new("/"), MsFlags::MS_REC | MsFlags::MS_PRIVATE)
+            }
+            MountOp::Tmpfs {
+                target,
+                size,
+                mode,
+                noexec,
+                owner,
+            } => {
+                let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+                if *noexec {
+                    flags |= MsFlags::MS_NOEXEC;
+                }
+                let data = tmpfs_data(*size, *mode, *owner);
+                self.mount_on(target, Known::Tmpfs, |at| {
+                    sys::mount_fs("tmpfs", at, "tmpfs", flags, Some(&data))
+                })
+            }
+            MountOp::MakeUnbindable { target } => {
+                let place = self.place(target)?;
+                sys::set_propagation(&place.path, MsFlags::MS_UNBINDABLE)
+            }
+            MountOp::Mkdir { path, mode } => self.mkdir(path, *mode),
+            MountOp::MkFile { path } => self.mkfile(path),
+            MountOp::Mountpoint { path, like } => {
+                // stat(2), following symlinks: the bind will show what `like` points to.
+                if std::fs::metadata(like)?.is_dir() {
+                    self.mkdir(path, 0o755)
+                } else {
+                    self.mkfile(path)
+                }
+            }
+            MountOp::Symlink { target, link } => {
+                // Never trusted as a path component: it is a symlink.
+                self.create(link, |dir, name| match dir {
+                    Some(dir) => nix::unistd::symlinkat(target, dir, name),
+                    None => nix::unistd::symlinkat(target, AT_FDCWD, name),
+                })
+                .map(drop)
+            }
+            MountOp::BindRecursive { source, target } => {
+                self.mount_on(target, Known::Mount, |at| sys::bind(source, at, true))
+            }
+            MountOp::Bind { source, target } => {
+                self.mount_on(target, Known::Mount, |at| sys::bind(source, at, false))
+            }
+            MountOp::Proc { target } => {
+                let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+                self.mount_on(target, Known::Mount, |at| {
+                    sys::mount_fs("proc", at, "proc", flags, None)
+                })
+            }
+            MountOp::Devpts { target } => {
+                let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+                let data = "newinstance,ptmxmode=0666,mode=620";
+                self.mount_on(target, Known::Mount, |at| {
+                    sys::mount_fs("devpts", at, "devpts", flags, Some(data))
+                })
+            }
+            MountOp::Hide { target } => self.hide(target),
+            MountOp::PivotRoot { new_root } => {
+                sys::chdir(new_root)?;
+                self.root = None;
+                sys::pivot_root_to_cwd()?;
+                self.pivoted = true;
+                self.known.clear();
+                Ok(())
+            }
+            MountOp::SetAttrRecursive { target, set, clear } => {
+                let place = self.place(target)?;
+                sys::mount_setattr(&place.path, true, *set, *clear)
+            }
+            MountOp::SetAttr { target, set, clear } => {
+                let place = self.place(target)?;
+                sys::mount_setattr(&place.path, false, *set, *clear)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inside_root() -> KernelMounter {
+        let mut mounter = KernelMounter::new(Path::new("/state/run/root"));
+        mounter.in_root = true;
+        mounter
+    }
+
+    #[test]
+    fn only_paths_made_of_its_own_creations_and_mounts_are_trusted() {
+        let mut m = inside_root();
+        for dir in ["usr", "dev", "dev/shm"] {
+            m.known.insert(PathBuf::from(dir), Known::Created);
+        }
+        m.mounted(Path::new("usr"), Known::Mount);
+        m.mounted(Path::new("dev/shm"), Known::Tmpfs);
+        // The root tmpfs and what was made in it: trusted, and creatable in.
+        assert!(m.trusted(Path::new("")) && m.creatable(Path::new("")));
+        assert!(m.trusted(Path::new("dev")) && m.creatable(Path::new("dev")));
+        assert!(m.creatable(Path::new("dev/shm")));
+        // A bind of host content: its root is trusted, nothing below it, and nothing may
+        // be created in it.
+        assert!(m.trusted(Path::new("usr")) && !m.creatable(Path::new("usr")));
+        assert!(!m.trusted(Path::new("usr/bin")) && !m.creatable(Path::new("usr/bin")));
+        assert!(!m.trusted(Path::new("home/x")));
+        // A mount over `dev` hides what was made below it.
+        m.mounted(Path::new("dev"), Known::Mount);
+        assert!(!m.trusted(Path::new("dev/shm")) && !m.creatable(Path::new("dev")));
+        // Before the root tmpfs is the current directory, nothing is.
+        m.in_root = false;
+        assert!(!m.trusted(Path::new("")) && !m.creatable(Path::new("")));
+    }
+
+    #[test]
+    fn targets_outside_the_new_root_are_refused() {
+        let mut m = inside_root();
+        let err = m.place(Path::new("/etc")).err().unwrap();
+        assert!(err.to_string().contains("refusing to touch the host"));
+        let err = m
+            .mkdir(Path::new("/state/run/rootless"), 0o755)
+            .unwrap_err();
+        assert!(err.to_string().contains("outside the sandbox root"));
+    }
+}

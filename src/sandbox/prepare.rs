@@ -1,0 +1,139 @@
+//! The sandbox from the shim's side: before the fork, resolve the user and `$HOME` (on the
+//! host's view, where `/etc/passwd` is), give the task's own directories to that user, and list
+//! the host's `/`; after the fork, in the agent's child, [`Prepared::enter`] unshares the mount
+//! (and network) namespace, builds the mounts and drops privileges, in that order.
+
+use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
+use crate::sandbox::privileges::{self, PrivilegePlan};
+use crate::sandbox::spec::SandboxSpec;
+use std::path::{Path, PathBuf};
+
+/// Everything the agent's child needs, computed before the fork.
+pub struct Prepared {
+    layout: SandboxLayout,
+    host_root: Vec<RootEntry>,
+    privileges: PrivilegePlan,
+    network_none: bool,
+    /// `$HOME` inside the sandbox.
+    pub home: PathBuf,
+}
+
+/// Resolve the sandbox of `spec`. Errors say what to fix (an unknown user, a capability
+/// name) and are reported as the attempt's spawn failure.
+pub fn prepare(spec: &SandboxSpec) -> Result<Prepared, String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let privileges = privileges::plan(
+        &spec.capabilities,
+        spec.user.as_deref(),
+        spec.network_none,
+        &passwd,
+        &group,
+    )
+    .map_err(|e| e.to_string())?;
+    let home = home_for(privileges.user.map(|(uid, _)| uid), &passwd);
+    if let Some((uid, gid)) = privileges.user {
+        // The agent's own directories must be writable by the user it runs as.
+        for path in [
+            &spec.work_source,
+            &spec.checkpoint_source,
+            &spec.progress_file,
+        ] {
+            chown(path, uid, gid)?;
+        }
+    }
+    let layout = SandboxLayout {
+        new_root: spec.new_root.clone(),
+        work_source: spec.work_source.clone(),
+        workdir: spec.workdir.clone(),
+        progress_file: spec.progress_file.clone(),
+        checkpoint_source: spec.checkpoint_source.clone(),
+        home: home.clone(),
+        home_owner: privileges.user,
+        tmp_size: spec.tmp_size,
+        home_size: spec.home_size,
+        hidden: spec.hidden.clone(),
+        writable: spec.writable.clone(),
+        // /etc/resolv.conf may point into /run (systemd-resolved), which the sandbox has its
+        // own of: keep the host's resolver directory visible, read-only.
+        readonly: mounts::resolv_conf_run_dir().into_iter().collect(),
+    };
+    let host_root =
+        mounts::list_host_root().map_err(|e| format!("cannot list the host's /: {e}"))?;
+    Ok(Prepared {
+        layout,
+        host_root,
+        privileges,
+        network_none: spec.network_none,
+        home,
+    })
+}
+
+impl Prepared {
+    /// In the agent's child: its own mount namespace (and network namespace for
+    /// `network: None`), the mounts, then the privileges (which need the capabilities the
+    /// mounts used, so they come last).
+    pub fn enter(&self) -> Result<(), String> {
+        use nix::sched::CloneFlags;
+        let mut flags = CloneFlags::CLONE_NEWNS;
+        if self.network_none {
+            flags |= CloneFlags::CLONE_NEWNET;
+        }
+        nix::sched::unshare(flags).map_err(|e| {
+            format!(
+                "cannot create the task's mount{} namespace (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN",
+                if self.network_none { " and network" } else { "" }
+            )
+        })?;
+        mounts::build(
+            &self.layout,
+            &self.host_root,
+            &mut KernelMounter::new(&self.layout.new_root),
+        )
+        .map_err(|e| e.to_string())?;
+        privileges::apply(&self.privileges).map_err(|e| e.to_string())
+    }
+}
+
+/// `$HOME` inside: `/root` for root; for another user, the home directory `/etc/passwd` gives
+/// when it exists on the host, else `/root` (a mountpoint the sandbox always has). Either way
+/// a private, empty tmpfs owned by the agent's user: the host's dotfiles (git signing keys,
+/// credentials) never reach the agent.
+fn home_for(uid: Option<u32>, passwd: &str) -> PathBuf {
+    let Some(uid) = uid else {
+        return PathBuf::from("/root");
+    };
+    passwd
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.len() >= 7 && fields[2].parse::<u32>().ok() == Some(uid))
+                .then(|| PathBuf::from(fields[5]))
+        })
+        .find(|home| {
+            home.is_absolute()
+                && !["/", "/tmp", "/run", "/proc", "/dev"].contains(&home.to_str().unwrap_or("/"))
+                && home.is_dir()
+        })
+        .unwrap_or_else(|| PathBuf::from("/root"))
+}
+
+fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    nix::unistd::chown(path, Some(uid.into()), Some(gid.into()))
+        .map_err(|e| format!("cannot give {} to uid {uid}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_is_roots_or_the_users_existing_home() {
+        let passwd = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:n:/nonexistent:/bin/false\nme:x:1000:1000::/usr:/bin/sh\ntmp:x:1001:1001::/tmp:/bin/sh\n";
+        assert_eq!(home_for(None, passwd), Path::new("/root"));
+        assert_eq!(home_for(Some(65534), passwd), Path::new("/root"));
+        assert_eq!(home_for(Some(1000), passwd), Path::new("/usr"));
+        assert_eq!(home_for(Some(1001), passwd), Path::new("/root"));
+        assert_eq!(home_for(Some(4242), passwd), Path::new("/root"));
+    }
+}

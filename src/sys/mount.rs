@@ -1,0 +1,195 @@
+//! The mount syscalls the sandbox needs: mount(2) (through nix), umount2(2), pivot_root(2),
+//! mount_setattr(2) and openat2(2) with `RESOLVE_IN_ROOT`.
+//!
+//! Thin and policy-free: what to mount where is decided by `crate::sandbox::mounts`.
+
+use std::ffi::CString;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::mount::{MntFlags, MsFlags};
+
+/// `MOUNT_ATTR_*` bits of mount_setattr(2), printable as `rdonly|nosuid|nodev`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MountAttrs(pub u64);
+
+impl MountAttrs {
+    pub const NONE: MountAttrs = MountAttrs(0);
+    pub const RDONLY: MountAttrs = MountAttrs(libc::MOUNT_ATTR_RDONLY);
+    pub const NOSUID: MountAttrs = MountAttrs(libc::MOUNT_ATTR_NOSUID);
+    pub const NODEV: MountAttrs = MountAttrs(libc::MOUNT_ATTR_NODEV);
+    pub const NOEXEC: MountAttrs = MountAttrs(libc::MOUNT_ATTR_NOEXEC);
+
+    pub const fn union(self, other: MountAttrs) -> MountAttrs {
+        MountAttrs(self.0 | other.0)
+    }
+    pub const fn contains(self, other: MountAttrs) -> bool {
+        self.0 & other.0 == other.0
+    }
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl fmt::Display for MountAttrs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (MountAttrs::RDONLY, "rdonly"),
+            (MountAttrs::NOSUID, "nosuid"),
+            (MountAttrs::NODEV, "nodev"),
+            (MountAttrs::NOEXEC, "noexec"),
+        ];
+        let mut first = true;
+        for (bit, name) in names {
+            if self.contains(bit) {
+                write!(f, "{}{name}", if first { "" } else { "|" })?;
+                first = false;
+            }
+        }
+        if first {
+            write!(f, "none")?;
+        }
+        Ok(())
+    }
+}
+
+fn errno(e: nix::Error) -> io::Error {
+    io::Error::from(e)
+}
+
+/// `mount(source, target, fstype, flags, data)` for a new filesystem instance (tmpfs, proc,
+/// devpts).
+pub fn mount_fs(
+    source: &str,
+    target: &Path,
+    fstype: &str,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> io::Result<()> {
+    nix::mount::mount(Some(source), target, Some(fstype), flags, data).map_err(errno)
+}
+
+/// A bind mount (`MS_BIND`, plus `MS_REC` for the whole subtree). The new mount copies the
+/// source mount's flags (mount(2), "Creating a bind mount").
+pub fn bind(source: &Path, target: &Path, recursive: bool) -> io::Result<()> {
+    let mut flags = MsFlags::MS_BIND;
+    if recursive {
+        flags |= MsFlags::MS_REC;
+    }
+    nix::mount::mount(Some(source), target, None::<&str>, flags, None::<&str>).map_err(errno)
+}
+
+/// Change the propagation type of `target` (`MS_PRIVATE`, `MS_UNBINDABLE`, with `MS_REC` for
+/// the subtree): mount(2), "Changing the propagation type of an existing mount".
+pub fn set_propagation(target: &Path, flags: MsFlags) -> io::Result<()> {
+    nix::mount::mount(None::<&str>, target, None::<&str>, flags, None::<&str>).map_err(errno)
+}
+
+/// Make the current directory the root of this mount namespace and detach the old root, with
+/// the `pivot_root(".", ".")` idiom of pivot_root(2) (NOTES): the old root ends up mounted on
+/// top of the new one at ".", where `umount2(".", MNT_DETACH)` removes it, so no `put_old`
+/// directory is needed. Then `chdir("/")`.
+pub fn pivot_root_to_cwd() -> io::Result<()> {
+    nix::unistd::pivot_root(".", ".").map_err(errno)?;
+    nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(errno)?;
+    nix::unistd::chdir("/").map_err(errno)
+}
+
+pub fn chdir(path: &Path) -> io::Result<()> {
+    nix::unistd::chdir(path).map_err(errno)
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: path contains a NUL byte", path.display()),
+        )
+    })
+}
+
+/// mount_setattr(2) on the mount at `path` (which must be a mount's root), or on the whole
+/// tree below it with `recursive` (`AT_RECURSIVE`). Linux ≥ 5.12; ENOSYS before.
+pub fn mount_setattr(
+    path: &Path,
+    recursive: bool,
+    set: MountAttrs,
+    clear: MountAttrs,
+) -> io::Result<()> {
+    let path = c_path(path)?;
+    let attr = libc::mount_attr {
+        attr_set: set.0,
+        attr_clr: clear.0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags: libc::c_uint = if recursive {
+        libc::AT_RECURSIVE as libc::c_uint
+    } else {
+        0
+    };
+    // SAFETY: `path` is a NUL-terminated string and `attr` a fully initialised mount_attr,
+    // both alive for the duration of the call; the size passed is that of the struct
+    // (MOUNT_ATTR_SIZE_VER0). The kernel only reads them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// openat2(2) of `path` below the directory `root` with `RESOLVE_IN_ROOT`: every `..` and
+/// every absolute symlink met on the way is resolved as if `root` were `/` — as the sandbox
+/// itself will see the path after pivot_root. `path` is relative to `root` ("." for root).
+/// Linux ≥ 5.6.
+pub fn open_in_root(root: BorrowedFd<'_>, path: &Path, flags: OFlag) -> io::Result<OwnedFd> {
+    let cpath = c_path(path)?;
+    // SAFETY: open_how is a plain C struct of integers (and libc marks it non-exhaustive, so
+    // it cannot be built with a struct expression); all-zero is its documented default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | OFlag::O_CLOEXEC).bits() as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `cpath` is NUL-terminated and `how` fully initialised, both alive for the call;
+    // the size passed is that of the struct, as openat2(2) requires. The kernel only reads
+    // them and returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            cpath.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The `/proc/self/fd/N` path of a descriptor: mount(2) given it as a target follows the
+/// magic link to exactly the object the descriptor names (proc(5), /proc/pid/fd), so a
+/// target found with [`open_in_root`] cannot be swapped for another path in between.
+pub fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Is the directory behind `fd` on a tmpfs? (fstatfs(2), `TMPFS_MAGIC`.)
+pub fn is_tmpfs(fd: &OwnedFd) -> io::Result<bool> {
+    let stat = nix::sys::statfs::fstatfs(fd).map_err(errno)?;
+    Ok(stat.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+}

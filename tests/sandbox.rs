@@ -1,0 +1,323 @@
+//! The sandbox, checked from inside by small test agents (shell scripts): the shim is PID 1
+//! of the task's PID namespace, the host is read-only, keel's state and other tasks are out
+//! of sight, privileges are gone.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+/// Run `script` as a unit (restart: Never) and return its output once it has ended.
+fn run_agent(d: &Daemon, unit: &str, script: &str, extra: &str) -> (serde_json::Value, String) {
+    d.write_unit(
+        unit,
+        &format!(r#"Unit(command: ["/bin/sh", "-c", {script:?}], restart: Never, {extra})"#),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let task = loop {
+        let task = d.task(unit);
+        if let Some(t) = &task {
+            if t["state"] == "succeeded" || t["state"] == "failed" {
+                break t.clone();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{unit}: {task:?}\n{}",
+            d.daemon_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = std::fs::read_to_string(d.task_dir(unit).join("run/output.log")).unwrap_or_default();
+    (task, out)
+}
+
+fn line<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key:?} line in:\n{out}"))
+        .trim()
+}
+
+#[test]
+fn the_shim_is_pid_1_and_the_agent_has_no_privileges() {
+    if !require_root("the_shim_is_pid_1_and_the_agent_has_no_privileges") {
+        return;
+    }
+    let d = Daemon::start("sb-pid1");
+    let script = r#"
+        echo "pid1 $(tr '\0' ' ' < /proc/1/cmdline)"
+        echo "procs $(ls -d /proc/[0-9]* | wc -l)"
+        grep -E '^(NoNewPrivs|CapEff|CapBnd|CapPrm|CapAmb):' /proc/self/status | tr -d '\t' | sed 's/^/status /'
+        echo "self $$"
+    "#;
+    let (task, out) = run_agent(&d, "pid1", script, "");
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert!(line(&out, "pid1 ").contains("keel shim"), "{out}");
+    // The shim, the agent's shell, and the few commands of the pipeline: no host process.
+    let procs: usize = line(&out, "procs ").parse().unwrap();
+    assert!(procs <= 5, "{procs} processes visible:\n{out}");
+    for want in [
+        "status NoNewPrivs:1",
+        "status CapEff:0000000000000000",
+        "status CapBnd:0000000000000000",
+        "status CapPrm:0000000000000000",
+        "status CapAmb:0000000000000000",
+    ] {
+        assert!(out.contains(want), "missing {want}:\n{out}");
+    }
+    assert_eq!(
+        line(&out, "self "),
+        "2",
+        "the agent is the shim's first child"
+    );
+}
+
+#[test]
+fn the_host_is_read_only_and_keel_state_is_invisible() {
+    if !require_root("the_host_is_read_only_and_keel_state_is_invisible") {
+        return;
+    }
+    let d = Daemon::start("sb-ro");
+    let state = d.state();
+    let script = format!(
+        r#"
+        for p in /etc/keel-test /usr/keel-test /home/keel-test /root/../etc/x; do
+            if touch "$p" 2>/tmp/err; then echo "write $p ok"; else echo "write $p $(cat /tmp/err)"; fi
+        done
+        if mount -o remount,rw / 2>/tmp/err; then echo "remount ok"; else echo "remount $(cat /tmp/err)"; fi
+        if ls {state} >/dev/null 2>&1 && [ -n "$(ls -A {state} 2>/dev/null)" ]; then echo "state visible"; else echo "state hidden"; fi
+        echo hello > /work/from-inside && echo "work ok"
+        echo tmp > /tmp/t && echo "tmp ok"
+        echo home > "$HOME/h" && echo "home ok $HOME"
+        echo p >> "$KEEL_PROGRESS" && echo "progress ok $KEEL_PROGRESS"
+        echo c > "$KEEL_CHECKPOINT_DIR/c" && echo "checkpoint ok"
+        echo x > /dev/null && echo "devnull ok"
+        echo "pwd $(pwd)"
+        "#,
+        state = state.display()
+    );
+    let (task, out) = run_agent(&d, "ro", &script, "");
+    assert_eq!(task["state"], "succeeded", "{out}");
+    for path in ["/etc/keel-test", "/usr/keel-test", "/home/keel-test"] {
+        let result = line(&out, &format!("write {path} "));
+        assert!(result.contains("Read-only file system"), "{path}: {result}");
+    }
+    let remount = line(&out, "remount ");
+    assert!(remount != "ok" && !remount.is_empty(), "{out}");
+    assert!(out.contains("state hidden"), "{out}");
+    for ok in [
+        "work ok",
+        "tmp ok",
+        "home ok",
+        "progress ok /run/keel/progress",
+        "checkpoint ok",
+        "devnull ok",
+    ] {
+        assert!(out.contains(ok), "missing {ok}:\n{out}");
+    }
+    assert_eq!(line(&out, "pwd "), "/work");
+    // Writes landed in the task's own directories on the host, and nowhere else.
+    assert_eq!(
+        std::fs::read_to_string(d.task_dir("ro").join("work/from-inside")).unwrap(),
+        "hello\n"
+    );
+    assert!(d.task_dir("ro").join("checkpoint/c").exists());
+    assert!(!std::path::Path::new("/etc/keel-test").exists());
+}
+
+#[test]
+fn tasks_cannot_see_each_others_files_or_tmp() {
+    if !require_root("tasks_cannot_see_each_others_files_or_tmp") {
+        return;
+    }
+    let d = Daemon::start("sb-neighbours");
+    // A runs and keeps its /tmp marker and work file while B looks for them.
+    d.write_unit(
+        "a",
+        r#"Unit(command: ["/bin/sh", "-c", "echo a > /tmp/a-marker; echo a > /work/a-file; exec sleep 60"])"#,
+    );
+    d.wait_state("a", "running", Duration::from_secs(10));
+    wait_until(Duration::from_secs(5), "A wrote its file", || {
+        d.task_dir("a").join("work/a-file").exists()
+    });
+    let a_work = d.task_dir("a").join("work");
+    let script = format!(
+        r#"
+        [ -e /tmp/a-marker ] && echo "tmp shared" || echo "tmp private"
+        [ -e {a_work}/a-file ] && echo "work visible" || echo "work hidden"
+        ls /work | sed 's/^/own /'
+        "#,
+        a_work = a_work.display()
+    );
+    let (task, out) = run_agent(&d, "b", &script, "");
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert!(out.contains("tmp private"), "{out}");
+    assert!(out.contains("work hidden"), "{out}");
+    assert!(!out.contains("own a-file"), "{out}");
+}
+
+#[test]
+fn network_none_has_only_loopback_and_user_runs_unprivileged() {
+    if !require_root("network_none_has_only_loopback_and_user_runs_unprivileged") {
+        return;
+    }
+    let d = Daemon::start("sb-net-user");
+    let script = r#"
+        echo "ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ' ')"
+        echo "uid $(id -u) gid $(id -g)"
+        grep '^Groups:' /proc/self/status | tr -d '\t' | sed 's/^/status /'
+        echo x > /work/by-nobody && echo "work writable"
+    "#;
+    let (task, out) = run_agent(
+        &d,
+        "net",
+        script,
+        r#"sandbox: Sandbox(network: None, user: Some("65534:65534"))"#,
+    );
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert_eq!(line(&out, "ifaces "), "lo");
+    assert_eq!(line(&out, "uid "), "65534 gid 65534");
+    assert!(
+        out.contains("status Groups:\n") || line(&out, "status Groups:").is_empty(),
+        "{out}"
+    );
+    assert!(out.contains("work writable"), "{out}");
+}
+
+#[test]
+fn orphans_are_reaped_inside_and_killing_the_shim_ends_the_namespace() {
+    if !require_root("orphans_are_reaped_inside_and_killing_the_shim_ends_the_namespace") {
+        return;
+    }
+    let d = Daemon::start("sb-reap");
+    d.write_unit(
+        "fam",
+        r#"Unit(command: ["/bin/sh", "-c", "(sh -c 'exit 0' &); (setsid sleep 600 &); sleep 0.5; echo zombies $(cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == \"Z\"' | wc -l); exec sleep 600"], restart: Never)"#,
+    );
+    let task = d.wait_state("fam", "running", Duration::from_secs(10));
+    let log = d.task_dir("fam").join("run/output.log");
+    wait_until(Duration::from_secs(5), "zombie count", || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("zombies")
+    });
+    let out = std::fs::read_to_string(&log).unwrap();
+    assert!(out.contains("zombies 0"), "{out}");
+    let shim = task["pid"].as_i64().unwrap() as i32;
+    let ns = std::fs::read_link(format!("/proc/{shim}/ns/pid_for_children")).unwrap();
+    let members = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .filter(|e| std::fs::read_link(e.path().join("ns/pid")).is_ok_and(|l| l == ns))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert!(
+        members().len() >= 3,
+        "shim, agent and the setsid escapee: {:?}",
+        members()
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(shim),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(5), "namespace empty", || {
+        members().is_empty()
+    });
+    let task = d.wait_state("fam", "failed", Duration::from_secs(5));
+    assert_eq!(task["last_exit"], "lost");
+}
+
+#[test]
+fn writable_and_hidden_paths_from_the_unit() {
+    if !require_root("writable_and_hidden_paths_from_the_unit") {
+        return;
+    }
+    let d = Daemon::start("sb-paths");
+    let shared = d.scratch.dir.join("shared");
+    let secret = d.scratch.dir.join("secret");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("key"), "s3cret").unwrap();
+    let script = format!(
+        r#"
+        echo out > {shared}/from-agent && echo "shared ok"
+        cat {secret}/key 2>/dev/null && echo "secret visible" || echo "secret hidden"
+        "#,
+        shared = shared.display(),
+        secret = secret.display()
+    );
+    let extra = format!(
+        r#"sandbox: Sandbox(writable: [{shared:?}], hidden: [{secret:?}])"#,
+        shared = shared.display().to_string(),
+        secret = secret.display().to_string()
+    );
+    let (task, out) = run_agent(&d, "paths", &script, &extra);
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert!(out.contains("shared ok"), "{out}");
+    assert!(out.contains("secret hidden"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(shared.join("from-agent")).unwrap(),
+        "out\n"
+    );
+}
+
+#[test]
+fn a_daemon_without_privileges_refuses_the_task_and_says_why() {
+    if !require_root("a_daemon_without_privileges_refuses_the_task_and_says_why") {
+        return;
+    }
+    // The daemon itself runs as nobody here (setpriv), in a directory nobody owns.
+    let scratch = Scratch::new("sb-unpriv");
+    let state = scratch.dir.join("state");
+    let units = scratch.dir.join("units");
+    for dir in [&scratch.dir, &units] {
+        nix::unistd::chown(dir, Some(65534.into()), Some(65534.into())).unwrap();
+    }
+    std::fs::write(
+        units.join("t.ron"),
+        r#"Unit(command: ["/bin/true"], restart: Never)"#,
+    )
+    .unwrap();
+    let mut daemon = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(keel_bin())
+        .args(["daemon", "--state"])
+        .arg(&state)
+        .arg("--units")
+        .arg(&units)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = || -> serde_json::Value {
+        let out = std::process::Command::new(keel_bin())
+            .arg("--state")
+            .arg(&state)
+            .args(["status", "--json", "t"])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    };
+    wait_until(Duration::from_secs(10), "task refused", || {
+        status()["tasks"][0]["state"] == "failed"
+    });
+    let reason = status()["tasks"][0]["reason"].as_str().unwrap().to_string();
+    let _ = std::process::Command::new(keel_bin())
+        .arg("--state")
+        .arg(&state)
+        .arg("shutdown")
+        .output();
+    let _ = daemon.wait();
+    assert!(reason.contains("run keel as root"), "{reason}");
+}
