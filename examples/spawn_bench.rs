@@ -11,7 +11,7 @@
 //! `cargo run --release --example spawn_bench -- [ROUNDS]` (as root). The state directory is
 //! on tmpfs (/dev/shm) so that the figures are the sandbox's, not the disk's fsyncs.
 
-use keel::daemon::{attempt_spec, spawn_shim, AttemptContext};
+use keel::daemon::{attempt_spec, spawn_shim_program, AttemptContext};
 use keel::state::StateDir;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -32,6 +32,14 @@ fn main() {
     .expect("unit");
     let work = dirs.work_dir("bench");
     let have_bwrap = Command::new("bwrap").arg("--version").output().is_ok();
+    // The keel binary built beside this example (target/…/release/keel).
+    let keel_bin = std::env::current_exe()
+        .expect("own path")
+        .parent()
+        .and_then(|examples| examples.parent())
+        .expect("target dir")
+        .join("keel");
+    assert!(keel_bin.exists(), "build keel first: cargo build --release");
 
     let mut bare = Vec::new();
     let mut keel = Vec::new();
@@ -51,14 +59,13 @@ fn main() {
         };
         let spec = attempt_spec(&dirs, &unit, &ctx);
         keel.push(time(|| {
-            let (pid, _pidfd) = spawn_shim(&spec).expect("spawn shim");
+            let (pid, _pidfd) = spawn_shim_program(&spec, &keel_bin).expect("spawn shim");
             let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
-            assert_eq!(
-                status,
-                nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0),
-                "shim failed: see {}",
-                dirs.run_dir("bench").join("shim.log").display()
-            );
+            if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
+                let log = std::fs::read_to_string(dirs.run_dir("bench").join("shim.log"))
+                    .unwrap_or_default();
+                panic!("shim failed ({status:?}):\n{log}");
+            }
         }));
         if have_bwrap {
             bwrap.push(time(|| {

@@ -97,6 +97,13 @@ enum Command {
 }
 
 fn main() {
+    // The shim is started for every attempt: skip the CLI parser on its path (the daemon
+    // always calls it exactly so).
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().take(4).collect();
+    if raw.len() == 4 && raw[1] == "shim" && raw[2] == "--spec" {
+        keel::logger::init("shim");
+        std::process::exit(keel::sandbox::shim::run(std::path::Path::new(&raw[3])));
+    }
     let args = Args::parse();
     let state_dir = cli::resolve_state_dir(args.state.as_deref());
     let units_dir = |units: Option<PathBuf>| {

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use timers::{Timer, Timers};
 
-pub use spawn::{attempt_spec, last_progress_line, spawn_shim, AttemptContext};
+pub use spawn::{attempt_spec, last_progress_line, spawn_shim, spawn_shim_program, AttemptContext};
 pub use stopping::merge_intent;
 
 const SIGNALS: Token = Token(0);

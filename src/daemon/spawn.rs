@@ -152,6 +152,13 @@ fn take_attempt_lock(run_dir: &Path) -> Result<File, SpawnError> {
 /// Write the spec and spawn `keel shim --spec …` with a pidfd. The shim's own stderr goes to
 /// `run/shim.log`, never to the daemon: a shim must outlive the daemon and its pipes.
 pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
+    // /proc/self/exe: this very binary, even if an upgrade replaced the file on disk.
+    spawn_shim_program(spec, Path::new("/proc/self/exe"))
+}
+
+/// [`spawn_shim`] with another `keel` binary as the shim (benchmarks link the library into a
+/// program of their own).
+pub fn spawn_shim_program(spec: &AttemptSpec, keel: &Path) -> Result<(i32, OwnedFd), SpawnError> {
     let lock = take_attempt_lock(&spec.run_dir)?;
     prepare_sandbox_sources(&spec.run_dir)
         .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
@@ -168,7 +175,8 @@ pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
         .create(true)
         .open(&shim_log_path)
         .map_err(|e| SpawnError::Open(shim_log_path.display().to_string(), e))?;
-    let program = CString::new("/proc/self/exe").expect("no NUL");
+    let program =
+        CString::new(keel.as_os_str().as_encoded_bytes()).map_err(|_| SpawnError::NulInPath)?;
     let argv = [
         CString::new("keel").expect("no NUL"),
         CString::new("shim").expect("no NUL"),
