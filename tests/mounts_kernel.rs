@@ -48,7 +48,7 @@ fn layout(scratch: &Path) -> SandboxLayout {
             scratch.join("secret-link"),
         ],
         // Another: the bind must land where the sandbox will resolve it.
-        writable: vec![scratch.join("shared-link")],
+        writable: vec![scratch.join("shared")],
         readonly: vec![read_only_dir(scratch)],
     }
 }
@@ -254,7 +254,7 @@ fn kernel_child() {
         "secret-file readable"
     );
     assert!(is_empty_or_unreadable(&scratch.join("secret-dir2")));
-    fs::write(scratch.join("shared-link/from-sandbox"), "shared").expect("writable path");
+    fs::write(scratch.join("shared/from-sandbox"), "shared").expect("writable path");
     // /run/keel.
     fs::write("/run/keel/progress", "step 1\n").expect("progress");
     fs::write("/run/keel/checkpoint/saved", "state").expect("checkpoint");

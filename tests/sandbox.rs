@@ -86,6 +86,8 @@ fn the_host_is_read_only_and_keel_state_is_invisible() {
         done
         if mount -o remount,rw / 2>/tmp/err; then echo "remount ok"; else echo "remount $(cat /tmp/err)"; fi
         if ls {state} >/dev/null 2>&1 && [ -n "$(ls -A {state} 2>/dev/null)" ]; then echo "state visible"; else echo "state hidden"; fi
+        cat {state}/events.jsonl >/dev/null 2>&1 && echo "journal readable" || echo "journal unreadable"
+        echo "shim root $(ls /proc/1/root/ 2>&1 | head -1)"
         echo hello > /work/from-inside && echo "work ok"
         echo tmp > /tmp/t && echo "tmp ok"
         echo home > "$HOME/h" && echo "home ok $HOME"
@@ -103,8 +105,19 @@ fn the_host_is_read_only_and_keel_state_is_invisible() {
         assert!(result.contains("Read-only file system"), "{path}: {result}");
     }
     let remount = line(&out, "remount ");
-    assert!(remount != "ok" && !remount.is_empty(), "{out}");
+    assert!(
+        remount.to_lowercase().contains("permission denied"),
+        "remount: {remount}"
+    );
+    let escape = line(&out, "write /root/../etc/x ");
+    assert!(escape.contains("Read-only file system"), "{escape}");
     assert!(out.contains("state hidden"), "{out}");
+    assert!(out.contains("journal unreadable"), "{out}");
+    let shim_root = line(&out, "shim root ");
+    assert!(
+        shim_root.contains("Permission denied"),
+        "PID 1's root reached: {shim_root}"
+    );
     for ok in [
         "work ok",
         "tmp ok",
@@ -320,4 +333,80 @@ fn a_daemon_without_privileges_refuses_the_task_and_says_why() {
         .output();
     let _ = daemon.wait();
     assert!(reason.contains("run keel as root"), "{reason}");
+}
+
+#[test]
+fn the_agent_cannot_signal_its_shim() {
+    if !require_root("the_agent_cannot_signal_its_shim") {
+        return;
+    }
+    let d = Daemon::start("sb-signal-shim");
+    let script = r#"kill -USR1 1; kill -TERM 1; sleep 0.3; echo survived"#;
+    let (task, out) = run_agent(&d, "sig", script, "");
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert!(out.contains("survived"), "{out}");
+}
+
+#[test]
+fn capabilities_that_reach_past_the_sandbox_are_refused() {
+    let scratch = Scratch::new("sb-caps");
+    for (cap, extra) in [
+        ("CAP_SYS_PTRACE", ""),
+        ("CAP_SYS_ADMIN", ""),
+        ("CAP_DAC_READ_SEARCH", ""),
+        ("CAP_NET_ADMIN", ""),
+    ] {
+        let file = scratch.dir.join("caps.ron");
+        std::fs::write(
+            &file,
+            format!("Unit(\n  command: [\"x\"],\n  sandbox: Sandbox(capabilities: [{cap:?}]{extra}),\n)"),
+        )
+        .unwrap();
+        let out = std::process::Command::new(keel_bin())
+            .arg("check")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{cap} accepted");
+        assert!(
+            stderr_of(&out).contains("not grantable"),
+            "{cap}: {}",
+            stderr_of(&out)
+        );
+    }
+    // CAP_NET_ADMIN is fine in a network namespace of the task's own.
+    let file = scratch.dir.join("netadmin.ron");
+    std::fs::write(
+        &file,
+        r#"Unit(command: ["x"], sandbox: Sandbox(network: None, capabilities: ["CAP_NET_ADMIN"]))"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(keel_bin())
+        .arg("check")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+}
+
+#[test]
+fn a_writable_path_through_a_symlink_is_refused() {
+    if !require_root("a_writable_path_through_a_symlink_is_refused") {
+        return;
+    }
+    let d = Daemon::start("sb-symlink");
+    let real = d.scratch.dir.join("real");
+    std::fs::create_dir_all(&real).unwrap();
+    let link = d.scratch.dir.join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let extra = format!(
+        r#"sandbox: Sandbox(writable: [{:?}])"#,
+        link.display().to_string()
+    );
+    let (task, out) = run_agent(&d, "sym", "echo ran", &extra);
+    assert_eq!(task["state"], "failed", "{out}");
+    assert_eq!(task["last_exit"], "spawn-failed");
+    let reason = task["reason"].as_str().unwrap();
+    assert!(reason.contains("goes through a symlink"), "{reason}");
+    assert!(!out.contains("ran"), "the agent must not run unsandboxed");
 }

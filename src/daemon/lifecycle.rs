@@ -184,7 +184,13 @@ impl Daemon {
             last_exit,
             last_progress: spawn::last_progress_line(&run_dir),
         };
-        let attempt_spec = spawn::attempt_spec(&self.dirs, &unit_def, &ctx);
+        let mut attempt_spec = spawn::attempt_spec(&self.dirs, &unit_def, &ctx);
+        if let Some(sandbox) = attempt_spec.sandbox.as_mut() {
+            // Unit files hold other tasks' settings (and their env: API keys).
+            if !self.units_dir.starts_with(&self.dirs.root) {
+                sandbox.hidden.push(self.units_dir.clone());
+            }
+        }
         match spawn::spawn_shim(&attempt_spec) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");

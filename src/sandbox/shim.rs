@@ -108,6 +108,8 @@ struct Shim<'a> {
     buffer: Vec<u8>,
     ended: Option<(AgentStatus, u64)>,
     orphans_reaped: u64,
+    /// The shim is PID 1 of the task's PID namespace (its sandbox).
+    pid_namespace_init: bool,
 }
 
 /// Steps 1–3: records, reaper, signalfd (for the `handled` signals, blocked already), log,
@@ -209,6 +211,7 @@ fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
         buffer: vec![0; READ_BUFFER],
         ended: None,
         orphans_reaped: 0,
+        pid_namespace_init: std::process::id() == 1,
     })
 }
 
@@ -289,6 +292,14 @@ impl Shim<'_> {
                     let signal = info.ssi_signo as i32;
                     if signal == libc::SIGCHLD {
                         reap = true;
+                    } else if self.pid_namespace_init && info.ssi_pid != 0 {
+                        // Sent from inside the task's own PID namespace (the agent signalling
+                        // PID 1): only keel, outside it (seen as pid 0), may stop or kill.
+                        log::warn!(
+                            "ignored {} sent by pid {} inside the sandbox",
+                            signal_name(signal),
+                            info.ssi_pid
+                        );
                     } else {
                         self.forward(signal);
                     }

@@ -155,6 +155,43 @@ pub fn mount_setattr(
 /// every absolute symlink met on the way is resolved as if `root` were `/` — as the sandbox
 /// itself will see the path after pivot_root. `path` is relative to `root` ("." for root).
 /// Linux ≥ 5.6.
+/// An O_PATH descriptor of `path` (absolute, from the current root) that refuses to follow
+/// any symlink on the way (openat2(2) `RESOLVE_NO_SYMLINKS`): a directory an agent could write
+/// to in an earlier attempt can never redirect a bind or a remount elsewhere.
+pub fn open_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
+    let cpath = c_path(path)?;
+    // SAFETY: open_how is a plain C struct of integers; all-zero is its documented default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (OFlag::O_PATH | OFlag::O_CLOEXEC).bits() as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `cpath` is NUL-terminated and `how` fully initialised, both alive for the call;
+    // the size passed is that of the struct. The kernel returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            cpath.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() == Some(libc::ELOOP) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} goes through a symlink: give its real path (symlinks are refused so that nothing written in an earlier attempt can redirect a mount)",
+                    path.display()
+                ),
+            ));
+        }
+        return Err(error);
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 pub fn open_in_root(root: BorrowedFd<'_>, path: &Path, flags: OFlag) -> io::Result<OwnedFd> {
     let cpath = c_path(path)?;
     // SAFETY: open_how is a plain C struct of integers (and libc marks it non-exhaustive, so

@@ -114,7 +114,7 @@ fn every_field_set_to_a_non_default_value() {
                                    startup_grace: "0", on_stall: Report, signals: [Cpu]),
                 workdir: "/home/agent/src",
                 sandbox: Sandbox(network: None, user: Some("1000:1000"),
-                                 capabilities: ["CAP_NET_BIND_SERVICE", "sys_ptrace"],
+                                 capabilities: ["CAP_NET_BIND_SERVICE", "kill"],
                                  writable: ["/data"], hidden: ["/home", "/root"]),
                 stop: Stop(signal: "INT", timeout: "1s"),
                 essential: true,
@@ -146,7 +146,7 @@ fn every_field_set_to_a_non_default_value() {
     assert_eq!(unit.sandbox.user.as_deref(), Some("1000:1000"));
     assert_eq!(
         unit.sandbox.capabilities,
-        strings(&["CAP_NET_BIND_SERVICE", "sys_ptrace"])
+        strings(&["CAP_NET_BIND_SERVICE", "kill"])
     );
     assert_eq!(unit.sandbox.writable, strings(&["/data"]));
     assert_eq!(unit.sandbox.hidden, strings(&["/home", "/root"]));

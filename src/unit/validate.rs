@@ -283,7 +283,10 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
         }
     }
     for (index, capability) in sandbox.capabilities.iter().enumerate() {
-        if let Err(message) = parse_capability(capability) {
+        let refused = parse_capability(capability).and_then(|number| {
+            refused_capability(number, sandbox.network == super::Network::Host).map_or(Ok(()), Err)
+        });
+        if let Err(message) = refused {
             problems.add(at.field("capabilities").index(index), message);
         }
     }
@@ -482,4 +485,26 @@ pub(super) fn one_of(names: &[&str]) -> String {
         [only] => only.to_string(),
         [init @ .., last] => format!("{} or {last}", init.join(", ")),
     }
+}
+
+/// Capabilities a sandboxed agent may never hold: each one reaches past the sandbox (the
+/// host's processes through /proc, the kernel, the host's files by handle, the host network).
+fn refused_capability(number: u8, host_network: bool) -> Option<String> {
+    let why = match number {
+        2 => "CAP_DAC_READ_SEARCH opens host files by handle (open_by_handle_at)",
+        12 if host_network => {
+            "CAP_NET_ADMIN with network: Host reconfigures the host's network (use network: None)"
+        }
+        16 => "CAP_SYS_MODULE loads kernel modules",
+        17 => "CAP_SYS_RAWIO gives raw access to devices and memory",
+        19 => "CAP_SYS_PTRACE reaches the shim, which sees the host's filesystem",
+        21 => "CAP_SYS_ADMIN undoes the sandbox's mounts and namespaces",
+        22 => "CAP_SYS_BOOT reboots the host",
+        25 => "CAP_SYS_TIME sets the host's clock",
+        32 | 33 => "CAP_MAC_* changes the host's security policy",
+        34 => "CAP_SYSLOG reads kernel addresses",
+        38 | 39 => "CAP_PERFMON and CAP_BPF reach into the kernel",
+        _ => return None,
+    };
+    Some(format!("{why}: not grantable to a sandboxed agent"))
 }

@@ -120,7 +120,16 @@ impl KernelMounter {
 
     /// The path to give a syscall for `target`, before or after the pivot.
     fn place(&mut self, target: &Path) -> io::Result<Place> {
-        if self.pivoted || target == self.new_root {
+        if self.pivoted {
+            // After the pivot the agent's earlier attempts may have left symlinks in writable
+            // directories: a remount goes exactly where the plan says, or nowhere.
+            let fd = sys::open_no_symlinks(target)?;
+            return Ok(Place {
+                path: sys::fd_path(&fd),
+                _fd: Some(fd),
+            });
+        }
+        if target == self.new_root {
             return Ok(Place {
                 path: target.to_path_buf(),
                 _fd: None,
@@ -321,10 +330,14 @@ impl Mounter for KernelMounter {
                 .map(drop)
             }
             MountOp::BindRecursive { source, target } => {
-                self.mount_on(target, Known::Mount, |at| sys::bind(source, at, true))
+                let source = sys::open_no_symlinks(source)?;
+                let from = sys::fd_path(&source);
+                self.mount_on(target, Known::Mount, |at| sys::bind(&from, at, true))
             }
             MountOp::Bind { source, target } => {
-                self.mount_on(target, Known::Mount, |at| sys::bind(source, at, false))
+                let source = sys::open_no_symlinks(source)?;
+                let from = sys::fd_path(&source);
+                self.mount_on(target, Known::Mount, |at| sys::bind(&from, at, false))
             }
             MountOp::Proc { target } => {
                 let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
