@@ -88,6 +88,7 @@ fn the_host_is_read_only_and_keel_state_is_invisible() {
         if ls {state} >/dev/null 2>&1 && [ -n "$(ls -A {state} 2>/dev/null)" ]; then echo "state visible"; else echo "state hidden"; fi
         cat {state}/events.jsonl >/dev/null 2>&1 && echo "journal readable" || echo "journal unreadable"
         echo "shim root $(ls /proc/1/root/ 2>&1 | head -1)"
+        echo "shadow $(head -c 20 /etc/shadow 2>/dev/null | wc -c)"
         echo hello > /work/from-inside && echo "work ok"
         echo tmp > /tmp/t && echo "tmp ok"
         echo home > "$HOME/h" && echo "home ok $HOME"
@@ -113,6 +114,11 @@ fn the_host_is_read_only_and_keel_state_is_invisible() {
     assert!(escape.contains("Read-only file system"), "{escape}");
     assert!(out.contains("state hidden"), "{out}");
     assert!(out.contains("journal unreadable"), "{out}");
+    assert_eq!(
+        line(&out, "shadow "),
+        "0",
+        "/etc/shadow must read as empty: {out}"
+    );
     let shim_root = line(&out, "shim root ");
     assert!(
         shim_root.contains("Permission denied"),

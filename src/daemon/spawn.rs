@@ -10,6 +10,19 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
+/// Host paths no agent needs and every agent running as root could otherwise read: password
+/// hashes, SSH host keys, TLS private keys, sudo rules, container engines' sockets.
+pub const DEFAULT_HIDDEN: [&str; 8] = [
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/sudoers.d",
+    "/var/snap",
+];
+
 /// Output log size before rotation, and how many rotated files are kept.
 pub const LOG_MAX_BYTES: u64 = 16 << 20;
 pub const LOG_KEEP: u32 = 3;
@@ -60,6 +73,14 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
     env.extend(keel_vars.into_iter().map(|(k, v)| (k.to_string(), v)));
     let memory = unit.resources.memory.0;
     let mut hidden = vec![dirs.root.clone()];
+    // The agent runs as root (without capabilities) unless `sandbox.user` says otherwise, and
+    // file modes do not stop root: the host's credential stores are hidden by default.
+    hidden.extend(
+        DEFAULT_HIDDEN
+            .iter()
+            .map(std::path::PathBuf::from)
+            .filter(|p| std::fs::symlink_metadata(p).is_ok()),
+    );
     hidden.extend(unit.sandbox.hidden.iter().map(std::path::PathBuf::from));
     let sandbox = SandboxSpec {
         workdir: unit.workdir.clone().into(),
