@@ -184,7 +184,8 @@ pub fn spawn_shim_program(spec: &AttemptSpec, keel: &Path) -> Result<(i32, Owned
     prepare_sandbox_sources(&spec.run_dir)
         .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
     let spec_path = spec::attempt_path(&spec.run_dir);
-    crate::state::write_ron(&spec_path, spec).map_err(SpawnError::WriteSpec)?;
+    // Read by the shim at its start; after a power cut the attempt is lost whatever it says.
+    crate::state::write_ron_volatile(&spec_path, spec).map_err(SpawnError::WriteSpec)?;
     let devnull = File::open("/dev/null").map_err(|e| SpawnError::Open("/dev/null".into(), e))?;
     let shim_log_path = spec::shim_log_path(&spec.run_dir);
     // The shims' own log is appended to by every attempt: keep one old generation of it.

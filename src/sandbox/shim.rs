@@ -131,7 +131,8 @@ fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
             .map_err(|e| fail(format!("cannot read this process's start time: {e}")))?,
         boot_id: crate::sys::boot_id(),
     };
-    write_ron(&shim_record_path(&spec.run_dir), &record)
+    // Read by a daemon only while this shim holds the attempt lock, i.e. is alive.
+    crate::state::write_ron_volatile(&shim_record_path(&spec.run_dir), &record)
         .map_err(|e| fail(format!("cannot write the shim record: {e}")))?;
     crate::sys::set_child_subreaper()
         .map_err(|e| fail(format!("cannot become a child subreaper: {e}")))?;
