@@ -47,8 +47,11 @@ fn the_shim_is_pid_1_and_the_agent_has_no_privileges() {
     let script = r#"
         echo "pid1 $(tr '\0' ' ' < /proc/1/cmdline)"
         echo "procs $(ls -d /proc/[0-9]* | wc -l)"
-        grep -E '^(NoNewPrivs|CapEff|CapBnd|CapPrm|CapAmb):' /proc/self/status | tr -d '\t' | sed 's/^/status /'
+        grep -E '^(NoNewPrivs|CapEff|CapBnd|CapPrm|CapAmb|Seccomp):' /proc/self/status | tr -d '\t' | sed 's/^/status /'
         echo "self $$"
+        if unshare -U true 2>/tmp/e; then echo "userns ok"; else echo "userns $(cat /tmp/e)"; fi
+        if unshare -r true 2>/tmp/e; then echo "userns-root ok"; else echo "userns-root $(cat /tmp/e)"; fi
+        sh -c 'echo child ok' | sed 's/^/fork /'
     "#;
     let (task, out) = run_agent(&d, "pid1", script, "");
     assert_eq!(task["state"], "succeeded", "{out}");
@@ -62,6 +65,8 @@ fn the_shim_is_pid_1_and_the_agent_has_no_privileges() {
         "status CapBnd:0000000000000000",
         "status CapPrm:0000000000000000",
         "status CapAmb:0000000000000000",
+        "status Seccomp:2",
+        "fork child ok",
     ] {
         assert!(out.contains(want), "missing {want}:\n{out}");
     }
@@ -70,6 +75,13 @@ fn the_shim_is_pid_1_and_the_agent_has_no_privileges() {
         "2",
         "the agent is the shim's first child"
     );
+    for probe in ["userns ", "userns-root "] {
+        let result = line(&out, probe);
+        assert!(
+            result.contains("Operation not permitted"),
+            "{probe}{result}"
+        );
+    }
 }
 
 #[test]

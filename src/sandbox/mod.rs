@@ -4,5 +4,6 @@ pub mod logs;
 pub mod mounts;
 pub mod prepare;
 pub mod privileges;
+pub mod seccomp;
 pub mod shim;
 pub mod spec;

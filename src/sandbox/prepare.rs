@@ -1,7 +1,8 @@
 //! The sandbox from the shim's side: before the fork, resolve the user and `$HOME` (on the
 //! host's view, where `/etc/passwd` is), give the task's own directories to that user, and list
 //! the host's `/`; after the fork, in the agent's child, [`Prepared::enter`] unshares the mount
-//! (and network) namespace, builds the mounts and drops privileges, in that order.
+//! (and network) namespace, builds the mounts, drops privileges and installs the seccomp
+//! filter, in that order.
 
 use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
@@ -91,7 +92,13 @@ impl Prepared {
             &mut KernelMounter::new(&self.layout.new_root),
         )
         .map_err(|e| e.to_string())?;
-        privileges::apply(&self.privileges).map_err(|e| e.to_string())
+        privileges::apply(&self.privileges).map_err(|e| e.to_string())?;
+        // Last: it needs no_new_privs (set just above) and denies the mount calls used before.
+        #[cfg(target_arch = "x86_64")]
+        crate::sys::seccomp::install_seccomp_filter(&crate::sandbox::seccomp::program()).map_err(
+            |e| format!("cannot install the seccomp filter: {e} (a kernel without CONFIG_SECCOMP_FILTER?)"),
+        )?;
+        Ok(())
     }
 }
 

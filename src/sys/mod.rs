@@ -7,6 +7,7 @@
 pub mod caps;
 pub mod mount;
 pub mod process;
+pub mod seccomp;
 
 use std::ffi::CString;
 use std::io;

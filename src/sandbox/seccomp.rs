@@ -1,0 +1,215 @@
+//! A small deny-list seccomp filter for the agent (seccomp(2), `SECCOMP_MODE_FILTER`): the
+//! kernel interfaces a coding agent never needs and that have been the way out of sandboxes —
+//! user namespaces (their root can reach code paths unprivileged users cannot), BPF, keyrings,
+//! userfaultfd, io_uring, perf, module and kexec loading, mount calls, foreign syscall ABIs.
+//! Denied calls fail with EPERM (clone3 with ENOSYS, so that libc falls back to clone(2), whose
+//! flags a filter can see). Everything else is allowed: this is a fence, not a profile.
+//!
+//! The program is built by a pure function and tested here; `src/sys/seccomp.rs` installs it.
+
+/// One classic-BPF instruction (`struct sock_filter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instruction {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+// linux/bpf_common.h (BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, …), linux/seccomp.h,
+// linux/audit.h.
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x15;
+const BPF_JMP_JGE_K: u16 = 0x35;
+const BPF_JMP_JSET_K: u16 = 0x45;
+const BPF_RET_K: u16 = 0x06;
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+/// x32 syscalls carry this bit in their number.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+// struct seccomp_data: nr at 0, arch at 4, args[0] (low half on little-endian) at 16.
+const OFFSET_NR: u32 = 0;
+const OFFSET_ARCH: u32 = 4;
+const OFFSET_ARG0: u32 = 16;
+
+/// Syscalls an agent never needs (x86_64 numbers).
+#[cfg(target_arch = "x86_64")]
+pub const DENIED: &[libc::c_long] = &[
+    libc::SYS_bpf,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_userfaultfd,
+    libc::SYS_perf_event_open,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_iopl,
+    libc::SYS_ioperm,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_syslog,
+    libc::SYS_acct,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_reboot,
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_mount_setattr,
+    libc::SYS_fsopen,
+    libc::SYS_fsmount,
+    libc::SYS_fsconfig,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_quotactl,
+    libc::SYS_vhangup,
+];
+
+fn stmt(code: u16, k: u32) -> Instruction {
+    Instruction {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> Instruction {
+    Instruction { code, jt, jf, k }
+}
+
+fn deny(errno: i32) -> Instruction {
+    stmt(BPF_RET_K, SECCOMP_RET_ERRNO | (errno as u32 & 0xffff))
+}
+
+/// The filter: foreign architectures and x32 denied, the listed calls denied, clone3 answered
+/// ENOSYS, `clone`/`unshare` with CLONE_NEWUSER denied, everything else allowed.
+#[cfg(target_arch = "x86_64")]
+pub fn program() -> Vec<Instruction> {
+    let newuser = libc::CLONE_NEWUSER as u32;
+    let mut p = vec![
+        stmt(BPF_LD_W_ABS, OFFSET_ARCH),
+        jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
+        deny(libc::EPERM),
+        stmt(BPF_LD_W_ABS, OFFSET_NR),
+        jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1),
+        deny(libc::EPERM),
+    ];
+    for &nr in DENIED {
+        p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
+        p.push(deny(libc::EPERM));
+    }
+    p.push(jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+    p.push(deny(libc::ENOSYS));
+    for nr in [libc::SYS_unshare, libc::SYS_clone] {
+        // Matched: look at the flags (the accumulator is reloaded, so decide here).
+        p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 4));
+        p.push(stmt(BPF_LD_W_ABS, OFFSET_ARG0));
+        p.push(jump(BPF_JMP_JSET_K, newuser, 0, 1));
+        p.push(deny(libc::EPERM));
+        p.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+    }
+    p.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+    p
+}
+
+/// Run `program` the way the kernel would, for one call: the action it returns.
+#[cfg(test)]
+fn run(program: &[Instruction], arch: u32, nr: u32, arg0: u32) -> u32 {
+    let mut acc = 0u32;
+    let mut pc = 0usize;
+    loop {
+        let i = program[pc];
+        match i.code {
+            BPF_LD_W_ABS => {
+                acc = match i.k {
+                    OFFSET_NR => nr,
+                    OFFSET_ARCH => arch,
+                    OFFSET_ARG0 => arg0,
+                    other => panic!("load of offset {other}"),
+                };
+                pc += 1;
+            }
+            BPF_RET_K => return i.k,
+            code => {
+                let taken = match code {
+                    BPF_JMP_JEQ_K => acc == i.k,
+                    BPF_JMP_JGE_K => acc >= i.k,
+                    BPF_JMP_JSET_K => acc & i.k != 0,
+                    other => panic!("opcode {other:#x}"),
+                };
+                pc += 1 + usize::from(if taken { i.jt } else { i.jf });
+            }
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    const EPERM: u32 = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+
+    #[test]
+    fn denies_what_it_lists_and_allows_the_rest() {
+        let p = program();
+        let x86 = AUDIT_ARCH_X86_64;
+        for &nr in DENIED {
+            assert_eq!(run(&p, x86, nr as u32, 0), EPERM, "syscall {nr}");
+        }
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_execve,
+            libc::SYS_openat,
+            libc::SYS_wait4,
+        ] {
+            assert_eq!(
+                run(&p, x86, nr as u32, 0),
+                SECCOMP_RET_ALLOW,
+                "syscall {nr}"
+            );
+        }
+        assert_eq!(
+            run(&p, x86, libc::SYS_clone3 as u32, 0),
+            SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
+    }
+
+    #[test]
+    fn user_namespaces_are_denied_other_clones_allowed() {
+        let p = program();
+        let x86 = AUDIT_ARCH_X86_64;
+        let newuser = libc::CLONE_NEWUSER as u32;
+        let fork_like = libc::SIGCHLD as u32;
+        for nr in [libc::SYS_clone, libc::SYS_unshare] {
+            assert_eq!(run(&p, x86, nr as u32, newuser | fork_like), EPERM);
+            assert_eq!(run(&p, x86, nr as u32, fork_like), SECCOMP_RET_ALLOW);
+        }
+        assert_eq!(
+            run(&p, x86, libc::SYS_unshare as u32, libc::CLONE_NEWNS as u32),
+            SECCOMP_RET_ALLOW,
+            "other namespaces need capabilities the agent lacks anyway"
+        );
+    }
+
+    #[test]
+    fn foreign_abis_are_denied() {
+        let p = program();
+        assert_eq!(
+            run(&p, 0x4000_0003, libc::SYS_read as u32, 0),
+            EPERM,
+            "i386"
+        );
+        assert_eq!(run(&p, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT, 0), EPERM, "x32");
+    }
+}

@@ -1,0 +1,36 @@
+//! Installing a seccomp filter (seccomp(2)); the program itself is built in
+//! `src/sandbox/seccomp.rs`.
+
+use std::io;
+
+/// Install a seccomp filter on this thread (seccomp(2), `SECCOMP_SET_MODE_FILTER`). Requires
+/// no_new_privs (or CAP_SYS_ADMIN); inherited by every child, kept across execve.
+pub fn install_seccomp_filter(program: &[crate::sandbox::seccomp::Instruction]) -> io::Result<()> {
+    let filters: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let fprog = libc::sock_fprog {
+        len: filters.len() as libc::c_ushort,
+        filter: filters.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `fprog` points at `filters`, both alive for the call; the kernel copies the
+    // program and does not keep the pointer.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
