@@ -52,6 +52,9 @@ fn the_shim_is_pid_1_and_the_agent_has_no_privileges() {
         if unshare -U true 2>/tmp/e; then echo "userns ok"; else echo "userns $(cat /tmp/e)"; fi
         if unshare -r true 2>/tmp/e; then echo "userns-root ok"; else echo "userns-root $(cat /tmp/e)"; fi
         sh -c 'echo child ok' | sed 's/^/fork /'
+        cp /bin/sh /work/rootsh
+        if chmod 4755 /work/rootsh 2>/tmp/e; then echo "setuid ok"; else echo "setuid $(cat /tmp/e)"; fi
+        chmod 755 /work/rootsh && echo "chmod ok"
     "#;
     let (task, out) = run_agent(&d, "pid1", script, "");
     assert_eq!(task["state"], "succeeded", "{out}");
@@ -75,7 +78,14 @@ fn the_shim_is_pid_1_and_the_agent_has_no_privileges() {
         "2",
         "the agent is the shim's first child"
     );
-    for probe in ["userns ", "userns-root "] {
+    assert!(out.contains("chmod ok"), "{out}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(d.task_dir("pid1").join("work/rootsh"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o7777, 0o755, "no setuid file may reach the host");
+    for probe in ["userns ", "userns-root ", "setuid "] {
         let result = line(&out, probe);
         assert!(
             result.contains("Operation not permitted"),

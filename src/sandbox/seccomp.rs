@@ -3,7 +3,11 @@
 //! user namespaces (their root can reach code paths unprivileged users cannot), BPF, keyrings,
 //! userfaultfd, io_uring, perf, module and kexec loading, mount calls, foreign syscall ABIs.
 //! Denied calls fail with EPERM (clone3 with ENOSYS, so that libc falls back to clone(2), whose
-//! flags a filter can see). Everything else is allowed: this is a fence, not a profile.
+//! flags a filter can see). Setting the set-user-ID or set-group-ID bit on a file is denied too:
+//! the agent's files live on the host, where a setuid-root file it left in `/work` would be one
+//! (chmod, fchmod, fchmodat, fchmodat2, and the mode of open, openat and creat; openat2, whose
+//! mode a filter cannot read, gets ENOSYS and libc's fallback). Everything else is allowed:
+//! this is a fence, not a profile.
 //!
 //! The program is built by a pure function and tested here; `src/sys/seccomp.rs` installs it.
 
@@ -28,10 +32,15 @@ const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 /// x32 syscalls carry this bit in their number.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-// struct seccomp_data: nr at 0, arch at 4, args[0] (low half on little-endian) at 16.
+// struct seccomp_data: nr at 0, arch at 4, args[i] (low half on little-endian) at 16 + 8 i.
 const OFFSET_NR: u32 = 0;
 const OFFSET_ARCH: u32 = 4;
 const OFFSET_ARG0: u32 = 16;
+const fn offset_arg(index: u32) -> u32 {
+    OFFSET_ARG0 + 8 * index
+}
+/// S_ISUID | S_ISGID.
+const SET_ID_BITS: u32 = 0o6000;
 
 /// Syscalls an agent never needs (x86_64 numbers).
 #[cfg(target_arch = "x86_64")]
@@ -108,13 +117,26 @@ pub fn program() -> Vec<Instruction> {
         p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
         p.push(deny(libc::EPERM));
     }
-    p.push(jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
-    p.push(deny(libc::ENOSYS));
-    for nr in [libc::SYS_unshare, libc::SYS_clone] {
-        // Matched: look at the flags (the accumulator is reloaded, so decide here).
+    for nr in [libc::SYS_clone3, libc::SYS_openat2] {
+        p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
+        p.push(deny(libc::ENOSYS));
+    }
+    let checks: [(libc::c_long, u32, u32); 9] = [
+        (libc::SYS_unshare, 0, newuser),
+        (libc::SYS_clone, 0, newuser),
+        (libc::SYS_chmod, 1, SET_ID_BITS),
+        (libc::SYS_fchmod, 1, SET_ID_BITS),
+        (libc::SYS_fchmodat, 2, SET_ID_BITS),
+        (libc::SYS_fchmodat2, 2, SET_ID_BITS),
+        (libc::SYS_open, 2, SET_ID_BITS),
+        (libc::SYS_openat, 3, SET_ID_BITS),
+        (libc::SYS_creat, 1, SET_ID_BITS),
+    ];
+    for (nr, arg, bits) in checks {
+        // Matched: look at the argument (the accumulator is reloaded, so decide here).
         p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 4));
-        p.push(stmt(BPF_LD_W_ABS, OFFSET_ARG0));
-        p.push(jump(BPF_JMP_JSET_K, newuser, 0, 1));
+        p.push(stmt(BPF_LD_W_ABS, offset_arg(arg)));
+        p.push(jump(BPF_JMP_JSET_K, bits, 0, 1));
         p.push(deny(libc::EPERM));
         p.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
     }
@@ -125,6 +147,11 @@ pub fn program() -> Vec<Instruction> {
 /// Run `program` the way the kernel would, for one call: the action it returns.
 #[cfg(test)]
 fn run(program: &[Instruction], arch: u32, nr: u32, arg0: u32) -> u32 {
+    run_args(program, arch, nr, [arg0, 0, 0, 0])
+}
+
+#[cfg(test)]
+fn run_args(program: &[Instruction], arch: u32, nr: u32, args: [u32; 4]) -> u32 {
     let mut acc = 0u32;
     let mut pc = 0usize;
     loop {
@@ -134,7 +161,9 @@ fn run(program: &[Instruction], arch: u32, nr: u32, arg0: u32) -> u32 {
                 acc = match i.k {
                     OFFSET_NR => nr,
                     OFFSET_ARCH => arch,
-                    OFFSET_ARG0 => arg0,
+                    k if k >= OFFSET_ARG0 && (k - OFFSET_ARG0).is_multiple_of(8) => {
+                        args[((k - OFFSET_ARG0) / 8) as usize]
+                    }
                     other => panic!("load of offset {other}"),
                 };
                 pc += 1;
@@ -199,6 +228,50 @@ mod tests {
             run(&p, x86, libc::SYS_unshare as u32, libc::CLONE_NEWNS as u32),
             SECCOMP_RET_ALLOW,
             "other namespaces need capabilities the agent lacks anyway"
+        );
+    }
+
+    #[test]
+    fn set_id_bits_are_never_set() {
+        let p = program();
+        let x86 = AUDIT_ARCH_X86_64;
+        let nr = |n: libc::c_long| n as u32;
+        assert_eq!(
+            run_args(&p, x86, nr(libc::SYS_chmod), [0, 0o4755, 0, 0]),
+            EPERM
+        );
+        assert_eq!(
+            run_args(&p, x86, nr(libc::SYS_chmod), [0, 0o2755, 0, 0]),
+            EPERM
+        );
+        assert_eq!(
+            run_args(&p, x86, nr(libc::SYS_chmod), [0, 0o755, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run_args(&p, x86, nr(libc::SYS_fchmodat), [0, 0, 0o4700, 0]),
+            EPERM
+        );
+        assert_eq!(
+            run_args(&p, x86, nr(libc::SYS_fchmodat), [0, 0, 0o644, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        let creat = libc::O_CREAT as u32 | libc::O_WRONLY as u32;
+        assert_eq!(
+            run_args(&p, x86, nr(libc::SYS_openat), [0, 0, creat, 0o4755]),
+            EPERM
+        );
+        assert_eq!(
+            run_args(&p, x86, nr(libc::SYS_openat), [0, 0, creat, 0o644]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run_args(&p, x86, nr(libc::SYS_creat), [0, 0o6755, 0, 0]),
+            EPERM
+        );
+        assert_eq!(
+            run(&p, x86, nr(libc::SYS_openat2), 0),
+            SECCOMP_RET_ERRNO | libc::ENOSYS as u32
         );
     }
 
