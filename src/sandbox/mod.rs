@@ -1,5 +1,6 @@
 //! Everything that runs on the task's side of the fence: the shim and what it sets up.
 
+pub mod agent;
 pub mod logs;
 pub mod mounts;
 pub mod prepare;
