@@ -177,8 +177,14 @@ fn kernel_child() {
         assert_eq!(errno_of(fs::write(path, "x")), Some(libc::EROFS), "{path}");
     }
     assert_eq!(
-        errno_of(fs::create_dir("/sys/fs/cgroup/keel-probe")),
+        errno_of(fs::create_dir("/sys/keel-probe")),
         Some(libc::EROFS)
+    );
+    // /sys comes without its submounts: the host's cgroup tree is not there.
+    assert!(
+        !Path::new("/sys/fs/cgroup/cgroup.procs").exists()
+            && !Path::new("/sys/fs/cgroup/memory").exists(),
+        "the host's cgroup tree is visible"
     );
     assert_eq!(
         errno_of(fs::write("/run/keel-probe", "x")),

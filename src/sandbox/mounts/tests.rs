@@ -82,7 +82,7 @@ fn typical_host_plan_in_order() {
         "rbind         /home -> <root>/home",
         "symlink       <root>/lib -> usr/lib",
         "mkdir         <root>/sys 0755",
-        "rbind         /sys -> <root>/sys",
+        "bind          /sys -> <root>/sys",
         "mkdir         <root>/usr 0755",
         "rbind         /usr -> <root>/usr",
         "mkdir         <root>/var 0755",
