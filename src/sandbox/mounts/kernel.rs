@@ -341,8 +341,12 @@ impl Mounter for KernelMounter {
             }
             MountOp::Proc { target } => {
                 let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+                // hidepid=ptraceable (proc(5)): a process the reader may not ptrace is not
+                // listed. The agent, without capabilities, may not ptrace its shim (which has
+                // them, and stays in the host's mount namespace): /proc/1 — its mountinfo,
+                // cmdline and root — is out of the agent's sight, its own processes are not.
                 self.mount_on(target, Known::Mount, |at| {
-                    sys::mount_fs("proc", at, "proc", flags, None)
+                    sys::mount_fs("proc", at, "proc", flags, Some("hidepid=ptraceable"))
                 })
             }
             MountOp::Devpts { target } => {
