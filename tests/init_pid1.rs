@@ -7,9 +7,11 @@ use common::*;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn init_in_pid_namespace(scratch: &Scratch) -> Child {
+/// `keel init` as PID 1 of a new PID namespace. `--kill-child`: if the test dies, killing
+/// `unshare` (done by the guard) takes keel init, and with it the whole namespace.
+fn init_in_pid_namespace(scratch: &Scratch) -> KillOnDrop {
     let log = std::fs::File::create(scratch.dir.join("init.log")).unwrap();
-    Command::new("unshare")
+    let child = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
         .arg(keel_bin())
         .arg("init")
@@ -21,7 +23,8 @@ fn init_in_pid_namespace(scratch: &Scratch) -> Child {
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
-        .unwrap()
+        .unwrap();
+    KillOnDrop(child)
 }
 
 /// Run a `keel` client against the state directory of `scratch`.

@@ -329,24 +329,26 @@ fn a_daemon_without_privileges_refuses_the_task_and_says_why() {
         r#"Unit(command: ["/bin/true"], restart: Never)"#,
     )
     .unwrap();
-    let mut daemon = std::process::Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(keel_bin())
-        .args(["daemon", "--state"])
-        .arg(&state)
-        .arg("--units")
-        .arg(&units)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut daemon = KillOnDrop(
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+            ])
+            .arg(keel_bin())
+            .args(["daemon", "--state"])
+            .arg(&state)
+            .arg("--units")
+            .arg(&units)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let status = || -> serde_json::Value {
         let out = std::process::Command::new(keel_bin())
             .arg("--state")

@@ -294,3 +294,29 @@ pub fn namespace_members(shim: i32) -> impl Fn() -> Vec<i32> {
             .collect()
     }
 }
+
+/// A child process this test started, killed (by its pid) and reaped if the test ends — or
+/// panics — while it still runs.
+pub struct KillOnDrop(pub Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
