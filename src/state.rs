@@ -160,6 +160,12 @@ impl StateDir {
 
 /// Write `bytes` to `path` atomically: temp file, fsync, rename, fsync the directory.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    replace_file(path, bytes, true)
+}
+
+/// Write `bytes` to a temporary file beside `path` (`.<name>.tmp.<pid>`) and rename it over
+/// `path`; `durable`: fsync the file before the rename and the directory after it.
+fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> Result<(), StateError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -174,11 +180,16 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
             .mode(0o600)
             .open(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        crash_point("mid-write");
+        if durable {
+            file.sync_all()?;
+            drop(file);
+            crash_point("mid-write");
+        }
         fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        if durable {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -208,36 +219,21 @@ pub fn remove_stale_temp_files(dir: &Path) {
 /// daemon so; a process crash cannot tear them (rename is atomic). Saves two fsyncs on the
 /// path of every start.
 pub fn write_ron_volatile<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
-    let text =
-        ron::ser::to_string_pretty(value, ron::ser::PrettyConfig::default()).map_err(|e| {
-            StateError::Parse {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            }
-        })?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = fs::write(&tmp, text.as_bytes()).and_then(|()| fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(io_err(path))
+    replace_file(path, to_ron(path, value)?.as_bytes(), false)
 }
 
 /// Serialize `value` as pretty RON and write it atomically.
 pub fn write_ron<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
-    let text =
-        ron::ser::to_string_pretty(value, ron::ser::PrettyConfig::default()).map_err(|e| {
-            StateError::Parse {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            }
-        })?;
-    atomic_write(path, text.as_bytes())
+    atomic_write(path, to_ron(path, value)?.as_bytes())
+}
+
+fn to_ron<T: Serialize>(path: &Path, value: &T) -> Result<String, StateError> {
+    ron::ser::to_string_pretty(value, ron::ser::PrettyConfig::default()).map_err(|e| {
+        StateError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    })
 }
 
 /// Read a RON state file. `Ok(None)` when it does not exist.

@@ -314,13 +314,15 @@ fn logs_follow_streams_new_output() {
         r#"Unit(command: ["/bin/sh", "-c", "i=0; while :; do echo n$i; i=$((i+1)); sleep 0.05; done"])"#,
     );
     d.wait_state("chatty", "running", Duration::from_secs(5));
-    let mut child = std::process::Command::new(keel_bin())
-        .arg("--state")
-        .arg(d.state())
-        .args(["logs", "-f", "chatty"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        std::process::Command::new(keel_bin())
+            .arg("--state")
+            .arg(d.state())
+            .args(["logs", "-f", "chatty"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     use std::io::BufRead;
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let mut numbers = Vec::new();

@@ -3,6 +3,8 @@
 //! Each test works in its own temporary directory (removed at the end) and only ever signals
 //! processes it started itself.
 
+mod common;
+use common::KillOnDrop;
 use keel::sandbox::logs::{rotated_path, tail_lines};
 use keel::sandbox::spec::{
     exit_record_path, kill_request_signal, output_log_path, shim_record_path, AgentStatus,
@@ -74,7 +76,7 @@ fn sh(script: &str) -> Vec<&str> {
 
 /// Start `keel shim` on `spec` as the daemon would: stdin /dev/null, stdout+stderr to
 /// `run/shim.log`.
-fn start(dir: &TempDir, spec: &AttemptSpec, env: &[(&str, &str)]) -> Child {
+fn start(dir: &TempDir, spec: &AttemptSpec, env: &[(&str, &str)]) -> KillOnDrop {
     let spec_path = dir.run().join("attempt.ron");
     write_ron(&spec_path, spec).unwrap();
     let log = fs::File::create(dir.run().join("shim.log")).unwrap();
@@ -89,7 +91,7 @@ fn start(dir: &TempDir, spec: &AttemptSpec, env: &[(&str, &str)]) -> Child {
     for (name, value) in env {
         command.env(name, value);
     }
-    command.spawn().unwrap()
+    KillOnDrop(command.spawn().unwrap())
 }
 
 fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
@@ -496,15 +498,17 @@ fn the_shim_survives_a_closed_stderr() {
     let dir = TempDir::new("epipe");
     let spec_path = dir.run().join("attempt.ron");
     write_ron(&spec_path, &dir.spec(&sh("sleep 0.2; echo hi"))).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .arg("shim")
-        .arg("--spec")
-        .arg(&spec_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_keel"))
+            .arg("shim")
+            .arg("--spec")
+            .arg(&spec_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     drop(child.stdout.take());
     drop(child.stderr.take());
     let status = wait(&mut child, Duration::from_secs(10));

@@ -184,21 +184,33 @@ impl Daemon {
         if !dir.is_dir() || super::spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
             return None;
         }
-        let work = self.dirs.work_dir(unit);
-        let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
-        let _ = std::fs::remove_dir_all(self.dirs.run_dir(unit));
-        let _ = std::fs::remove_dir_all(self.dirs.checkpoint_dir(unit));
-        let message = if work_has_files {
-            format!(
-                "{unit}: leftovers removed; work directory kept: {}",
-                work.display()
-            )
-        } else {
-            let _ = std::fs::remove_dir_all(&dir);
-            format!("{unit}: leftovers removed")
+        let message = match self.delete_task_files(unit) {
+            kept if kept.is_empty() => format!("{unit}: leftovers removed"),
+            kept => format!("{unit}: leftovers removed; {kept}"),
         };
         self.journal_event(unit, 0, 0, "removed", &message);
         Some(message)
+    }
+
+    /// `keel rm`'s deletion: run files (unless a shim still holds their lock), checkpoint, and
+    /// the task directory itself unless its work directory holds files. Returns what was kept.
+    fn delete_task_files(&self, unit: &str) -> String {
+        let run = self.dirs.run_dir(unit);
+        let work = self.dirs.work_dir(unit);
+        let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
+        if super::spawn::attempt_lock_held(&run) {
+            // Never pull run/ (and its lock) from under a live shim.
+            log::error!("{unit}: removed while a shim still holds its attempt lock; run/ kept");
+        } else {
+            let _ = std::fs::remove_dir_all(&run);
+        }
+        let _ = std::fs::remove_dir_all(self.dirs.checkpoint_dir(unit));
+        if work_has_files {
+            format!("work directory kept: {}", work.display())
+        } else {
+            let _ = std::fs::remove_dir_all(self.dirs.task_dir(unit));
+            String::new()
+        }
     }
 
     /// Forget a task. `explicit` (`keel rm`): its record, run files and checkpoint go, and its
@@ -216,21 +228,7 @@ impl Daemon {
         let _ = std::fs::remove_file(self.dirs.record_path(unit));
         let _ = std::fs::remove_file(self.dirs.accepted_unit_path(unit));
         let detail = if explicit {
-            let work = self.dirs.work_dir(unit);
-            let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
-            if super::spawn::attempt_lock_held(&run) {
-                // Never pull run/ (and its lock) from under a live shim.
-                log::error!("{unit}: removed while a shim still holds its attempt lock; run/ kept");
-            } else {
-                let _ = std::fs::remove_dir_all(&run);
-            }
-            let _ = std::fs::remove_dir_all(self.dirs.checkpoint_dir(unit));
-            if work_has_files {
-                format!("work directory kept: {}", work.display())
-            } else {
-                let _ = std::fs::remove_dir_all(self.dirs.task_dir(unit));
-                String::new()
-            }
+            self.delete_task_files(unit)
         } else {
             for record in [
                 spec::attempt_path(&run),

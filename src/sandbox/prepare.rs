@@ -22,8 +22,12 @@ pub struct Prepared {
 /// Resolve the sandbox of `spec`. Errors say what to fix (an unknown user, a capability
 /// name) and are reported as the attempt's spawn failure.
 pub fn prepare(spec: &SandboxSpec) -> Result<Prepared, String> {
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    // The user databases only matter for `sandbox.user` (root needs no lookup).
+    let read = |path: &str| match &spec.user {
+        Some(_) => std::fs::read_to_string(path).unwrap_or_default(),
+        None => String::new(),
+    };
+    let (passwd, group) = (read("/etc/passwd"), read("/etc/group"));
     let privileges = privileges::plan(
         &spec.capabilities,
         spec.user.as_deref(),
