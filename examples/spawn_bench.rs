@@ -45,6 +45,7 @@ fn main() {
     let mut keel = Vec::new();
     let mut bwrap = Vec::new();
     let mut unshare = Vec::new();
+    let mut shim_only = Vec::new();
     for round in 0..rounds {
         bare.push(time(|| {
             assert!(Command::new("/bin/true").status().unwrap().success());
@@ -58,15 +59,12 @@ fn main() {
             last_progress: None,
         };
         let spec = attempt_spec(&dirs, &unit, &ctx);
-        keel.push(time(|| {
-            let (pid, _pidfd) = spawn_shim_program(&spec, &keel_bin).expect("spawn shim");
-            let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
-            if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
-                let log = std::fs::read_to_string(dirs.run_dir("bench").join("shim.log"))
-                    .unwrap_or_default();
-                panic!("shim failed ({status:?}):\n{log}");
-            }
-        }));
+        keel.push(time(|| run_shim(&spec, &keel_bin, &dirs)));
+        // (e) the same shim with its sandbox off: what the shim itself costs (exec of keel,
+        // spec, records, fork of the agent), apart from the namespaces and mounts.
+        let mut bare_spec = attempt_spec(&dirs, &unit, &ctx);
+        bare_spec.sandbox = None;
+        shim_only.push(time(|| run_shim(&bare_spec, &keel_bin, &dirs)));
         if have_bwrap {
             bwrap.push(time(|| {
                 let ok = Command::new("bwrap")
@@ -103,6 +101,7 @@ fn main() {
         ("(b) keel sandboxed start", &mut keel),
         ("(c) bwrap --ro-bind / / --bind --proc --dev", &mut bwrap),
         ("(d) unshare -mpf --mount-proc", &mut unshare),
+        ("(e) keel's shim, sandbox off (part of b)", &mut shim_only),
     ] {
         if samples.is_empty() {
             println!("{name:<44} not installed");
@@ -123,6 +122,17 @@ fn main() {
         );
     }
     let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// Spawn the shim as the daemon does and wait for it: spawn through reap.
+fn run_shim(spec: &keel::sandbox::spec::AttemptSpec, keel_bin: &std::path::Path, dirs: &StateDir) {
+    let (pid, _pidfd) = spawn_shim_program(spec, keel_bin).expect("spawn shim");
+    let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
+    if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
+        let log =
+            std::fs::read_to_string(dirs.run_dir("bench").join("shim.log")).unwrap_or_default();
+        panic!("shim failed ({status:?}):\n{log}");
+    }
 }
 
 fn time(f: impl FnOnce()) -> Duration {

@@ -1,10 +1,11 @@
 //! keel: a Linux process supervisor for unattended coding agents.
 //!
 //! The architecture is `../shared/DESIGN.md` made visible: [`unit`] files, durable [`state`],
-//! the [`daemon`] and its event loop, the shim in [`sandbox`], `keel init` in [`init`], and
-//! every raw syscall in [`sys`].
+//! the [`daemon`], its event loop and its [`config`] file, the shim in [`sandbox`], `keel init`
+//! in [`init`], and every raw syscall in [`sys`].
 
 pub mod cli;
+pub mod config;
 pub mod daemon;
 pub mod init;
 pub mod logger;

@@ -27,6 +27,9 @@ enum Command {
         /// Units directory (default: STATE/units).
         #[arg(long, value_name = "DIR")]
         units: Option<PathBuf>,
+        /// Capacity and scheduling settings (default: STATE/keel.ron; missing = defaults).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// PID-1 mode: run and respawn the daemon, reap zombies, forward signals.
     Init {
@@ -112,12 +115,13 @@ fn main() {
             .unwrap_or_else(|| state_dir.join("units"))
     };
     let result: Result<(), CliError> = match args.command {
-        Command::Daemon { units } => {
+        Command::Daemon { units, config } => {
             keel::logger::init("daemon");
             let options = keel::daemon::Options {
                 state_dir: state_dir.clone(),
                 units_dir_explicit: units.is_some(),
                 units_dir: units_dir(units),
+                config_path: config.map(|c| std::path::absolute(&c).unwrap_or(c)),
             };
             match keel::daemon::Daemon::new(options) {
                 Ok(daemon) => std::process::exit(daemon.run()),

@@ -303,9 +303,13 @@ impl Daemon {
             }),
             Request::Status { unit } => Some(self.status(unit.as_deref())),
             Request::Reload => {
+                let config = self.reload_config();
                 self.scan_units();
-                Some(Response::Ok {
-                    message: format!("reloaded {} units", self.tasks.len()),
+                Some(match config {
+                    Ok(()) => Response::Ok {
+                        message: format!("reloaded {} units", self.tasks.len()),
+                    },
+                    Err(message) => Response::Error { message },
                 })
             }
             Request::Add { name, text } => Some(self.add_unit(&name, &text)),
@@ -451,9 +455,18 @@ impl Daemon {
             return Response::Error { message };
         }
         let path = self.units_dir.join(format!("{name}.ron"));
-        if let Err(e) = crate::unit::parse_unit(&path, text) {
+        let unit = match crate::unit::parse_unit(&path, text) {
+            Ok(unit) => unit,
+            Err(e) => {
+                return Response::Error {
+                    message: e.to_string(),
+                }
+            }
+        };
+        let reservation = super::queue::Reservation::of(&unit.resources);
+        if let Some(why) = super::queue::never_fits(&reservation, &self.config.capacity) {
             return Response::Error {
-                message: e.to_string(),
+                message: format!("{name}: can never start: {why}"),
             };
         }
         if let Err(e) = crate::state::atomic_write(&path, text.as_bytes()) {
@@ -495,7 +508,10 @@ impl Daemon {
                     backoff_until_ms: r.backoff_until_ms,
                     last_exit: r.last_exit.map(|e| e.to_string()),
                     restarts: r.restarts.len(),
-                    reason: r.reason.clone(),
+                    reason: match (&t.waiting, r.state) {
+                        (Some(waiting), TaskState::Queued) => Some(waiting.clone()),
+                        _ => r.reason.clone(),
+                    },
                     progress: super::last_progress_line(&self.dirs.run_dir(&t.name)),
                     unit_changed: r.state.has_attempt() && t.accepted_text != t.unit_text,
                     unit_file_missing: !t.seen_file,

@@ -3,6 +3,7 @@
 //! after a daemon restart in `recovery.rs`.
 
 use super::policy::{self, Decision, History, Policy};
+use super::queue::{QueuedTask, Reservation};
 use super::record::{Intent, LastExit, ShimIdentity, TaskState};
 use super::spawn::{self, AttemptContext, SpawnError};
 use super::timers::Timer;
@@ -70,6 +71,16 @@ impl Daemon {
         let Some(task) = self.tasks.get_mut(unit) else {
             return false;
         };
+        if to == TaskState::Queued && task.record.state != TaskState::Queued {
+            task.queued_since_ms = now_ms();
+        }
+        if to != TaskState::Queued {
+            task.waiting = None;
+        }
+        if task.record.state.has_attempt() && !to.has_attempt() {
+            // What this attempt reserved is free again.
+            self.schedule_pending = true;
+        }
         task.record.state = to;
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         let persisted = self.persist(unit).is_ok();
@@ -87,23 +98,57 @@ impl Daemon {
         if self.shutdown.is_some() {
             return;
         }
-        let queued: Vec<super::queue::Candidate> = self
+        let queued: Vec<QueuedTask> = self
             .tasks
             .values()
-            .filter(|t| t.record.state == TaskState::Queued && t.unit.is_some() && t.seen_file)
+            .filter(|t| t.record.state == TaskState::Queued && t.seen_file)
             .filter(|t| t.start_retry_at.is_none_or(|at| at <= Instant::now()))
-            .map(|t| super::queue::Candidate {
-                unit: t.name.clone(),
-                priority: t.unit.as_ref().map_or(0, |u| u.priority),
-                submitted_ms: t.record.submitted_ms,
+            .filter_map(|t| {
+                let unit = t.unit.as_ref()?;
+                Some(QueuedTask {
+                    unit: t.name.clone(),
+                    priority: unit.priority,
+                    submitted_ms: t.record.submitted_ms,
+                    queued_since_ms: t.queued_since_ms,
+                    reservation: Reservation::of(&unit.resources),
+                })
             })
             .collect();
-        let running = self
+        // What live attempts hold: the unit they started with (an edit applies at the next
+        // start), or for an adopted attempt the unit as it is now.
+        let running: Vec<Reservation> = self
             .tasks
             .values()
             .filter(|t| t.record.state.has_attempt())
-            .count();
-        for unit in super::queue::pick_startable(&queued, running, None) {
+            .map(|t| {
+                t.reserved.unwrap_or_else(|| {
+                    t.unit
+                        .as_ref()
+                        .map(|u| Reservation::of(&u.resources))
+                        .unwrap_or_default()
+                })
+            })
+            .collect();
+        let decision = super::queue::decide(
+            &queued,
+            &running,
+            &self.config.capacity,
+            now_ms(),
+            self.config.starvation_limit_ms(),
+        );
+        for (unit, why) in decision.waiting {
+            let why = why.to_string();
+            let Some(task) = self.tasks.get_mut(&unit) else {
+                continue;
+            };
+            if task.waiting.as_deref() != Some(why.as_str()) {
+                // One journal line when the reason changes, not one per round.
+                let (attempt, generation) = (task.record.attempt, task.record.generation);
+                task.waiting = Some(why.clone());
+                self.journal_event(&unit, attempt, generation, "waiting", &why);
+            }
+        }
+        for unit in decision.start {
             self.start_attempt(&unit);
         }
     }
@@ -172,6 +217,7 @@ impl Daemon {
         if let Some(task) = self.tasks.get_mut(unit) {
             task.started_at = Some(Instant::now());
             task.accepted_text = Some(text.clone());
+            task.reserved = Some(Reservation::of(&unit_def.resources));
         }
         if let Err(e) = state::atomic_write(&self.dirs.accepted_unit_path(unit), text.as_bytes()) {
             log::warn!("{unit}: cannot keep a copy of the accepted unit: {e}");

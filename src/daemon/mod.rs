@@ -42,6 +42,8 @@ pub struct Options {
     /// Given with `--units`: it must exist (a typo or an unmounted filesystem must not look
     /// like "every unit was removed"). The default `STATE/units` is created.
     pub units_dir_explicit: bool,
+    /// `--config PATH`; default `STATE/keel.ron` (a missing file means every default).
+    pub config_path: Option<PathBuf>,
 }
 
 /// A live attempt: its shim and the pidfd registered in the loop.
@@ -69,6 +71,12 @@ pub(crate) struct Task {
     /// This daemon has seen the unit file. A task whose file was never seen (a wrong or not
     /// yet mounted units directory) is neither started nor forgotten: `keel rm` forgets it.
     pub seen_file: bool,
+    /// Why the scheduler keeps this queued task waiting ("needs 4 CPU, 1.5 free").
+    pub waiting: Option<String>,
+    /// When the task last became queued (unix ms): what `starvation_limit` is measured from.
+    pub queued_since_ms: u64,
+    /// What the live attempt reserved (from the unit it started with).
+    pub reserved: Option<queue::Reservation>,
 }
 
 enum Source {
@@ -113,6 +121,10 @@ pub struct Daemon {
     /// The first event of the current burst (bounds how long a rescan can be pushed back).
     rescan_first: Option<Instant>,
     boot_id: String,
+    /// `keel.ron`: capacity and starvation limit (re-read on reload).
+    config: crate::config::Config,
+    config_path: PathBuf,
+    host: crate::config::HostCapacity,
     _lock: InstanceLock,
 }
 
@@ -163,6 +175,16 @@ impl Daemon {
         std::fs::create_dir_all(&options.units_dir).map_err(setup("create the units directory"))?;
         let _ = std::fs::remove_file(dirs.exit_status_path());
         let journal = Journal::open(&dirs.events_path())?;
+        let config_path = options
+            .config_path
+            .clone()
+            .unwrap_or_else(|| dirs.root.join(crate::config::CONFIG_FILE));
+        let host = crate::config::HostCapacity::detect(None, None)
+            .map_err(setup("read the host's CPUs and memory (/proc/meminfo)"))?;
+        // A malformed keel.ron stops the daemon at start (file:line:col); on reload the old
+        // configuration stays in force instead.
+        let config = crate::config::load_config(&config_path, &host)
+            .map_err(|e| DaemonError::Config(e.to_string()))?;
         raise_open_file_limit();
 
         let under_init = std::env::var("KEEL_UNDER_INIT")
@@ -230,6 +252,9 @@ impl Daemon {
             rescan_at: None,
             rescan_first: None,
             boot_id: crate::sys::boot_id(),
+            config,
+            config_path,
+            host,
             _lock: lock,
         })
     }
@@ -327,6 +352,9 @@ impl Daemon {
                 libc::SIGHUP => {
                     log::info!("SIGHUP: reloading units");
                     self.journal_event("", 0, 0, "reload", "SIGHUP");
+                    if let Err(e) = self.reload_config() {
+                        log::error!("{e}");
+                    }
                     self.scan_units();
                 }
                 // Forwarded by keel init from whoever signals the container; a supervisor
@@ -380,6 +408,21 @@ impl Daemon {
             }
             Timer::StopTimeout { unit, generation } => self.on_stop_timeout(&unit, generation),
             Timer::StopForce { unit, generation } => self.on_stop_force(&unit, generation),
+        }
+    }
+
+    /// Re-read `keel.ron`. A bad file leaves the configuration in force as it was.
+    pub(crate) fn reload_config(&mut self) -> Result<(), String> {
+        match crate::config::load_config(&self.config_path, &self.host) {
+            Ok(config) => {
+                if config != self.config {
+                    log::info!("{}: configuration changed", self.config_path.display());
+                    self.config = config;
+                    self.schedule_pending = true;
+                }
+                Ok(())
+            }
+            Err(e) => Err(format!("{e} (the previous configuration stays in force)")),
         }
     }
 

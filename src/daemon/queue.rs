@@ -1,66 +1,291 @@
-//! The scheduler: which queued tasks start now. A pure function of the queue and what runs.
+//! The scheduler: which queued tasks start now. A pure function of the queue, what runs, the
+//! daemon's capacity and the clock — no I/O, so every rule is unit-tested.
 //!
-//! Order is priority (higher first), then submission time. Resource reservations and the
-//! daemon's capacity come with cgroup slices; until then `max_running` is the only limit.
+//! Rules:
+//! - Order is priority (higher first), then submission time (earlier first), then name.
+//! - A task starts only when its reservation (CPU, memory) fits in what the running tasks leave,
+//!   and while fewer than `max_running` tasks run.
+//! - A smaller task may pass a blocked larger one (backfilling keeps the machine busy), but only
+//!   while the larger one has waited less than `starvation_limit`. Once it has waited that long,
+//!   it holds the line: nothing behind it starts until enough capacity frees for it. Without
+//!   this, a stream of small tasks could keep a large one waiting forever.
+//!
+//! CPU is counted in integer millicores: summing `f64` cores drifts (ten reservations of 0.1
+//! sum to 0.9999999999999999, which would not fit in 1.0).
 
-/// A queued task as the scheduler sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
-    pub unit: String,
-    pub priority: i32,
-    pub submitted_ms: u64,
+use crate::unit::Resources;
+use std::cmp::Ordering;
+use std::fmt;
+
+/// What a task holds while it runs: the unit's `resources`, in integer units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reservation {
+    /// CPU in thousandths of a core (`cpu: 1.5` → 1500).
+    pub cpu_millis: u64,
+    /// Memory in bytes.
+    pub memory: u64,
 }
 
-/// The queued tasks to start now, in start order.
-pub fn pick_startable(
-    queued: &[Candidate],
-    running: usize,
-    max_running: Option<usize>,
-) -> Vec<String> {
-    let mut order: Vec<&Candidate> = queued.iter().collect();
-    order.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.submitted_ms.cmp(&b.submitted_ms))
-            .then(a.unit.cmp(&b.unit))
-    });
-    let free = match max_running {
-        Some(max) => max.saturating_sub(running),
-        None => usize::MAX,
+impl Reservation {
+    /// The reservation of a unit's `resources`. A positive CPU share is at least one millicore,
+    /// so that no task that asked for CPU is counted as free.
+    pub fn of(resources: &Resources) -> Reservation {
+        Reservation {
+            cpu_millis: cpu_millis(resources.cpu),
+            memory: resources.memory.0,
+        }
+    }
+}
+
+/// `cores` as millicores, rounded to the nearest (`0.1` → 100, not 100.00000000000001 → 101);
+/// non-positive or NaN → 0 (validation refuses those before they get here).
+pub(crate) fn cpu_millis(cores: f64) -> u64 {
+    if cores.is_nan() || cores <= 0.0 {
+        return 0;
+    }
+    // `as` saturates: an absurd share becomes u64::MAX, which never fits.
+    ((cores * 1000.0).round() as u64).max(1)
+}
+
+/// A queued task as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedTask {
+    pub unit: String,
+    pub priority: i32,
+    /// When the task was submitted (ms since the epoch): its place in the order.
+    pub submitted_ms: u64,
+    /// When it last entered the queue (ms since the epoch): how long it has waited.
+    pub queued_since_ms: u64,
+    pub reservation: Reservation,
+}
+
+/// What the daemon may hand out: the sum of running reservations stays within it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    pub cpu_millis: u64,
+    pub memory: u64,
+    /// At most this many tasks run at once; `None`: no count limit.
+    pub max_running: Option<usize>,
+}
+
+/// The scheduler's answer: what to start now (in order) and why each other task waits.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    pub start: Vec<String>,
+    /// Every queued task not started, in order, with its reason.
+    pub waiting: Vec<(String, WaitReason)>,
+}
+
+/// A quantity asked for and what is left of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Short {
+    pub needs: u64,
+    pub free: u64,
+}
+
+/// Why a queued task is not started; its `Display` is what `keel status` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    /// Its reservation does not fit in what the running tasks leave (CPU in millicores,
+    /// memory in bytes; `None` for the resource that does fit).
+    Resources {
+        cpu: Option<Short>,
+        memory: Option<Short>,
+    },
+    /// Its reservation exceeds the whole capacity (which shrank after it was queued): it can
+    /// never start, so it never holds the line either. The text is [`never_fits`]'.
+    NeverFits(String),
+    /// `max_running` tasks already run.
+    MaxRunning { running: usize, max: usize },
+    /// A task ahead of it has waited past `starvation_limit` and holds the line.
+    Behind { unit: String, waited_ms: u64 },
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitReason::Resources { cpu, memory } => {
+                // Needs rounded up and free rounded down: the figures shown never look as
+                // though the task would fit.
+                let cpu = cpu.map(|s| {
+                    format!(
+                        "needs {} CPU, {} free",
+                        format_cpu(s.needs, true),
+                        format_cpu(s.free, false)
+                    )
+                });
+                let memory = memory.map(|s| {
+                    format!(
+                        "needs {} memory, {} free",
+                        format_bytes(s.needs, true),
+                        format_bytes(s.free, false)
+                    )
+                });
+                let parts: Vec<String> = cpu.into_iter().chain(memory).collect();
+                f.write_str(&parts.join("; "))
+            }
+            WaitReason::NeverFits(message) => f.write_str(message),
+            WaitReason::MaxRunning { running, max } => {
+                write!(f, "{running} of {max} running (max_running)")
+            }
+            WaitReason::Behind { unit, waited_ms } => write!(
+                f,
+                "behind `{unit}` (waiting {}, past starvation_limit)",
+                format_waited(*waited_ms)
+            ),
+        }
+    }
+}
+
+/// The queue order: priority (higher first), then submission (earlier first), then name.
+fn order(a: &QueuedTask, b: &QueuedTask) -> Ordering {
+    b.priority
+        .cmp(&a.priority)
+        .then(a.submitted_ms.cmp(&b.submitted_ms))
+        .then_with(|| a.unit.cmp(&b.unit))
+}
+
+/// What to start now. `running` are the reservations of every task that holds one (starting,
+/// running, stopping: anything with a live attempt). Times are in milliseconds; a task has
+/// waited `now_ms - queued_since_ms`.
+pub fn decide(
+    queued: &[QueuedTask],
+    running: &[Reservation],
+    capacity: &Capacity,
+    now_ms: u64,
+    starvation_limit_ms: u64,
+) -> Decision {
+    let mut sorted: Vec<&QueuedTask> = queued.iter().collect();
+    sorted.sort_by(|a, b| order(a, b));
+
+    // Saturating: a capacity lowered below what already runs leaves nothing free, not a wrap.
+    let used = running
+        .iter()
+        .fold(Reservation::default(), |sum, r| Reservation {
+            cpu_millis: sum.cpu_millis.saturating_add(r.cpu_millis),
+            memory: sum.memory.saturating_add(r.memory),
+        });
+    let mut free = Reservation {
+        cpu_millis: capacity.cpu_millis.saturating_sub(used.cpu_millis),
+        memory: capacity.memory.saturating_sub(used.memory),
     };
-    order
-        .into_iter()
-        .take(free)
-        .map(|c| c.unit.clone())
-        .collect()
+    let mut count = running.len();
+    let mut held_by: Option<(&str, u64)> = None;
+    let mut decision = Decision::default();
+
+    for task in sorted {
+        let need = task.reservation;
+        let reason = if let Some(message) = never_fits(&need, capacity) {
+            WaitReason::NeverFits(message)
+        } else if let Some(max) = capacity.max_running.filter(|max| count >= *max) {
+            WaitReason::MaxRunning {
+                running: count,
+                max,
+            }
+        } else if let Some((unit, waited_ms)) = held_by {
+            WaitReason::Behind {
+                unit: unit.to_string(),
+                waited_ms,
+            }
+        } else if need.cpu_millis <= free.cpu_millis && need.memory <= free.memory {
+            free.cpu_millis -= need.cpu_millis;
+            free.memory -= need.memory;
+            count += 1;
+            decision.start.push(task.unit.clone());
+            continue;
+        } else {
+            let waited_ms = now_ms.saturating_sub(task.queued_since_ms);
+            if waited_ms >= starvation_limit_ms {
+                held_by = Some((&task.unit, waited_ms));
+            }
+            let short = |needs: u64, free: u64| (needs > free).then_some(Short { needs, free });
+            WaitReason::Resources {
+                cpu: short(need.cpu_millis, free.cpu_millis),
+                memory: short(need.memory, free.memory),
+            }
+        };
+        decision.waiting.push((task.unit.clone(), reason));
+    }
+    decision
+}
+
+/// Why a reservation can never be granted, even with nothing else running: refused at
+/// `keel add`. `None` when it fits in the capacity.
+pub fn never_fits(reservation: &Reservation, capacity: &Capacity) -> Option<String> {
+    let mut problems = Vec::new();
+    if reservation.cpu_millis > capacity.cpu_millis {
+        problems.push(format!(
+            "needs {} CPU but capacity is {} CPU (keel.ron capacity.cpu)",
+            format_cpu(reservation.cpu_millis, true),
+            format_cpu(capacity.cpu_millis, false)
+        ));
+    }
+    if reservation.memory > capacity.memory {
+        problems.push(format!(
+            "needs {} memory but capacity is {} (keel.ron capacity.memory)",
+            format_bytes(reservation.memory, true),
+            format_bytes(capacity.memory, false)
+        ));
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
+}
+
+/// Millicores as cores with at most two decimals, trailing zeros trimmed: 1500 → "1.5".
+pub fn format_cpu(millis: u64, round_up: bool) -> String {
+    let hundredths = if round_up {
+        millis.div_ceil(10)
+    } else {
+        millis / 10
+    };
+    let (whole, frac) = (hundredths / 100, hundredths % 100);
+    match frac {
+        0 => whole.to_string(),
+        _ if frac % 10 == 0 => format!("{whole}.{}", frac / 10),
+        _ => format!("{whole}.{frac:02}"),
+    }
+}
+
+/// Bytes in the largest unit of the unit-file format (K, M, G, T) that keeps a whole part,
+/// with at most one decimal: 1288490188 → "1.2G"; below 1K, bytes as a bare number.
+pub fn format_bytes(bytes: u64, round_up: bool) -> String {
+    const UNITS: [(&str, u32); 4] = [("T", 40), ("G", 30), ("M", 20), ("K", 10)];
+    let Some(at) = UNITS.iter().position(|(_, shift)| bytes >> shift > 0) else {
+        return bytes.to_string();
+    };
+    let tenths = |shift: u32| {
+        let (scaled, unit) = (u128::from(bytes) * 10, 1u128 << shift);
+        if round_up {
+            scaled.div_ceil(unit)
+        } else {
+            scaled / unit
+        }
+    };
+    let (mut name, mut value) = (UNITS[at].0, tenths(UNITS[at].1));
+    // Rounding up can reach 1024 of a unit: show the next one ("1G", not "1024M").
+    if at > 0 && value >= 10240 {
+        (name, value) = (UNITS[at - 1].0, tenths(UNITS[at - 1].1));
+    }
+    match value % 10 {
+        0 => format!("{}{name}", value / 10),
+        decimal => format!("{}.{decimal}{name}", value / 10),
+    }
+}
+
+/// A wait for a person: "45s", "12m", "3h20m", "2d5h" (rounded down).
+fn format_waited(ms: u64) -> String {
+    let secs = ms / 1000;
+    let pair = |big: u64, big_unit: &str, small: u64, small_unit: &str| match small {
+        0 => format!("{big}{big_unit}"),
+        _ => format!("{big}{big_unit}{small}{small_unit}"),
+    };
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86400 => pair(secs / 3600, "h", secs % 3600 / 60, "m"),
+        _ => pair(secs / 86400, "d", secs % 86400 / 3600, "h"),
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn c(unit: &str, priority: i32, submitted_ms: u64) -> Candidate {
-        Candidate {
-            unit: unit.into(),
-            priority,
-            submitted_ms,
-        }
-    }
-
-    #[test]
-    fn priority_then_submission_order() {
-        let queued = [c("late", 0, 20), c("early", 0, 10), c("urgent", 5, 30)];
-        assert_eq!(
-            pick_startable(&queued, 0, None),
-            ["urgent", "early", "late"]
-        );
-    }
-
-    #[test]
-    fn max_running_limits_starts() {
-        let queued = [c("a", 0, 1), c("b", 0, 2), c("c", 0, 3)];
-        assert_eq!(pick_startable(&queued, 1, Some(2)), ["a"]);
-        assert!(pick_startable(&queued, 2, Some(2)).is_empty());
-        assert!(pick_startable(&queued, 5, Some(2)).is_empty());
-    }
-}
+#[path = "queue_tests.rs"]
+mod tests;

@@ -132,6 +132,9 @@ impl Daemon {
                 start_retry_at: None,
                 missing_since: None,
                 seen_file: false,
+                waiting: None,
+                queued_since_ms: now_ms(),
+                reserved: None,
             },
         );
     }

@@ -292,6 +292,9 @@ impl Daemon {
                         start_retry_at: None,
                         missing_since: None,
                         seen_file: true,
+                        waiting: None,
+                        queued_since_ms: now_ms(),
+                        reserved: None,
                     },
                 );
                 if let Err(e) = self.dirs.create_task_dirs(name) {

@@ -16,7 +16,7 @@
 
 mod lexer;
 mod scanner;
-mod source_map;
+pub(crate) mod source_map;
 mod validate;
 mod values;
 
@@ -328,6 +328,19 @@ pub struct UnitError {
     pub message: String,
 }
 
+impl UnitError {
+    /// An error at byte `offset` of `text`, the contents of `file`.
+    pub(crate) fn at(file: &Path, text: &str, offset: usize, message: String) -> Self {
+        let (line, col) = line_col(text, offset);
+        UnitError {
+            file: file.to_path_buf(),
+            line,
+            col,
+            message,
+        }
+    }
+}
+
 impl fmt::Display for UnitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -401,15 +414,7 @@ pub fn parse_unit(file: &Path, text: &str) -> Result<Unit, UnitError> {
 /// below 1, a relative path, …) are all reported. A leading byte-order mark is ignored.
 pub fn check_unit(file: &Path, text: &str) -> Result<Unit, Vec<UnitError>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let error_at = |offset: usize, message: String| {
-        let (line, col) = line_col(text, offset);
-        UnitError {
-            file: file.to_path_buf(),
-            line,
-            col,
-            message,
-        }
-    };
+    let error_at = |offset: usize, message: String| UnitError::at(file, text, offset, message);
     let parsed: Result<Unit, _> = ron::from_str(text);
     let map = SourceMap::new(text);
     let unit = match parsed {
@@ -454,9 +459,56 @@ pub fn check_unit(file: &Path, text: &str) -> Result<Unit, Vec<UnitError>> {
         .collect())
 }
 
+/// The text of a small RON file (a unit, `keel.ron`): refused when it is a directory, not a
+/// regular file (a FIFO would block), over [`MAX_UNIT_FILE_SIZE`], or not UTF-8 (with the
+/// line and column of the first bad byte). `shape` says what the file should be ("a unit is a
+/// file NAME.ron"), `kind` names it ("a unit file").
+pub(crate) fn read_ron_text(path: &Path, shape: &str, kind: &str) -> Result<String, UnitError> {
+    use std::io::Read;
+    let whole_file = |message: String| UnitError {
+        file: path.to_path_buf(),
+        line: 0,
+        col: 0,
+        message,
+    };
+    // Checked before opening: opening a FIFO would block.
+    let metadata = std::fs::metadata(path).map_err(|e| whole_file(format!("cannot read: {e}")))?;
+    if metadata.is_dir() {
+        return Err(whole_file(format!("is a directory: {shape}")));
+    }
+    if !metadata.is_file() {
+        return Err(whole_file(format!("is not a regular file: {shape}")));
+    }
+    let file = std::fs::File::open(path).map_err(|e| whole_file(format!("cannot read: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_UNIT_FILE_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| whole_file(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_UNIT_FILE_SIZE {
+        return Err(whole_file(format!(
+            "is larger than {}: {kind} is a few lines of RON",
+            format_size(MAX_UNIT_FILE_SIZE)
+        )));
+    }
+    String::from_utf8(bytes).map_err(|error| {
+        let valid = error.utf8_error().valid_up_to();
+        let bytes = error.into_bytes();
+        let prefix = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+        let (line, col) = line_col(prefix, valid);
+        UnitError {
+            file: path.to_path_buf(),
+            line,
+            col,
+            message: format!(
+                "invalid UTF-8 (byte 0x{:02x}): save the file as UTF-8",
+                bytes[valid]
+            ),
+        }
+    })
+}
+
 /// Read, name-check and parse a unit file: `(name, unit, text)`.
 pub fn load_unit_file(path: &Path) -> Result<(String, Unit, String), UnitError> {
-    use std::io::Read;
     let whole_file = |message: String| UnitError {
         file: path.to_path_buf(),
         line: 0,
@@ -470,47 +522,7 @@ pub fn load_unit_file(path: &Path) -> Result<(String, Unit, String), UnitError> 
         )
     })?;
     validate_name(&name).map_err(whole_file)?;
-    // Checked before opening: opening a FIFO would block.
-    let metadata = std::fs::metadata(path).map_err(|e| whole_file(format!("cannot read: {e}")))?;
-    if metadata.is_dir() {
-        return Err(whole_file(
-            "is a directory: a unit is a file NAME.ron".to_string(),
-        ));
-    }
-    if !metadata.is_file() {
-        return Err(whole_file(
-            "is not a regular file: a unit is a file NAME.ron".to_string(),
-        ));
-    }
-    let file = std::fs::File::open(path).map_err(|e| whole_file(format!("cannot read: {e}")))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_UNIT_FILE_SIZE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| whole_file(format!("cannot read: {e}")))?;
-    if bytes.len() as u64 > MAX_UNIT_FILE_SIZE {
-        return Err(whole_file(format!(
-            "is larger than {}: a unit file is a few lines of RON",
-            format_size(MAX_UNIT_FILE_SIZE)
-        )));
-    }
-    let text = match String::from_utf8(bytes) {
-        Ok(text) => text,
-        Err(error) => {
-            let valid = error.utf8_error().valid_up_to();
-            let bytes = error.into_bytes();
-            let prefix = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
-            let (line, col) = line_col(prefix, valid);
-            return Err(UnitError {
-                file: path.to_path_buf(),
-                line,
-                col,
-                message: format!(
-                    "invalid UTF-8 (byte 0x{:02x}): save the file as UTF-8",
-                    bytes[valid]
-                ),
-            });
-        }
-    };
+    let text = read_ron_text(path, "a unit is a file NAME.ron", "a unit file")?;
     let unit = parse_unit(path, &text)?;
     Ok((name, unit, text))
 }

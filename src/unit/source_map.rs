@@ -122,7 +122,7 @@ fn nested_home(field: &str) -> Option<(&'static str, &'static str, &'static str)
 }
 
 /// 1-based line and column (in characters, as ron counts) of a byte offset.
-pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let mut offset = offset.min(text.len());
     while !text.is_char_boundary(offset) {
         offset -= 1;
@@ -149,7 +149,7 @@ pub(super) fn offset_of(text: &str, position: ron::error::Position) -> usize {
 }
 
 /// The text of a unit file, tokenized and mapped.
-pub(super) struct SourceMap<'a> {
+pub(crate) struct SourceMap<'a> {
     text: &'a str,
     /// Every token, comments included, in order.
     all: Vec<Tok>,
@@ -166,7 +166,7 @@ pub(super) struct SourceMap<'a> {
 }
 
 impl<'a> SourceMap<'a> {
-    pub(super) fn new(text: &'a str) -> Self {
+    pub(crate) fn new(text: &'a str) -> Self {
         let all = lex(text);
         let toks: Vec<Tok> = all
             .iter()
@@ -264,7 +264,7 @@ impl<'a> SourceMap<'a> {
 
     /// Where the value at `path` is, falling back to the nearest enclosing value written in the
     /// file (a default is not written), then to the start of the unit.
-    pub(super) fn locate(&self, path: &FieldPath) -> usize {
+    pub(crate) fn locate(&self, path: &FieldPath) -> usize {
         let mut path = path.clone();
         loop {
             if let Some(offset) = self.find(&path) {
@@ -346,7 +346,7 @@ impl<'a> SourceMap<'a> {
     }
 
     /// Turns a ron error into `(offset of the offending token, message for the operator)`.
-    pub(super) fn explain(&self, error: &ron::error::SpannedError) -> (usize, String) {
+    pub(crate) fn explain(&self, error: &ron::error::SpannedError) -> (usize, String) {
         use ron::error::Error as E;
         let code = &error.code;
         let span_start = offset_of(self.text, error.span.start);

@@ -1,0 +1,273 @@
+//! The daemon's configuration file, `keel.ron` in the state directory (or `--config PATH`):
+//!
+//! ```ron
+//! Config(
+//!     capacity: Capacity(cpu: 2.0, memory: "8G", max_running: Some(4)),
+//!     starvation_limit: "10m",
+//! )
+//! ```
+//!
+//! Every field is optional and a missing file means all defaults: the CPUs the daemon may run
+//! on, 90% of the memory it may use (the rest is left to keel, the shims and the host), no count
+//! limit, and a starvation limit of 10 minutes. Unknown fields are errors. The file is RON like
+//! a unit file and is read with the unit module's machinery, so its errors name `file:line:col`
+//! and read the same way.
+
+use crate::daemon::queue::{cpu_millis, format_bytes, Capacity};
+use crate::unit::source_map::SourceMap;
+use crate::unit::{format_size, read_ron_text, Dur, FieldPath, Size, UnitError, MIN_MEMORY};
+use serde::{Deserialize, Deserializer};
+use std::path::Path;
+use std::time::Duration;
+
+/// The file name of the configuration in the state directory.
+pub const CONFIG_FILE: &str = "keel.ron";
+
+/// The default `starvation_limit`.
+pub const DEFAULT_STARVATION_LIMIT: Duration = Duration::from_secs(600);
+
+/// The configuration as written: `None` for each field left out.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename = "Config")]
+pub struct RawConfig {
+    #[serde(default)]
+    pub capacity: RawCapacity,
+    #[serde(default, deserialize_with = "written")]
+    pub starvation_limit: Option<Dur>,
+}
+
+/// `Capacity(cpu: 2.0, memory: "8G", max_running: Some(4))`, as written.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename = "Capacity")]
+pub struct RawCapacity {
+    #[serde(default, deserialize_with = "written")]
+    pub cpu: Option<f64>,
+    #[serde(default, deserialize_with = "written")]
+    pub memory: Option<Size>,
+    /// Written `Some(4)` or `None` (no limit, as when left out).
+    #[serde(default)]
+    pub max_running: Option<usize>,
+}
+
+/// A field written as a bare value (`cpu: 2.0`, not `cpu: Some(2.0)`) that may be left out.
+fn written<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
+}
+
+/// The configuration in force: every default filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub capacity: Capacity,
+    /// How long a blocked task may be passed by smaller ones before it holds the line.
+    pub starvation_limit: Duration,
+}
+
+impl Config {
+    /// `starvation_limit` in milliseconds, as the scheduler takes it.
+    pub fn starvation_limit_ms(&self) -> u64 {
+        u64::try_from(self.starvation_limit.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// What the host lets the daemon use, the base of the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostCapacity {
+    /// The CPUs the daemon may run on, in millicores, capped by its cgroup's CPU quota.
+    pub cpu_millis: u64,
+    /// The memory it may use: MemTotal, capped by its cgroup's memory limit.
+    pub memory: u64,
+}
+
+impl HostCapacity {
+    /// From the figures: `cpus` the daemon may run on (its affinity), `cpu_quota` as
+    /// `(quota µs, period µs)` from cgroup v2 `cpu.max` or v1 `cpu.cfs_quota_us` /
+    /// `cpu.cfs_period_us` (`None` for no quota), `mem_total` in bytes, and the cgroup's
+    /// `memory.max` / `memory.limit_in_bytes` (`None` for no limit).
+    pub fn new(
+        cpus: usize,
+        cpu_quota: Option<(u64, u64)>,
+        mem_total: u64,
+        memory_limit: Option<u64>,
+    ) -> HostCapacity {
+        let mut cpu = (cpus.max(1) as u64).saturating_mul(1000);
+        if let Some((quota, period)) = cpu_quota.filter(|(_, period)| *period > 0) {
+            // Integer arithmetic: "150000 100000" is exactly 1500 millicores. A quota below a
+            // millicore still leaves one, so that the default capacity is never zero.
+            let millis = u128::from(quota) * 1000 / u128::from(period);
+            cpu = cpu.min(u64::try_from(millis).unwrap_or(u64::MAX).max(1));
+        }
+        let memory = memory_limit.map_or(mem_total, |limit| limit.min(mem_total));
+        HostCapacity {
+            cpu_millis: cpu,
+            memory,
+        }
+    }
+
+    /// This process's figures: its CPU affinity and `/proc/meminfo`, capped by the cgroup
+    /// figures the caller read (see [`HostCapacity::new`]).
+    pub fn detect(
+        cpu_quota: Option<(u64, u64)>,
+        memory_limit: Option<u64>,
+    ) -> std::io::Result<HostCapacity> {
+        use nix::sched::{sched_getaffinity, CpuSet};
+        let cpus = match sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+            Ok(set) => (0..CpuSet::count())
+                .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+                .count(),
+            // Only on a host with more CPUs than a cpu_set_t holds; std asks the kernel with a
+            // larger set.
+            Err(_) => std::thread::available_parallelism().map_or(1, usize::from),
+        };
+        let meminfo = std::fs::read_to_string("/proc/meminfo")?;
+        let mem_total = parse_mem_total(&meminfo).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "/proc/meminfo has no MemTotal line",
+            )
+        })?;
+        Ok(HostCapacity::new(cpus, cpu_quota, mem_total, memory_limit))
+    }
+}
+
+/// `MemTotal:  16316412 kB` of `/proc/meminfo`, in bytes.
+pub fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut words = line["MemTotal:".len()..].split_whitespace();
+    let number: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => number.checked_mul(1024),
+        None => Some(number),
+        Some(_) => None,
+    }
+}
+
+/// The configuration in force: what `raw` says, the defaults for the rest.
+pub fn resolve(raw: &RawConfig, host: &HostCapacity) -> Config {
+    let capacity = &raw.capacity;
+    Config {
+        capacity: Capacity {
+            cpu_millis: capacity.cpu.map_or(host.cpu_millis, cpu_millis),
+            memory: capacity.memory.map_or(default_memory(host.memory), |s| s.0),
+            max_running: capacity.max_running,
+        },
+        starvation_limit: raw
+            .starvation_limit
+            .map_or(DEFAULT_STARVATION_LIMIT, |d| d.0),
+    }
+}
+
+/// 90% of `memory`, without overflow.
+fn default_memory(memory: u64) -> u64 {
+    (u128::from(memory) * 9 / 10) as u64
+}
+
+/// Read and resolve the configuration file at `path`; no file means all defaults.
+pub fn load_config(path: &Path, host: &HostCapacity) -> Result<Config, UnitError> {
+    if let Err(e) = std::fs::symlink_metadata(path) {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return Ok(resolve(&RawConfig::default(), host));
+        }
+    }
+    let text = read_ron_text(
+        path,
+        "the configuration is a file Config(...)",
+        "the configuration",
+    )?;
+    Ok(resolve(&parse_config(path, &text)?, host))
+}
+
+/// Parse and check the text of a configuration file; `file` is only used in error messages.
+/// The first problem in file order is reported. A leading byte-order mark is ignored.
+pub fn parse_config(file: &Path, text: &str) -> Result<RawConfig, UnitError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let error_at = |offset: usize, message: String| UnitError::at(file, text, offset, message);
+    let map = SourceMap::new(text);
+    let raw: RawConfig = match ron::from_str(text) {
+        Ok(raw) => raw,
+        Err(error) => {
+            let (offset, message) = map.explain(&error);
+            return Err(error_at(offset, reword(&error.code, message)));
+        }
+    };
+    let mut problems: Vec<(usize, String)> = check(&raw)
+        .into_iter()
+        .map(|(path, message)| (map.locate(&path), format!("{path}: {message}")))
+        .collect();
+    problems.sort_by_key(|(offset, _)| *offset);
+    match problems.into_iter().next() {
+        Some((offset, message)) => Err(error_at(offset, message)),
+        None => Ok(raw),
+    }
+}
+
+/// The unit module explains ron's errors in a unit's words; these few are about the file as a
+/// whole and say what a configuration is instead.
+fn reword(code: &ron::error::Error, message: String) -> String {
+    use ron::error::Error as E;
+    const UNIT_ROOT: &str = "a unit, Unit(command: [\"program\", \"arg\"], ...)";
+    const CONFIG_ROOT: &str = "Config(capacity: Capacity(cpu: 2.0, memory: \"8G\"), ...)";
+    match code {
+        _ if message.starts_with("the file holds no unit") => {
+            "the file holds no configuration: write Config() with the fields to set (all are \
+             optional), or remove the file for the defaults"
+                .to_string()
+        }
+        E::TrailingCharacters => message.replace(
+            "after the end of the unit: a unit file holds exactly one Unit(...)",
+            "after the end of the configuration: the file holds exactly one Config(...)",
+        ),
+        E::NoSuchStructField {
+            found,
+            outer: Some(outer),
+            ..
+        } if outer == "Config" && ["cpu", "memory", "max_running"].contains(&&**found) => {
+            format!(
+                "{message} ({found:?} belongs inside capacity: write capacity: Capacity({found}: ...))"
+            )
+        }
+        _ => message.replace(UNIT_ROOT, CONFIG_ROOT),
+    }
+}
+
+/// Values that parse but cannot be meant, by the field they are written in.
+fn check(raw: &RawConfig) -> Vec<(FieldPath, String)> {
+    let at = FieldPath::default().field("capacity");
+    let mut problems = Vec::new();
+    if let Some(cpu) = raw.capacity.cpu {
+        // Below half a millicore rounds to none: no task could ever start.
+        if !(cpu.is_finite() && cpu >= 0.0005) {
+            problems.push((
+                at.field("cpu"),
+                format!(
+                    "{cpu} is not a positive number of CPU cores: write e.g. 2.0, or leave it out for all the CPUs keel may use"
+                ),
+            ));
+        }
+    }
+    if let Some(Size(memory)) = raw.capacity.memory {
+        if memory < MIN_MEMORY {
+            problems.push((
+                at.field("memory"),
+                format!(
+                    "{} leaves no room for a task (the smallest memory reservation is {}): write e.g. \"8G\", or leave it out for 90% of the memory keel may use",
+                    format_bytes(memory, false),
+                    format_size(MIN_MEMORY)
+                ),
+            ));
+        }
+    }
+    if raw.capacity.max_running == Some(0) {
+        problems.push((
+            at.field("max_running"),
+            "Some(0) would never start a task: write None for no limit, or Some(1) or more"
+                .to_string(),
+        ));
+    }
+    problems
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;
