@@ -1,18 +1,22 @@
 //! Start latency of a sandboxed task, against a baseline, interleaved in one run:
 //!
 //! (a) bare fork+exec of `/bin/true` (std's Command: clone + exec + wait);
-//! (b) keel's sandboxed start, exactly as the daemon does it: clone3(CLONE_PIDFD|CLONE_NEWPID)
-//!     of `keel shim`, which builds the mount namespace, drops privileges and execs
-//!     `/bin/true`, then writes its exit record — spawn through reap;
+//! (b) keel's sandboxed start, exactly as the daemon does it: the task's cgroup created with
+//!     its limits, clone3(CLONE_PIDFD|CLONE_NEWPID|CLONE_INTO_CGROUP) of `keel shim`, which
+//!     joins the v1 controllers (hybrid hosts), builds the mount namespace, drops privileges and
+//!     execs `/bin/true`, then writes its exit record; reaped, and the cgroup killed and
+//!     removed — spawn through teardown;
 //! (c) `bwrap` with the equivalent flags (read-only `/`, a bind, `--proc`, `--dev`,
 //!     `--unshare-pid`);
-//! (d) `unshare -mpf --mount-proc`.
+//! (d) `unshare -mpf --mount-proc`;
+//! (e) keel's shim alone: (b) without the sandbox and the cgroup — what the shim costs.
 //!
 //! `cargo run --release --example spawn_bench -- [ROUNDS]` (as root). The state directory is
 //! on tmpfs (/dev/shm) so that the figures are the sandbox's, not the disk's fsyncs.
 
 use keel::daemon::{attempt_spec, spawn_shim_program, AttemptContext};
 use keel::state::StateDir;
+use std::os::fd::AsFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -46,6 +50,17 @@ fn main() {
     let mut bwrap = Vec::new();
     let mut unshare = Vec::new();
     let mut shim_only = Vec::new();
+    // keel's cgroup tree, as the daemon sets it up (this process moves into its leaf).
+    let tree_name = format!("keel-bench-{}", std::process::id());
+    let tree = keel::cgroup::detect(&tree_name)
+        .and_then(|layout| keel::cgroup::Tree::setup(layout, &tree_name))
+        .expect("cgroup tree (run as root)");
+    let slice = tree.task("bench").expect("task cgroup");
+    let limits = keel::cgroup::Limits {
+        cpu_cores: unit.resources.cpu,
+        memory_bytes: unit.resources.memory.0,
+        pids: unit.resources.pids,
+    };
     for round in 0..rounds {
         bare.push(time(|| {
             assert!(Command::new("/bin/true").status().unwrap().success());
@@ -58,13 +73,22 @@ fn main() {
             last_exit: None,
             last_progress: None,
         };
-        let spec = attempt_spec(&dirs, &unit, &ctx);
-        keel.push(time(|| run_shim(&spec, &keel_bin, &dirs)));
+        let mut spec = attempt_spec(&dirs, &unit, &ctx);
+        keel.push(time(|| {
+            slice.create(&limits).expect("create the task cgroup");
+            let dir = slice.open_v2_dir().expect("open the task cgroup");
+            spec.cgroup_v1_procs = slice.v1_procs_files();
+            run_shim(&spec, &keel_bin, &dirs, Some(dir.as_fd()));
+            slice.kill().expect("cgroup.kill");
+            slice
+                .remove_blocking(Duration::from_secs(5))
+                .expect("remove the task cgroup");
+        }));
         // (e) the same shim with its sandbox off: what the shim itself costs (exec of keel,
         // spec, records, fork of the agent), apart from the namespaces and mounts.
         let mut bare_spec = attempt_spec(&dirs, &unit, &ctx);
         bare_spec.sandbox = None;
-        shim_only.push(time(|| run_shim(&bare_spec, &keel_bin, &dirs)));
+        shim_only.push(time(|| run_shim(&bare_spec, &keel_bin, &dirs, None)));
         if have_bwrap {
             bwrap.push(time(|| {
                 let ok = Command::new("bwrap")
@@ -121,12 +145,20 @@ fn main() {
             median(&mut bwrap).as_secs_f64() / median(&mut keel).as_secs_f64()
         );
     }
+    if let Err(e) = tree.teardown() {
+        eprintln!("cgroup teardown: {e}");
+    }
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
 /// Spawn the shim as the daemon does and wait for it: spawn through reap.
-fn run_shim(spec: &keel::sandbox::spec::AttemptSpec, keel_bin: &std::path::Path, dirs: &StateDir) {
-    let (pid, _pidfd) = spawn_shim_program(spec, keel_bin).expect("spawn shim");
+fn run_shim(
+    spec: &keel::sandbox::spec::AttemptSpec,
+    keel_bin: &std::path::Path,
+    dirs: &StateDir,
+    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+) {
+    let (pid, _pidfd) = spawn_shim_program(spec, keel_bin, cgroup).expect("spawn shim");
     let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
     if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
         let log =

@@ -4,6 +4,7 @@
 //! the [`daemon`], its event loop and its [`config`] file, the shim in [`sandbox`], `keel init`
 //! in [`init`], and every raw syscall in [`sys`].
 
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod daemon;

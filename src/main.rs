@@ -30,11 +30,17 @@ enum Command {
         /// Capacity and scheduling settings (default: STATE/keel.ron; missing = defaults).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Name of keel's cgroup tree, created under the cgroup the daemon starts in.
+        #[arg(long, value_name = "NAME", default_value = "keel")]
+        cgroup_name: String,
     },
     /// PID-1 mode: run and respawn the daemon, reap zombies, forward signals.
     Init {
         #[arg(long, value_name = "DIR")]
         units: Option<PathBuf>,
+        /// Name of the daemon's cgroup tree (see `keel daemon --help`).
+        #[arg(long, value_name = "NAME", default_value = "keel")]
+        cgroup_name: String,
     },
     /// One line per task: state, attempt, pid, last exit, progress.
     Status {
@@ -115,23 +121,28 @@ fn main() {
             .unwrap_or_else(|| state_dir.join("units"))
     };
     let result: Result<(), CliError> = match args.command {
-        Command::Daemon { units, config } => {
+        Command::Daemon {
+            units,
+            config,
+            cgroup_name,
+        } => {
             keel::logger::init("daemon");
             let options = keel::daemon::Options {
                 state_dir: state_dir.clone(),
                 units_dir_explicit: units.is_some(),
                 units_dir: units_dir(units),
                 config_path: config.map(|c| std::path::absolute(&c).unwrap_or(c)),
+                cgroup_name,
             };
             match keel::daemon::Daemon::new(options) {
                 Ok(daemon) => std::process::exit(daemon.run()),
                 Err(e) => Err(CliError(e.to_string())),
             }
         }
-        Command::Init { units } => {
+        Command::Init { units, cgroup_name } => {
             keel::logger::init("init");
             let units = units.map(|u| std::path::absolute(&u).unwrap_or(u));
-            std::process::exit(keel::init::run(&state_dir, units.as_deref()));
+            std::process::exit(keel::init::run(&state_dir, units.as_deref(), &cgroup_name));
         }
         Command::Shim { spec } => {
             keel::logger::init("shim");

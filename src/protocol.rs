@@ -69,7 +69,8 @@ pub struct DaemonInfo {
     pub started_ms: u64,
     pub state_dir: String,
     pub units_dir: String,
-    /// How tasks are confined by cgroups (`none` until the cgroup layer exists).
+    /// The cgroup backend: `v2`, `hybrid (…)`, or `cgroups unavailable: <why>` (then no task
+    /// starts).
     pub cgroup_mode: String,
     pub under_init: bool,
 }
@@ -100,4 +101,16 @@ pub struct TaskInfo {
     /// unmounted units directory?): it is neither started nor forgotten; `keel rm` forgets it.
     #[serde(default)]
     pub unit_file_missing: bool,
+    /// The live attempt's cgroup: CPU time (µs) and share of one core since the previous
+    /// `keel status` (100 = one core), memory now and at its peak (bytes), processes.
+    #[serde(default)]
+    pub cpu_usec: Option<u64>,
+    #[serde(default)]
+    pub cpu_percent: Option<f64>,
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    #[serde(default)]
+    pub memory_peak_bytes: Option<u64>,
+    #[serde(default)]
+    pub pids: Option<u64>,
 }

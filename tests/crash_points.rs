@@ -26,6 +26,8 @@ fn crash_then_recover(point: &str) -> (serde_json::Value, String, Daemon) {
         .arg(d.state())
         .arg("--units")
         .arg(d.units())
+        .arg("--cgroup-name")
+        .arg(&d.cgroup_name)
         .env("KEEL_CRASH_AT", point)
         .stderr(std::process::Stdio::null());
     let status = cmd.status().unwrap();

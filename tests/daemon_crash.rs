@@ -109,6 +109,10 @@ fn orderly_shutdown_interrupts_tasks_and_the_next_daemon_resumes_them() {
         ),
     );
     d.wait_state("long", "running", Duration::from_secs(10));
+    // The agent has run (not just been spawned) before the shutdown interrupts it.
+    wait_until(Duration::from_secs(5), "first attempt recorded", || {
+        seen.exists()
+    });
     let status = d.shutdown().unwrap();
     assert!(status.success());
     d.spawn();

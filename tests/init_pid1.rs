@@ -19,6 +19,8 @@ fn init_in_pid_namespace(scratch: &Scratch) -> KillOnDrop {
         .arg(scratch.dir.join("state"))
         .arg("--units")
         .arg(scratch.dir.join("units"))
+        .arg("--cgroup-name")
+        .arg(scratch.cgroup_name())
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)

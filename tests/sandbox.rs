@@ -368,7 +368,7 @@ fn a_daemon_without_privileges_refuses_the_task_and_says_why() {
         .arg("shutdown")
         .output();
     let _ = daemon.wait();
-    assert!(reason.contains("run keel as root"), "{reason}");
+    assert!(reason.contains("as root"), "{reason}");
 }
 
 #[test]

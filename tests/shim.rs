@@ -51,6 +51,7 @@ impl TempDir {
             log_keep: 3,
             // The shim's own behaviour, without a sandbox (tests/sandbox.rs covers that).
             sandbox: None,
+            cgroup_v1_procs: Vec::new(),
         }
     }
     fn output(&self) -> String {

@@ -3,6 +3,7 @@
 
 use super::format::{ago, duration_precise, fit};
 use super::{request, CliError, CliResult};
+use crate::daemon::queue::format_bytes;
 use crate::protocol::{Request, Response, StatusReport, TaskInfo};
 use crate::state::now_ms;
 use std::path::Path;
@@ -48,8 +49,8 @@ pub fn render(report: &StatusReport, now: u64) -> String {
         }
     );
     out.push_str(&format!(
-        "{:<20} {:<9} {:>4} {:>7} {:>9} {:<14} {}\n",
-        "UNIT", "STATE", "TRY", "PID", "SINCE", "LAST EXIT", "NOTE"
+        "{:<18} {:<9} {:>3} {:>7} {:>5} {:>6} {:>7} {:<14} {}\n",
+        "UNIT", "STATE", "TRY", "PID", "CPU", "MEM", "SINCE", "LAST EXIT", "NOTE"
     ));
     for task in &report.tasks {
         out.push_str(&fit(&row(task, now), 100));
@@ -68,11 +69,15 @@ pub fn render(report: &StatusReport, now: u64) -> String {
 fn row(task: &TaskInfo, now: u64) -> String {
     let note = note(task, now);
     format!(
-        "{:<20} {:<9} {:>4} {:>7} {:>9} {:<14} {}",
-        fit(&task.unit, 20),
+        "{:<18} {:<9} {:>3} {:>7} {:>5} {:>6} {:>7} {:<14} {}",
+        fit(&task.unit, 18),
         task.state,
         task.attempt,
         task.pid.map_or("-".to_string(), |p| p.to_string()),
+        task.cpu_percent
+            .map_or("-".to_string(), |p| format!("{p:.0}%")),
+        task.memory_bytes
+            .map_or("-".to_string(), |m| format_bytes(m, false)),
         ago(task.since_ms, now).trim_end_matches(" ago"),
         fit(task.last_exit.as_deref().unwrap_or("-"), 14),
         note
@@ -123,6 +128,11 @@ mod tests {
             progress: Some("step 3 of 9".into()),
             unit_changed: false,
             unit_file_missing: false,
+            cpu_usec: Some(12_345_678),
+            cpu_percent: Some(187.4),
+            memory_bytes: Some(3 << 30),
+            memory_peak_bytes: Some(4 << 30),
+            pids: Some(42),
         };
         let report = StatusReport {
             daemon: DaemonInfo {
@@ -142,6 +152,8 @@ mod tests {
         }
         assert!(text.contains("backoff"));
         assert!(text.contains("restart in 4.0s"));
+        assert!(text.contains(" 187% "), "{text}");
+        assert!(text.contains("3G"), "{text}");
         assert!(text.contains("invalid: x.ron:1:1: bad"));
     }
 }

@@ -492,6 +492,7 @@ impl Daemon {
             .filter(|t| only.is_none_or(|u| u == t.name))
             .map(|t| {
                 let r = &t.record;
+                let figures = self.slice_figures(&t.name);
                 let since_ms = match r.state {
                     s if s.is_final() => r.finished_ms,
                     TaskState::Queued => r.finished_ms.or(Some(r.submitted_ms)),
@@ -515,6 +516,11 @@ impl Daemon {
                     progress: super::last_progress_line(&self.dirs.run_dir(&t.name)),
                     unit_changed: r.state.has_attempt() && t.accepted_text != t.unit_text,
                     unit_file_missing: !t.seen_file,
+                    cpu_usec: figures.map(|f| f.cpu_usec),
+                    cpu_percent: figures.and_then(|f| f.cpu_percent),
+                    memory_bytes: figures.map(|f| f.memory),
+                    memory_peak_bytes: figures.and_then(|f| f.memory_peak),
+                    pids: figures.map(|f| f.pids),
                 }
             })
             .collect();
@@ -524,7 +530,7 @@ impl Daemon {
                 started_ms: self.started_ms,
                 state_dir: self.dirs.root.display().to_string(),
                 units_dir: self.units_dir.display().to_string(),
-                cgroup_mode: "none".into(),
+                cgroup_mode: self.cgroup_mode(),
                 under_init: self.under_init.is_some(),
             },
             tasks,

@@ -5,11 +5,13 @@
 use super::policy::{self, Decision, History, Policy};
 use super::queue::{QueuedTask, Reservation};
 use super::record::{Intent, LastExit, ShimIdentity, TaskState};
+use super::slices::SliceProblem;
 use super::spawn::{self, AttemptContext, SpawnError};
 use super::timers::Timer;
 use super::{Daemon, Shutdown};
 use crate::sandbox::spec::{self, ExitRecord};
 use crate::state::{self, now_ms, StateError};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// How long to wait before trying again to start a task whose start could not be persisted.
@@ -174,6 +176,17 @@ impl Daemon {
             );
             return;
         }
+        // The attempt's cgroup, before the decision: one still emptying defers the start.
+        let slice = match self.prepare_slice(unit, &unit_def) {
+            Ok(slice) => Ok(slice),
+            Err(SliceProblem::Busy(why)) => {
+                if let Some(before) = self.tasks.get(unit).map(|t| t.record.clone()) {
+                    self.defer_start(unit, before, &why);
+                }
+                return;
+            }
+            Err(SliceProblem::Failed(why)) => Err(why),
+        };
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
@@ -237,7 +250,25 @@ impl Daemon {
                 sandbox.hidden.push(self.units_dir.clone());
             }
         }
-        match spawn::spawn_shim(&attempt_spec) {
+        let slice = match slice {
+            Ok(slice) => slice,
+            Err(why) => {
+                // Never unconfined in silence: the attempt fails with the reason.
+                log::error!("{unit}: cannot start: {why}");
+                self.journal_event(unit, attempt, generation, "start-failed", &why);
+                self.settle(
+                    unit,
+                    Ending {
+                        exit: LastExit::SpawnFailed,
+                        note: Some(why),
+                        ended_ms: None,
+                    },
+                );
+                return;
+            }
+        };
+        attempt_spec.cgroup_v1_procs = slice.v1_procs.clone();
+        match spawn::spawn_shim(&attempt_spec, Some(slice.v2_dir.as_fd())) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");
                 let shim = self.register_shim(unit, pid, pidfd);
@@ -252,6 +283,7 @@ impl Daemon {
                     task.shim = Some(shim);
                 }
                 self.transition(unit, TaskState::Running, &format!("shim pid {pid}"));
+                self.watch_oom(unit);
             }
             Err(SpawnError::PreviousShimAlive) => {
                 // Never two live attempts: wait for the old shim (its pidfd is not ours, or
@@ -323,8 +355,10 @@ impl Daemon {
     }
 
     /// Apply the restart policy (or the pending intent) to an ended attempt.
-    pub(crate) fn settle(&mut self, unit: &str, ending: Ending) {
+    pub(crate) fn settle(&mut self, unit: &str, mut ending: Ending) {
         let jitter = jitter();
+        ending.exit = self.account_oom(unit, ending.exit);
+        self.release_slice(unit);
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };

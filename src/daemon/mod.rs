@@ -8,6 +8,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod record;
 mod recovery;
+mod slices;
 pub mod spawn;
 mod stopping;
 pub mod timers;
@@ -44,6 +45,8 @@ pub struct Options {
     pub units_dir_explicit: bool,
     /// `--config PATH`; default `STATE/keel.ron` (a missing file means every default).
     pub config_path: Option<PathBuf>,
+    /// The name of keel's cgroup tree under the cgroup the daemon starts in (`keel`).
+    pub cgroup_name: String,
 }
 
 /// A live attempt: its shim and the pidfd registered in the loop.
@@ -77,10 +80,15 @@ pub(crate) struct Task {
     pub queued_since_ms: u64,
     /// What the live attempt reserved (from the unit it started with).
     pub reserved: Option<queue::Reservation>,
+    /// The live attempt's OOM watch.
+    pub oom: Option<slices::OomWatched>,
+    /// CPU time at the previous `keel status`.
+    pub cpu_sample: std::cell::Cell<Option<slices::CpuSample>>,
 }
 
 enum Source {
     Shim(String),
+    Oom(String),
     Client,
 }
 
@@ -125,6 +133,8 @@ pub struct Daemon {
     config: crate::config::Config,
     config_path: PathBuf,
     host: crate::config::HostCapacity,
+    /// keel's cgroup tree, or why there is none.
+    slices: slices::Slices,
     _lock: InstanceLock,
 }
 
@@ -194,6 +204,7 @@ impl Daemon {
             crate::sys::set_child_subreaper().map_err(setup("become a child subreaper"))?;
         }
 
+        let slices = slices::setup_slices(&options.cgroup_name);
         let poll = Poll::new().map_err(setup("create the event loop"))?;
         let mut signals = Signals::new([
             libc::SIGCHLD,
@@ -255,6 +266,7 @@ impl Daemon {
             config,
             config_path,
             host,
+            slices,
             _lock: lock,
         })
     }
@@ -275,6 +287,7 @@ impl Daemon {
             &format!("pid {}", std::process::id()),
         );
         self.reconcile_all();
+        self.sweep_slices();
         self.scan_units();
         self.resume_shutdown();
         crate::notify::ready(&format!("{} tasks", self.tasks.len()));
@@ -315,6 +328,7 @@ impl Daemon {
     }
 
     fn exit(&mut self, code: i32) -> i32 {
+        self.teardown_slices();
         self.write_exit_status(code);
         let _ = std::fs::remove_file(self.dirs.shutdown_marker_path());
         self.journal_event("", 0, 0, "daemon-stop", &format!("exit {code}"));
@@ -333,6 +347,10 @@ impl Daemon {
                 Some(Source::Shim(unit)) => {
                     let unit = unit.clone();
                     self.on_shim_exit(&unit);
+                }
+                Some(Source::Oom(unit)) => {
+                    let unit = unit.clone();
+                    self.on_oom_event(&unit);
                 }
                 Some(Source::Client) => self.on_client_event(token, event),
                 None => {}
@@ -408,6 +426,7 @@ impl Daemon {
             }
             Timer::StopTimeout { unit, generation } => self.on_stop_timeout(&unit, generation),
             Timer::StopForce { unit, generation } => self.on_stop_force(&unit, generation),
+            Timer::RemoveSlice { unit, tries } => self.on_remove_slice_due(&unit, tries),
         }
     }
 

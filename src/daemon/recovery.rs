@@ -135,6 +135,8 @@ impl Daemon {
                 waiting: None,
                 queued_since_ms: now_ms(),
                 reserved: None,
+                oom: None,
+                cpu_sample: std::cell::Cell::new(None),
             },
         );
     }

@@ -108,6 +108,7 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         log_max_bytes: LOG_MAX_BYTES,
         log_keep: LOG_KEEP,
         sandbox: Some(sandbox),
+        cgroup_v1_procs: Vec::new(),
     }
 }
 
@@ -172,14 +173,24 @@ fn take_attempt_lock(run_dir: &Path) -> Result<File, SpawnError> {
 
 /// Write the spec and spawn `keel shim --spec …` with a pidfd. The shim's own stderr goes to
 /// `run/shim.log`, never to the daemon: a shim must outlive the daemon and its pipes.
-pub fn spawn_shim(spec: &AttemptSpec) -> Result<(i32, OwnedFd), SpawnError> {
+pub fn spawn_shim(
+    spec: &AttemptSpec,
+    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Result<(i32, OwnedFd), SpawnError> {
     // /proc/self/exe: this very binary, even if an upgrade replaced the file on disk.
-    spawn_shim_program(spec, Path::new("/proc/self/exe"))
+    spawn_shim_program(spec, Path::new("/proc/self/exe"), cgroup)
 }
 
 /// [`spawn_shim`] with another `keel` binary as the shim (benchmarks link the library into a
 /// program of their own).
-pub fn spawn_shim_program(spec: &AttemptSpec, keel: &Path) -> Result<(i32, OwnedFd), SpawnError> {
+///
+/// `cgroup`: the attempt's v2 cgroup directory; the shim starts in it (`CLONE_INTO_CGROUP`), so
+/// the agent and everything it starts are confined from their first instruction.
+pub fn spawn_shim_program(
+    spec: &AttemptSpec,
+    keel: &Path,
+    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Result<(i32, OwnedFd), SpawnError> {
     let lock = take_attempt_lock(&spec.run_dir)?;
     prepare_sandbox_sources(&spec.run_dir)
         .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
@@ -229,7 +240,7 @@ pub fn spawn_shim_program(spec: &AttemptSpec, keel: &Path) -> Result<(i32, Owned
         } else {
             0
         },
-        cgroup_fd: None,
+        cgroup_fd: cgroup.map(|fd| fd.as_raw_fd()),
         keep_as_fd3: Some(lock.as_raw_fd()),
         nofile: super::ORIGINAL_NOFILE.get().copied(),
     };

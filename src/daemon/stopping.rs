@@ -164,8 +164,11 @@ impl Daemon {
         if !self.still_stopping(unit, generation) {
             return;
         }
-        log::error!("{unit}: shim did not end after SIGKILL of its agent: killing the shim");
-        self.signal_shim(unit, libc::SIGKILL);
+        log::error!("{unit}: shim did not end after SIGKILL of its agent: killing its cgroup");
+        // cgroup.kill takes the shim and everything left with it; without a slice, the shim.
+        if !self.kill_slice(unit) {
+            self.signal_shim(unit, libc::SIGKILL);
+        }
     }
 
     fn still_stopping(&self, unit: &str, generation: u64) -> bool {

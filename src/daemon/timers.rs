@@ -15,6 +15,8 @@ pub enum Timer {
     StopTimeout { unit: String, generation: u64 },
     /// The SIGKILL did not end the shim either: kill the shim itself.
     StopForce { unit: String, generation: u64 },
+    /// A killed task cgroup still held exiting processes: try to remove it again.
+    RemoveSlice { unit: String, tries: u32 },
     /// The units directory changed; rescan once the burst of events is over.
     RescanUnits,
     /// The units directory was replaced: watch the new one.

@@ -295,6 +295,8 @@ impl Daemon {
                         waiting: None,
                         queued_since_ms: now_ms(),
                         reserved: None,
+                        oom: None,
+                        cpu_sample: std::cell::Cell::new(None),
                     },
                 );
                 if let Err(e) = self.dirs.create_task_dirs(name) {

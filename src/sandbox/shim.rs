@@ -136,6 +136,10 @@ fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
     crate::sys::set_child_subreaper()
         .map_err(|e| fail(format!("cannot become a child subreaper: {e}")))?;
     remove_stale_exit_record(spec);
+    // Hybrid hosts: the v1 controllers (memory, cpu, pids) hold the shim, and so the agent it
+    // forks below, before the agent runs a single instruction.
+    crate::cgroup::join_v1(&spec.cgroup_v1_procs)
+        .map_err(|e| fail(format!("cannot join the task's cgroup: {e}")))?;
 
     let signals = SignalFd::with_flags(handled, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
         .map_err(|e| fail(format!("cannot create a signalfd: {e}")))?;

@@ -31,6 +31,10 @@ pub struct AttemptSpec {
     /// run a shim by hand.
     #[serde(default)]
     pub sandbox: Option<SandboxSpec>,
+    /// The task's v1 `cgroup.procs` files (hybrid hosts), joined by the shim before it starts
+    /// the agent; on v2 the shim was spawned into its cgroup and this is empty.
+    #[serde(default)]
+    pub cgroup_v1_procs: Vec<PathBuf>,
 }
 
 /// What the agent's sandbox is made of (DESIGN, "What the agent sees"). Host paths unless

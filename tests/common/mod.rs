@@ -49,8 +49,18 @@ impl Scratch {
     }
 }
 
+impl Scratch {
+    /// A cgroup tree name unique to this scratch directory (`--cgroup-name`): tests run side
+    /// by side, each daemon in its own tree.
+    pub fn cgroup_name(&self) -> String {
+        self.dir.file_name().unwrap().to_string_lossy().into_owned()
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
+        // Whatever a daemon of this test left in its cgroup tree dies with the test.
+        remove_cgroup_tree(&self.cgroup_name());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -59,13 +69,17 @@ pub struct Daemon {
     pub scratch: Scratch,
     pub child: Option<Child>,
     pub env: Vec<(String, String)>,
+    /// This daemon's cgroup tree (`--cgroup-name`), unique per fixture: tests run side by side.
+    pub cgroup_name: String,
 }
 
 impl Daemon {
     /// A scratch directory with `units/` but no daemon yet.
     pub fn prepare(name: &str) -> Self {
+        let scratch = Scratch::new(name);
         Daemon {
-            scratch: Scratch::new(name),
+            cgroup_name: scratch.cgroup_name(),
+            scratch,
             child: None,
             env: Vec::new(),
         }
@@ -100,6 +114,8 @@ impl Daemon {
             .arg(self.state())
             .arg("--units")
             .arg(self.units())
+            .arg("--cgroup-name")
+            .arg(&self.cgroup_name)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
@@ -255,6 +271,65 @@ impl Drop for Daemon {
                     nix::sys::signal::Signal::SIGKILL,
                 );
             }
+        }
+        // A crashed daemon (or a failed test) may leave its cgroup tree: kill what is in it
+        // (our own processes, by their cgroup) and remove it.
+        remove_cgroup_tree(&self.cgroup_name);
+    }
+}
+
+/// The directories of cgroup tree `name` in every hierarchy, under this process's own cgroups
+/// (where a daemon started by the test creates it), deepest first.
+pub fn cgroup_tree_dirs(name: &str) -> Vec<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut roots = Vec::new();
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
+        let (Some(controllers), Some(path)) = (controllers, path) else {
+            continue;
+        };
+        let mount = match controllers {
+            "" => PathBuf::from("/sys/fs/cgroup/unified"),
+            c if c.starts_with("name=") => continue,
+            c => PathBuf::from("/sys/fs/cgroup").join(c.split(',').next().unwrap_or(c)),
+        };
+        // A pure v2 host mounts the unified hierarchy at /sys/fs/cgroup itself.
+        let mount = if mount.exists() {
+            mount
+        } else {
+            PathBuf::from("/sys/fs/cgroup")
+        };
+        roots.push(mount.join(path.trim_start_matches('/')).join(name));
+    }
+    let mut dirs = Vec::new();
+    for root in roots {
+        let mut stack = vec![root];
+        while let Some(dir) = stack.pop() {
+            if !dir.is_dir() {
+                continue;
+            }
+            dirs.push(dir.clone());
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(entry.path());
+                }
+            }
+        }
+    }
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    dirs
+}
+
+pub fn remove_cgroup_tree(name: &str) {
+    let dirs = cgroup_tree_dirs(name);
+    for dir in &dirs {
+        let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    }
+    for dir in &dirs {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while dir.exists() && std::fs::remove_dir(dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

@@ -1,0 +1,346 @@
+//! Which cgroup hierarchies this host has, and where keel's base is in each: pure functions of
+//! the text of `/proc/self/mountinfo` and `/proc/self/cgroup`.
+
+use super::CgroupError;
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+
+/// How the host's controllers are arranged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// cpu, memory and pids are all on the unified (v2) hierarchy.
+    V2,
+    /// cpu, memory and pids on v1 hierarchies, plus a cgroup2 mount (usually without
+    /// controllers) for `cgroup.kill`, `cgroup.events` and `CLONE_INTO_CGROUP`.
+    Hybrid,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::V2 => write!(f, "v2"),
+            Mode::Hybrid => write!(f, "hybrid (v1 cpu,memory,pids + v2 unified)"),
+        }
+    }
+}
+
+/// The v1 controllers keel uses on a hybrid host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum V1Controller {
+    Cpu,
+    /// Optional: only read (`cpuacct.usage`) when the unified `cpu.stat` is missing.
+    Cpuacct,
+    Memory,
+    Pids,
+}
+
+impl V1Controller {
+    pub const ALL: [V1Controller; 4] = [
+        V1Controller::Cpu,
+        V1Controller::Cpuacct,
+        V1Controller::Memory,
+        V1Controller::Pids,
+    ];
+
+    /// The controller's name, as in `/proc/self/cgroup` and the mount options.
+    pub fn name(self) -> &'static str {
+        match self {
+            V1Controller::Cpu => "cpu",
+            V1Controller::Cpuacct => "cpuacct",
+            V1Controller::Memory => "memory",
+            V1Controller::Pids => "pids",
+        }
+    }
+}
+
+impl fmt::Display for V1Controller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where keel's tree goes in each hierarchy. Each base is the hierarchy's mount point joined with
+/// the process's own cgroup in that hierarchy (relative to the mount's root) — or two levels
+/// above it when the process already sits in `<name>/supervisor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub mode: Mode,
+    pub v2_base: PathBuf,
+    /// Hybrid only: one entry per v1 controller in use; co-mounted controllers (`cpu,cpuacct`)
+    /// share a path. Empty on v2.
+    pub v1: Vec<(V1Controller, PathBuf)>,
+    /// The process already sat in `<base>/<name>/supervisor` (a daemon restarted after moving
+    /// itself there): the tree exists and is adopted.
+    pub adopted: bool,
+}
+
+impl Layout {
+    /// The base of a v1 controller's hierarchy, if it is used.
+    pub fn v1_base(&self, controller: V1Controller) -> Option<&Path> {
+        self.v1
+            .iter()
+            .find(|(c, _)| *c == controller)
+            .map(|(_, p)| p.as_path())
+    }
+
+    /// Every distinct v1 base (co-mounted controllers once), in [`V1Controller::ALL`] order.
+    pub fn v1_bases(&self) -> Vec<&Path> {
+        let mut bases: Vec<&Path> = Vec::new();
+        for (_, path) in &self.v1 {
+            if !bases.contains(&path.as_path()) {
+                bases.push(path);
+            }
+        }
+        bases
+    }
+
+    /// Every base, v2 first.
+    pub fn bases(&self) -> Vec<&Path> {
+        let mut all = vec![self.v2_base.as_path()];
+        all.extend(self.v1_bases());
+        all
+    }
+}
+
+/// Read this process's layout from `/proc/self`. `tree_name` is the name of keel's tree (a base
+/// inside it means an adopted tree, see [`Layout::adopted`]).
+pub fn detect(tree_name: &str) -> Result<Layout, CgroupError> {
+    let read = |path: &str| {
+        std::fs::read_to_string(path).map_err(|source| CgroupError::Detect {
+            path: PathBuf::from(path),
+            source,
+        })
+    };
+    let mountinfo = read("/proc/self/mountinfo")?;
+    let cgroup = read("/proc/self/cgroup")?;
+    parse_layout(&mountinfo, &cgroup, tree_name)
+}
+
+/// A cgroup mount from mountinfo: its root inside the hierarchy and its mount point.
+#[derive(Debug)]
+struct CgroupMount {
+    v2: bool,
+    root: String,
+    mount_point: PathBuf,
+    /// v1: the controllers of the hierarchy (from the super options).
+    controllers: Vec<String>,
+}
+
+/// The layout from the text of `/proc/self/mountinfo` and `/proc/self/cgroup` (proc(5)).
+pub fn parse_layout(
+    mountinfo: &str,
+    proc_cgroup: &str,
+    tree_name: &str,
+) -> Result<Layout, CgroupError> {
+    super::check_name(tree_name)?;
+    let mounts = cgroup_mounts(mountinfo);
+    // /proc/self/cgroup: "hierarchy-ID:controller-list:cgroup-path"; the v2 entry is "0::path".
+    let mut v2_path = None;
+    let mut v1_paths: Vec<(Vec<String>, String)> = Vec::new();
+    for line in proc_cgroup.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if id == "0" && controllers.is_empty() {
+            v2_path = Some(path.to_string());
+        } else if !controllers.is_empty() {
+            let list = controllers.split(',').map(str::to_string).collect();
+            v1_paths.push((list, path.to_string()));
+        }
+    }
+
+    // keel needs the v2 mount in every mode: cgroup.kill, cgroup.events and CLONE_INTO_CGROUP
+    // exist only there.
+    let v2_mount = mounts.iter().find(|m| m.v2).ok_or(CgroupError::NoV2Mount)?;
+    let v2_path = v2_path.ok_or(CgroupError::NoV2Mount)?;
+    let (v2_base, adopted) =
+        base_in(&mounts, true, None, &v2_path, tree_name).ok_or_else(|| {
+            CgroupError::OutsideMount {
+                hierarchy: "cgroup2".into(),
+                cgroup: v2_path.clone(),
+                mount_root: v2_mount.root.clone(),
+            }
+        })?;
+
+    // A controller listed on a non-zero hierarchy of /proc/self/cgroup is bound to v1 and cannot
+    // be enabled on v2 (cgroup-v2.rst, "Mounting": a controller is available on one hierarchy
+    // at a time).
+    let on_v1 = |name: &str| {
+        v1_paths
+            .iter()
+            .any(|(list, _)| list.iter().any(|c| c == name))
+    };
+    let bound: Vec<&'static str> = super::CONTROLLERS
+        .into_iter()
+        .filter(|c| on_v1(c))
+        .collect();
+    if bound.is_empty() {
+        return Ok(Layout {
+            mode: Mode::V2,
+            v2_base,
+            v1: Vec::new(),
+            adopted,
+        });
+    }
+    if bound.len() < super::CONTROLLERS.len() {
+        return Err(CgroupError::MixedControllers {
+            on_v1: bound,
+            on_v2: super::CONTROLLERS
+                .into_iter()
+                .filter(|c| !on_v1(c))
+                .collect(),
+        });
+    }
+
+    let mut v1 = Vec::new();
+    for controller in V1Controller::ALL {
+        let name = controller.name();
+        let Some((_, path)) = v1_paths
+            .iter()
+            .find(|(list, _)| list.iter().any(|c| c == name))
+        else {
+            // Only cpuacct may be missing: CPU usage then comes from the unified cpu.stat.
+            continue;
+        };
+        let mounted = mounts
+            .iter()
+            .any(|m| !m.v2 && m.controllers.iter().any(|c| c == name));
+        if !mounted {
+            if controller == V1Controller::Cpuacct {
+                continue;
+            }
+            return Err(CgroupError::V1NotMounted { controller: name });
+        }
+        let (base, _) = base_in(&mounts, false, Some(name), path, tree_name).ok_or_else(|| {
+            CgroupError::OutsideMount {
+                hierarchy: name.into(),
+                cgroup: path.clone(),
+                mount_root: mounts
+                    .iter()
+                    .find(|m| !m.v2 && m.controllers.iter().any(|c| c == name))
+                    .map(|m| m.root.clone())
+                    .unwrap_or_default(),
+            }
+        })?;
+        v1.push((controller, base));
+    }
+    Ok(Layout {
+        mode: Mode::Hybrid,
+        v2_base,
+        v1,
+        adopted,
+    })
+}
+
+/// The base in the first matching mount whose root contains `cgroup_path`, and whether the path
+/// was inside `<tree_name>/supervisor`.
+fn base_in(
+    mounts: &[CgroupMount],
+    v2: bool,
+    controller: Option<&str>,
+    cgroup_path: &str,
+    tree_name: &str,
+) -> Option<(PathBuf, bool)> {
+    mounts
+        .iter()
+        .filter(|m| m.v2 == v2)
+        .filter(|m| controller.is_none_or(|c| m.controllers.iter().any(|x| x == c)))
+        .find_map(|m| {
+            let relative = relative_to_root(&m.root, cgroup_path)?;
+            let (relative, adopted) = strip_supervisor(relative, tree_name);
+            let base = if relative.as_os_str().is_empty() {
+                m.mount_point.clone()
+            } else {
+                m.mount_point.join(relative)
+            };
+            Some((base, adopted))
+        })
+}
+
+/// `cgroup_path` relative to the mount's `root`, both as the kernel shows them: relative to our
+/// cgroup namespace's root (cgroup-v2.rst, "Namespace"). None when the process sits outside what
+/// the mount shows — a bind of another part of the hierarchy, or a cgroup above our namespace's
+/// root, which the kernel shows with `..` entries (cgroup_namespaces(7)).
+fn relative_to_root(root: &str, cgroup_path: &str) -> Option<PathBuf> {
+    let relative = Path::new(cgroup_path).strip_prefix(root).ok()?;
+    let normal = relative
+        .components()
+        .all(|c| matches!(c, Component::Normal(_)));
+    normal.then(|| relative.to_path_buf())
+}
+
+/// A path ending in `<tree_name>/supervisor` is a restarted daemon's own leaf: its base is two
+/// levels up.
+fn strip_supervisor(relative: PathBuf, tree_name: &str) -> (PathBuf, bool) {
+    let parts: Vec<_> = relative.components().collect();
+    let n = parts.len();
+    if n >= 2 && parts[n - 1].as_os_str() == "supervisor" && parts[n - 2].as_os_str() == tree_name {
+        (parts[..n - 2].iter().collect(), true)
+    } else {
+        (relative, false)
+    }
+}
+
+/// The cgroup and cgroup2 mounts of a mountinfo text (proc(5): "36 35 98:0 /mnt1 /mnt2 rw,noatime
+/// master:1 - ext3 /dev/root rw,errors=continue"; optional fields end at " - ").
+fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
+    let mut mounts = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let left: Vec<&str> = left.split(' ').collect();
+        let right: Vec<&str> = right.split(' ').collect();
+        if left.len() < 5 || right.is_empty() {
+            continue;
+        }
+        let v2 = match right[0] {
+            "cgroup2" => true,
+            "cgroup" => false,
+            _ => continue,
+        };
+        let controllers = if v2 {
+            Vec::new()
+        } else {
+            right
+                .get(2)
+                .map(|opts| opts.split(',').map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        mounts.push(CgroupMount {
+            v2,
+            root: unescape(left[3]),
+            mount_point: PathBuf::from(unescape(left[4])),
+            controllers,
+        });
+    }
+    mounts
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo` octal.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
+            let digits = &bytes[i + 1..i + 4];
+            if digits.iter().all(|b| (b'0'..=b'7').contains(b)) {
+                let value = digits
+                    .iter()
+                    .fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
+                if let Ok(byte) = u8::try_from(value) {
+                    out.push(byte);
+                    i += 4;
+                    continue;
+                }
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,148 @@
+//! cgroups: one interface, a v2 backend and a hybrid backend (v1 controllers + the v2 mount).
+//!
+//! keel writes cgroup files itself (DESIGN, "cgroups"). [`detect`] reads `/proc/self/mountinfo`
+//! and `/proc/self/cgroup` into a [`Layout`]; [`Tree::setup`] creates keel's own subtree under the
+//! cgroup keel was started in:
+//!
+//! ```text
+//! <base>/<name>/supervisor/     the daemon itself (v2's "no internal processes" rule)
+//! <base>/<name>/tasks/<unit>/   one per task: limits, OOM events, cgroup.kill
+//! ```
+//!
+//! (On v1 hierarchies the task directory is `units/`: v1 cgroups have a `tasks` file.)
+//!
+//! On a pure v2 host `<base>` is the daemon's cgroup in the unified hierarchy and cpu, memory
+//! and pids are enabled down the path. On a hybrid host the same tree exists in the v2 mount
+//! (which has no controllers, but has `cgroup.kill`, `cgroup.freeze`, `cgroup.events`,
+//! `cpu.stat` and takes `CLONE_INTO_CGROUP`) and in each of the v1 cpu, cpuacct, memory and pids
+//! hierarchies, which enforce the limits.
+//!
+//! Every write goes through [`CgroupFs`], so the plan of writes of each backend is unit-tested
+//! without a kernel (`tests_plan.rs`); `tests/cgroup_kernel.rs` runs it on a real kernel.
+//!
+//! A [`Tree`] never writes outside its own `<base>/<name>` subtree, except to move the daemon
+//! in and out (`<base>/cgroup.procs`) and to enable controllers in `<base>/cgroup.subtree_control`
+//! on v2.
+
+mod detect;
+mod error;
+mod fs;
+mod oom;
+mod task;
+mod tree;
+
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_plan;
+
+pub use detect::{detect, parse_layout, Layout, Mode, V1Controller};
+pub use error::CgroupError;
+pub use fs::{CgroupFs, RealFs};
+pub use oom::OomWatch;
+pub use task::{join_v1, TaskCgroup};
+pub use tree::{Tree, V1_TASKS, V2_TASKS};
+
+/// The period of the CFS bandwidth controller, in microseconds: 100 ms, the kernel's default
+/// (cgroup-v2.rst, "cpu.max"; cgroup-v1 sched-bwc.rst).
+pub const CPU_PERIOD_US: u64 = 100_000;
+
+/// The smallest quota the kernel accepts: 1 ms per period (sched-bwc.rst: "the minimum quota
+/// allowed for the quota or period is 1ms").
+pub const CPU_MIN_QUOTA_US: u64 = 1_000;
+
+/// The controllers keel enables on v2 and limits on v1, in the order they are written.
+pub const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
+
+/// What a task may use: the unit's `resources`, its reservation and its enforced limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// CPU cores, fractional (0.5 = half a core).
+    pub cpu_cores: f64,
+    pub memory_bytes: u64,
+    pub pids: u32,
+}
+
+impl Limits {
+    /// The CFS quota per [`CPU_PERIOD_US`] for `cpu_cores`, never below [`CPU_MIN_QUOTA_US`].
+    pub fn cpu_quota_us(&self) -> u64 {
+        let quota = (self.cpu_cores * CPU_PERIOD_US as f64).round();
+        if quota.is_finite() && quota >= CPU_MIN_QUOTA_US as f64 {
+            // `as` saturates at u64::MAX; the kernel then refuses the write with EINVAL.
+            quota as u64
+        } else {
+            CPU_MIN_QUOTA_US
+        }
+    }
+
+    /// v2 `cpu.max`: "$MAX $PERIOD" (cgroup-v2.rst, "cpu.max").
+    pub fn cpu_max(&self) -> String {
+        format!("{} {CPU_PERIOD_US}", self.cpu_quota_us())
+    }
+
+    /// v2 `memory.high`: 90% of `memory.max`, so the kernel throttles and reclaims before the
+    /// OOM killer runs at the hard limit (cgroup-v2.rst, "memory.high": "the main mechanism to
+    /// control memory usage").
+    pub fn memory_high(&self) -> u64 {
+        (self.memory_bytes as u128 * 9 / 10) as u64
+    }
+}
+
+/// A task cgroup's figures, for `keel status` and the liveness CPU signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// CPU time used by the task's processes, in microseconds.
+    pub cpu_usage_usec: u64,
+    pub memory_current: u64,
+    /// The high-water mark, where the kernel keeps one (v2 `memory.peak` is Linux ≥ 5.19).
+    pub memory_peak: Option<u64>,
+    pub pids_current: u64,
+    /// Processes of the task killed by the OOM killer.
+    pub oom_kills: u64,
+}
+
+/// What [`TaskCgroup::try_remove`] achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Every directory of the task is gone (or was never there).
+    Removed,
+    /// A directory still holds processes (killed ones that have not exited yet): try again
+    /// later, from a timer.
+    Busy,
+}
+
+/// A tree or task name must be a single ordinary path component, so that joining it to a base
+/// can never leave that base.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('\0')
+        && !name.contains('\n')
+}
+
+fn check_name(name: &str) -> Result<(), CgroupError> {
+    if valid_name(name) {
+        Ok(())
+    } else {
+        Err(CgroupError::InvalidName {
+            name: name.to_string(),
+        })
+    }
+}
+
+/// Read a flat-keyed file ("key value" lines: `cpu.stat`, `memory.events`, `cgroup.events`,
+/// `memory.oom_control`) and return `key`'s value.
+fn keyed_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let mut parts = line.split_whitespace();
+        if parts.next()? == key {
+            parts.next()?.parse().ok()
+        } else {
+            None
+        }
+    })
+}

@@ -1,0 +1,381 @@
+//! Detection from mountinfo and /proc/self/cgroup fixtures; limit arithmetic.
+
+use super::*;
+use std::path::PathBuf;
+
+fn p(s: &str) -> PathBuf {
+    PathBuf::from(s)
+}
+
+const PURE_V2_MOUNTINFO: &str = "\
+22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw,errors=remount-ro
+25 22 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+26 25 0:23 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+27 22 0:5 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw
+";
+
+/// This project's CI host, as read there (kernel 6.18).
+const HYBRID_MOUNTINFO: &str = "\
+23 1 0:21 / /sys rw,nosuid,nodev,noexec,relatime - sysfs sysfs rw
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+38 31 0:35 / /sys/fs/cgroup/blkio rw,relatime - cgroup cgroup rw,blkio
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+const HYBRID_CGROUP: &str = "\
+9:name=systemd:/
+8:pids:/
+7:blkio:/
+6:freezer:/
+5:devices:/
+4:memory:/process_api/8c30c9835dad0574bd069ab94684ba3d
+3:cpuset:/
+2:cpuacct:/
+1:cpu:/
+0::/
+";
+
+/// systemd's "hybrid" layout: cpu and cpuacct co-mounted.
+const SYSTEMD_HYBRID_MOUNTINFO: &str = "\
+30 25 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+32 30 0:28 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+35 30 0:31 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:14 - cgroup cgroup rw,cpu,cpuacct
+36 30 0:32 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,memory
+37 30 0:33 / /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime shared:16 - cgroup cgroup rw,pids
+";
+
+const SYSTEMD_HYBRID_CGROUP: &str = "\
+12:pids:/system.slice/keel.service
+5:memory:/system.slice/keel.service
+4:cpu,cpuacct:/system.slice/keel.service
+1:name=systemd:/system.slice/keel.service
+0::/system.slice/keel.service
+";
+
+#[test]
+fn pure_v2_host() {
+    let layout =
+        parse_layout(PURE_V2_MOUNTINFO, "0::/system.slice/keel.service\n", "keel").unwrap();
+    assert_eq!(layout.mode, Mode::V2);
+    assert_eq!(
+        layout.v2_base,
+        p("/sys/fs/cgroup/system.slice/keel.service")
+    );
+    assert!(layout.v1.is_empty());
+    assert!(!layout.adopted);
+    assert_eq!(layout.mode.to_string(), "v2");
+}
+
+#[test]
+fn pure_v2_root_cgroup_is_the_mount_point() {
+    let layout = parse_layout(PURE_V2_MOUNTINFO, "0::/\n", "keel").unwrap();
+    assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup");
+}
+
+#[test]
+fn this_hybrid_host() {
+    let layout = parse_layout(HYBRID_MOUNTINFO, HYBRID_CGROUP, "keel").unwrap();
+    assert_eq!(layout.mode, Mode::Hybrid);
+    assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup/unified");
+    assert_eq!(
+        layout.v1,
+        vec![
+            (V1Controller::Cpu, p("/sys/fs/cgroup/cpu")),
+            (V1Controller::Cpuacct, p("/sys/fs/cgroup/cpuacct")),
+            (
+                V1Controller::Memory,
+                p("/sys/fs/cgroup/memory/process_api/8c30c9835dad0574bd069ab94684ba3d")
+            ),
+            (V1Controller::Pids, p("/sys/fs/cgroup/pids")),
+        ]
+    );
+    assert_eq!(
+        layout.mode.to_string(),
+        "hybrid (v1 cpu,memory,pids + v2 unified)"
+    );
+    assert_eq!(layout.bases().len(), 5);
+}
+
+#[test]
+fn co_mounted_cpu_and_cpuacct_share_a_base() {
+    let layout = parse_layout(SYSTEMD_HYBRID_MOUNTINFO, SYSTEMD_HYBRID_CGROUP, "keel").unwrap();
+    assert_eq!(layout.mode, Mode::Hybrid);
+    let service = "system.slice/keel.service";
+    assert_eq!(
+        layout.v2_base,
+        p(&format!("/sys/fs/cgroup/unified/{service}"))
+    );
+    let cpu = p(&format!("/sys/fs/cgroup/cpu,cpuacct/{service}"));
+    assert_eq!(layout.v1_base(V1Controller::Cpu), Some(cpu.as_path()));
+    assert_eq!(layout.v1_base(V1Controller::Cpuacct), Some(cpu.as_path()));
+    assert_eq!(layout.v1_bases().len(), 3, "cpu,cpuacct once");
+}
+
+#[test]
+fn v2_mount_with_controllers_beside_unrelated_v1_hierarchies() {
+    // cpu, memory and pids are not bound to v1: they live on the cgroup2 mount, even though it
+    // is at /sys/fs/cgroup/unified and v1 hierarchies exist for other controllers.
+    let mountinfo = "\
+30 25 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+32 30 0:28 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+33 30 0:29 / /sys/fs/cgroup/cpuset rw,nosuid,nodev,noexec,relatime shared:12 - cgroup cgroup rw,cpuset
+34 30 0:30 / /sys/fs/cgroup/freezer rw,nosuid,nodev,noexec,relatime shared:13 - cgroup cgroup rw,freezer
+";
+    let cgroup = "\
+3:freezer:/
+2:cpuset:/
+1:name=systemd:/user.slice/user-1000.slice/session-3.scope
+0::/user.slice/user-1000.slice/session-3.scope
+";
+    let layout = parse_layout(mountinfo, cgroup, "keel").unwrap();
+    assert_eq!(layout.mode, Mode::V2);
+    assert_eq!(
+        layout.v2_base,
+        p("/sys/fs/cgroup/unified/user.slice/user-1000.slice/session-3.scope")
+    );
+    assert!(layout.v1.is_empty());
+}
+
+const CONTAINER_MOUNTINFO: &str = "\
+1013 1012 0:120 / / rw,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w
+1020 1013 0:125 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro
+1021 1020 0:29 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup rw,nsdelegate
+";
+
+#[test]
+fn cgroup_namespace_root() {
+    // A container with its own cgroup namespace: both files show paths from the namespace's
+    // root, which is the mount's root.
+    let layout = parse_layout(CONTAINER_MOUNTINFO, "0::/\n", "keel").unwrap();
+    assert_eq!(layout.mode, Mode::V2);
+    assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup");
+}
+
+#[test]
+fn cgroup_namespace_after_moving_into_a_child() {
+    let layout = parse_layout(CONTAINER_MOUNTINFO, "0::/init.scope\n", "keel").unwrap();
+    assert_eq!(layout.v2_base, p("/sys/fs/cgroup/init.scope"));
+}
+
+#[test]
+fn host_namespace_with_a_bound_subtree() {
+    // No cgroup namespace; the runtime bound the container's own cgroup at /sys/fs/cgroup: the
+    // mount's root is that cgroup.
+    let mountinfo =
+        "1021 1020 0:29 /docker/abc123 /sys/fs/cgroup rw,relatime - cgroup2 cgroup rw\n";
+    let layout = parse_layout(mountinfo, "0::/docker/abc123\n", "keel").unwrap();
+    assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup");
+    let layout = parse_layout(mountinfo, "0::/docker/abc123/sub\n", "keel").unwrap();
+    assert_eq!(layout.v2_base, p("/sys/fs/cgroup/sub"));
+    // A process elsewhere in the hierarchy is not under that mount.
+    let err = parse_layout(mountinfo, "0::/docker/other\n", "keel").unwrap_err();
+    assert!(matches!(err, CgroupError::OutsideMount { .. }), "{err}");
+}
+
+#[test]
+fn a_path_above_the_namespace_root_is_refused() {
+    // A process moved above its cgroup namespace's root shows "/../x": joining that to the
+    // mount point would leave the mount.
+    let err = parse_layout(CONTAINER_MOUNTINFO, "0::/../sibling\n", "keel").unwrap_err();
+    assert!(matches!(err, CgroupError::OutsideMount { .. }), "{err}");
+    // A mount made outside our namespace shows its root as "/..".
+    let mountinfo = "1021 1020 0:29 /.. /sys/fs/cgroup rw,relatime - cgroup2 cgroup rw\n";
+    let err = parse_layout(mountinfo, "0::/\n", "keel").unwrap_err();
+    assert!(err.to_string().contains("cgroupns"), "{err}");
+}
+
+#[test]
+fn no_cgroup2_mount_is_a_clear_error() {
+    let mountinfo: String = HYBRID_MOUNTINFO
+        .lines()
+        .filter(|l| !l.contains("cgroup2"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let err = parse_layout(&mountinfo, HYBRID_CGROUP, "keel").unwrap_err();
+    assert!(matches!(err, CgroupError::NoV2Mount));
+    let message = err.to_string();
+    assert!(message.contains("cgroup.kill"), "{message}");
+    assert!(message.contains("mount -t cgroup2"), "{message}");
+}
+
+#[test]
+fn restarted_daemon_in_its_supervisor_leaf() {
+    let layout = parse_layout(
+        PURE_V2_MOUNTINFO,
+        "0::/system.slice/keel.service/keel/supervisor\n",
+        "keel",
+    )
+    .unwrap();
+    assert_eq!(
+        layout.v2_base,
+        p("/sys/fs/cgroup/system.slice/keel.service")
+    );
+    assert!(layout.adopted);
+
+    // At the mount's root: the base is the mount point itself.
+    let layout = parse_layout(PURE_V2_MOUNTINFO, "0::/keel/supervisor\n", "keel").unwrap();
+    assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup");
+    assert!(layout.adopted);
+
+    // Another tree's supervisor, or something below ours, is just a cgroup.
+    for other in ["0::/other/supervisor\n", "0::/keel/supervisor/x\n"] {
+        let layout = parse_layout(PURE_V2_MOUNTINFO, other, "keel").unwrap();
+        assert!(!layout.adopted, "{other}");
+    }
+}
+
+#[test]
+fn restarted_daemon_on_a_hybrid_host() {
+    let cgroup = SYSTEMD_HYBRID_CGROUP.replace("keel.service", "keel.service/keel/supervisor");
+    let layout = parse_layout(SYSTEMD_HYBRID_MOUNTINFO, &cgroup, "keel").unwrap();
+    assert!(layout.adopted);
+    let service = "system.slice/keel.service";
+    assert_eq!(
+        layout.v2_base,
+        p(&format!("/sys/fs/cgroup/unified/{service}"))
+    );
+    assert_eq!(
+        layout.v1_base(V1Controller::Memory),
+        Some(p(&format!("/sys/fs/cgroup/memory/{service}")).as_path())
+    );
+}
+
+#[test]
+fn controllers_split_between_v1_and_v2_are_refused() {
+    let mountinfo = "\
+31 30 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+36 30 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+";
+    let err = parse_layout(mountinfo, "4:memory:/\n0::/\n", "keel").unwrap_err();
+    match &err {
+        CgroupError::MixedControllers { on_v1, on_v2 } => {
+            assert_eq!(on_v1, &vec!["memory"]);
+            assert_eq!(on_v2, &vec!["cpu", "pids"]);
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("cgroup_no_v1=all"), "{err}");
+}
+
+#[test]
+fn a_v1_controller_that_is_not_mounted() {
+    let mountinfo: String = HYBRID_MOUNTINFO
+        .lines()
+        .filter(|l| !l.ends_with("rw,pids"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let err = parse_layout(&mountinfo, HYBRID_CGROUP, "keel").unwrap_err();
+    assert!(
+        matches!(err, CgroupError::V1NotMounted { controller: "pids" }),
+        "{err}"
+    );
+    // cpuacct is optional: CPU time comes from the unified cpu.stat.
+    let mountinfo: String = HYBRID_MOUNTINFO
+        .lines()
+        .filter(|l| !l.ends_with("rw,cpuacct"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let layout = parse_layout(&mountinfo, HYBRID_CGROUP, "keel").unwrap();
+    assert_eq!(layout.v1_base(V1Controller::Cpuacct), None);
+}
+
+#[test]
+fn escaped_mount_points() {
+    let mountinfo = "26 25 0:23 / /srv/my\\040cgroup rw - cgroup2 cgroup2 rw\n";
+    let layout = parse_layout(mountinfo, "0::/a b\n", "keel").unwrap();
+    assert_eq!(layout.v2_base, p("/srv/my cgroup/a b"));
+}
+
+#[test]
+fn the_first_matching_mount_wins_and_other_lines_are_ignored() {
+    let mountinfo = format!(
+        "garbage line\n{PURE_V2_MOUNTINFO}99 22 0:23 / /mnt/again rw - cgroup2 cgroup2 rw\n"
+    );
+    let layout = parse_layout(&mountinfo, "junk\n0::/a\n", "keel").unwrap();
+    assert_eq!(layout.v2_base, p("/sys/fs/cgroup/a"));
+}
+
+#[test]
+fn tree_names_must_be_one_component() {
+    for bad in ["", ".", "..", "a/b", "../x"] {
+        let err = parse_layout(PURE_V2_MOUNTINFO, "0::/\n", bad).unwrap_err();
+        assert!(matches!(err, CgroupError::InvalidName { .. }), "{bad:?}");
+    }
+}
+
+fn limits(cpu: f64) -> Limits {
+    Limits {
+        cpu_cores: cpu,
+        memory_bytes: 1 << 30,
+        pids: 64,
+    }
+}
+
+#[test]
+fn cpu_quota_arithmetic() {
+    assert_eq!(limits(0.5).cpu_max(), "50000 100000");
+    assert_eq!(limits(2.0).cpu_max(), "200000 100000");
+    assert_eq!(limits(1.234567).cpu_quota_us(), 123457);
+    // Below the kernel's 1 ms minimum: the minimum.
+    assert_eq!(limits(0.001).cpu_max(), "1000 100000");
+    assert_eq!(limits(0.0).cpu_quota_us(), CPU_MIN_QUOTA_US);
+    assert_eq!(limits(f64::NAN).cpu_quota_us(), CPU_MIN_QUOTA_US);
+    assert_eq!(limits(0.01).cpu_quota_us(), 1000);
+    assert_eq!(limits(0.011).cpu_quota_us(), 1100);
+}
+
+#[test]
+fn memory_high_is_ninety_percent() {
+    let mut l = limits(1.0);
+    l.memory_bytes = 1000;
+    assert_eq!(l.memory_high(), 900);
+    l.memory_bytes = 4 << 30;
+    assert_eq!(l.memory_high(), 3_865_470_566);
+    l.memory_bytes = u64::MAX;
+    assert_eq!(l.memory_high(), (u64::MAX as u128 * 9 / 10) as u64);
+}
+
+#[test]
+fn flat_keyed_files() {
+    let events = "low 0\nhigh 3\nmax 7\noom 1\noom_kill 2\noom_group_kill 0\n";
+    assert_eq!(keyed_value(events, "oom_kill"), Some(2));
+    assert_eq!(keyed_value(events, "oom"), Some(1));
+    assert_eq!(keyed_value(events, "missing"), None);
+    assert_eq!(keyed_value("populated 1\nfrozen 0\n", "populated"), Some(1));
+    assert_eq!(keyed_value("usage_usec x\n", "usage_usec"), None);
+}
+
+#[test]
+fn error_messages_name_the_path_and_the_fix() {
+    let err = CgroupError::EnableController {
+        path: p("/sys/fs/cgroup/user.slice/cgroup.subtree_control"),
+        controller: "memory",
+        source: std::io::Error::from_raw_os_error(libc::EBUSY),
+    };
+    let message = err.to_string();
+    assert!(message.contains("/sys/fs/cgroup/user.slice"), "{message}");
+    assert!(message.contains("no internal processes"), "{message}");
+    assert!(message.contains("Delegate=yes"), "{message}");
+    assert!(err.io_error().is_some());
+
+    let err = CgroupError::SetLimit {
+        path: p("/x/tasks/a/pids.max"),
+        controller: "pids",
+        value: "64".into(),
+        source: std::io::Error::from_raw_os_error(libc::ENOENT),
+    };
+    assert!(
+        err.to_string().contains("pids controller is not enabled"),
+        "{err}"
+    );
+}

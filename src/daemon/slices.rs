@@ -1,0 +1,375 @@
+//! The daemon's side of cgroups (DESIGN, "cgroups"): keel's tree, one slice per attempt with
+//! the unit's limits, OOM events through the loop, the sweep that tears a slice down, and the
+//! figures `keel status` shows. The cgroup files themselves are written by [`crate::cgroup`].
+
+use super::record::{LastExit, TaskState};
+use super::timers::Timer;
+use super::{Daemon, Source};
+use crate::cgroup::{CgroupError, Limits, Removal, TaskCgroup, Tree};
+use crate::sandbox::spec::AgentStatus;
+use crate::unit::Unit;
+use mio::unix::SourceFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// A killed slice whose processes have not exited yet is retried this often, this many times.
+const REMOVE_RETRY: Duration = Duration::from_millis(50);
+const REMOVE_TRIES: u32 = 100;
+
+/// keel's cgroup tree, or why there is none (then no task starts: never unconfined in silence).
+pub(crate) type Slices = Result<Tree, String>;
+
+/// Detect the cgroup layout and set up keel's tree under the cgroup the daemon was started in,
+/// moving the daemon into its own leaf.
+pub(crate) fn setup_slices(name: &str) -> Slices {
+    let tree = crate::cgroup::detect(name).and_then(|layout| Tree::setup(layout, name));
+    match tree {
+        Ok(tree) => {
+            log::info!("cgroups: {} at {}", tree.mode(), tree.v2_root().display());
+            Ok(tree)
+        }
+        Err(e) => {
+            log::error!("cgroups unavailable: {e}; no task will start");
+            Err(e.to_string())
+        }
+    }
+}
+
+/// A new attempt's slice, ready: what the spawn needs.
+pub(crate) struct PreparedSlice {
+    pub v2_dir: OwnedFd,
+    pub v1_procs: Vec<std::path::PathBuf>,
+}
+
+/// Why an attempt cannot have its slice.
+pub(crate) enum SliceProblem {
+    /// Not yet: try again shortly.
+    Busy(String),
+    /// Not at all (no cgroups, a limit the kernel refuses): the attempt fails to start.
+    Failed(String),
+}
+
+/// The OOM watch of a live attempt, registered in the loop.
+pub(crate) struct OomWatched {
+    watch: crate::cgroup::OomWatch,
+    token: mio::Token,
+}
+
+/// A task's CPU time at an instant: `keel status` shows the use since the previous sample.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuSample {
+    usage_usec: u64,
+    at: Instant,
+}
+
+/// What `keel status` shows of a running task's slice.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SliceFigures {
+    pub cpu_usec: u64,
+    pub cpu_percent: Option<f64>,
+    pub memory: u64,
+    pub memory_peak: Option<u64>,
+    pub pids: u64,
+}
+
+fn limits_of(unit: &Unit) -> Limits {
+    Limits {
+        cpu_cores: unit.resources.cpu,
+        memory_bytes: unit.resources.memory.0,
+        pids: unit.resources.pids,
+    }
+}
+
+impl Daemon {
+    /// `keel status`'s word for the cgroup backend.
+    pub(crate) fn cgroup_mode(&self) -> String {
+        match &self.slices {
+            Ok(tree) => tree.mode().to_string(),
+            Err(why) => format!("unavailable: {why}"),
+        }
+    }
+
+    fn slice(&self, unit: &str) -> Option<TaskCgroup> {
+        self.slices.as_ref().ok()?.task(unit).ok()
+    }
+
+    /// A fresh slice for a new attempt, with the unit's limits: the v2 directory to spawn the
+    /// shim into (`CLONE_INTO_CGROUP`) and the v1 `cgroup.procs` files the shim joins before it
+    /// starts the agent (hybrid hosts). A leftover slice of an earlier attempt is emptied and
+    /// removed first, so that its counters (OOM kills) start from zero; while its killed
+    /// processes are still exiting the start waits (`Busy`), without blocking the loop.
+    pub(crate) fn prepare_slice(
+        &mut self,
+        unit: &str,
+        unit_def: &Unit,
+    ) -> Result<PreparedSlice, SliceProblem> {
+        let tree = self
+            .slices
+            .as_ref()
+            .map_err(|why| SliceProblem::Failed(format!("cgroups unavailable: {why}")))?;
+        let slice = tree
+            .task(unit)
+            .map_err(|e| SliceProblem::Failed(e.to_string()))?;
+        let _ = slice.kill();
+        match slice.try_remove() {
+            Ok(Removal::Removed) => {}
+            Ok(Removal::Busy) => {
+                return Err(SliceProblem::Busy(format!(
+                    "the cgroup of an earlier attempt ({}) still holds exiting processes",
+                    slice.v2_path().display()
+                )))
+            }
+            Err(e) => return Err(SliceProblem::Failed(e.to_string())),
+        }
+        slice
+            .create(&limits_of(unit_def))
+            .map_err(|e| SliceProblem::Failed(format!("cannot create the task's cgroup: {e}")))?;
+        let dir = slice
+            .open_v2_dir()
+            .map_err(|e| SliceProblem::Failed(format!("cannot open the task's cgroup: {e}")))?;
+        Ok(PreparedSlice {
+            v2_dir: dir,
+            v1_procs: slice.v1_procs_files(),
+        })
+    }
+
+    /// Watch a live attempt's slice for OOM kills.
+    pub(crate) fn watch_oom(&mut self, unit: &str) {
+        self.unwatch_oom(unit);
+        let Some(slice) = self.slice(unit) else {
+            return;
+        };
+        let watch = match slice.oom_watch() {
+            Ok(watch) => watch,
+            Err(e) => {
+                log::warn!("{unit}: OOM kills will only be seen at exit: {e}");
+                return;
+            }
+        };
+        let token = self.new_token();
+        let fd = watch.as_raw_fd();
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut SourceFd(&fd), token, watch.interest())
+        {
+            log::warn!("{unit}: cannot watch for OOM kills: {e}");
+            return;
+        }
+        self.sources.insert(token, Source::Oom(unit.to_string()));
+        if let Some(task) = self.tasks.get_mut(unit) {
+            task.oom = Some(OomWatched { watch, token });
+        }
+    }
+
+    fn unwatch_oom(&mut self, unit: &str) {
+        let Some(watched) = self.tasks.get_mut(unit).and_then(|t| t.oom.take()) else {
+            return;
+        };
+        let fd = watched.watch.as_raw_fd();
+        let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+        self.sources.remove(&watched.token);
+    }
+
+    /// The kernel's OOM killer struck in a task's slice: say so at once. The attempt's exit is
+    /// classified when it ends ([`Daemon::account_oom`]).
+    pub(crate) fn on_oom_event(&mut self, unit: &str) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        let Some(watched) = task.oom.as_mut() else {
+            return;
+        };
+        let (attempt, generation) = (task.record.attempt, task.record.generation);
+        match watched.watch.drain() {
+            Ok(true) => {
+                let kills = watched.watch.oom_kills();
+                let limit = task
+                    .unit
+                    .as_ref()
+                    .map(|u| crate::unit::format_size(u.resources.memory.0))
+                    .unwrap_or_default();
+                log::warn!("{unit}: OOM kill in the task's cgroup (memory limit {limit})");
+                self.journal_event(
+                    unit,
+                    attempt,
+                    generation,
+                    "oom-kill",
+                    &format!("{kills} so far; memory limit {limit}"),
+                );
+            }
+            Ok(false) => {}
+            Err(e) => {
+                log::warn!("{unit}: OOM watch: {e}");
+                self.unwatch_oom(unit);
+            }
+        }
+    }
+
+    /// An attempt that was SIGKILLed (or vanished) while the OOM killer acted in its slice
+    /// ended of `oom`: that is what the restart policy and the agent's next attempt see.
+    pub(crate) fn account_oom(&self, unit: &str, exit: LastExit) -> LastExit {
+        let killed = match exit {
+            LastExit::Agent(AgentStatus::Signaled(sig)) => sig == libc::SIGKILL,
+            LastExit::Lost => true,
+            _ => false,
+        };
+        if !killed {
+            return exit;
+        }
+        let kills = self
+            .slice(unit)
+            .and_then(|slice| slice.stats().ok())
+            .map_or(0, |stats| stats.oom_kills);
+        if kills > 0 {
+            LastExit::Oom
+        } else {
+            exit
+        }
+    }
+
+    /// The attempt is over: kill whatever is left in its slice (nothing escapes — a `setsid`
+    /// double fork included) and remove it, retrying from a timer while the killed processes
+    /// exit.
+    pub(crate) fn release_slice(&mut self, unit: &str) {
+        self.unwatch_oom(unit);
+        let Some(slice) = self.slice(unit) else {
+            return;
+        };
+        if let Err(e) = slice.kill() {
+            log::warn!("{unit}: {e}");
+        }
+        self.try_remove_slice(unit, &slice, 0);
+    }
+
+    fn try_remove_slice(&mut self, unit: &str, slice: &TaskCgroup, tries: u32) {
+        match slice.try_remove() {
+            Ok(Removal::Removed) => {}
+            Ok(Removal::Busy) if tries < REMOVE_TRIES => self.timers.add_after(
+                REMOVE_RETRY,
+                Timer::RemoveSlice {
+                    unit: unit.to_string(),
+                    tries: tries + 1,
+                },
+            ),
+            Ok(Removal::Busy) => log::error!(
+                "{unit}: the task's cgroup {} still holds processes after cgroup.kill",
+                slice.v2_path().display()
+            ),
+            Err(e) => log::error!("{unit}: {e}"),
+        }
+    }
+
+    pub(crate) fn on_remove_slice_due(&mut self, unit: &str, tries: u32) {
+        // A new attempt may have started meanwhile: its slice is not ours to remove.
+        if self
+            .tasks
+            .get(unit)
+            .is_some_and(|t| t.record.state.has_attempt())
+        {
+            return;
+        }
+        if let Some(slice) = self.slice(unit) {
+            let _ = slice.kill();
+            self.try_remove_slice(unit, &slice, tries);
+        }
+    }
+
+    /// The stop timeout's SIGKILL did not end the attempt (a wedged or stopped shim): kill the
+    /// whole slice, shim included.
+    pub(crate) fn kill_slice(&mut self, unit: &str) -> bool {
+        match self.slice(unit).map(|slice| slice.kill()) {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                log::error!("{unit}: {e}");
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// After reconcile: watch the slices of adopted attempts; remove slices no attempt owns
+    /// (of tasks that ended while no daemon ran, or of units that are gone).
+    pub(crate) fn sweep_slices(&mut self) {
+        let present = match &self.slices {
+            Ok(tree) => tree.tasks_present(),
+            Err(_) => return,
+        };
+        for unit in present {
+            match self.tasks.get(&unit) {
+                Some(task) if task.shim.is_some() => self.watch_oom(&unit),
+                // Still being reconciled (its shim record may yet appear): leave it.
+                Some(task) if task.record.state.has_attempt() => {}
+                _ => {
+                    log::info!("{unit}: removing a cgroup no attempt owns");
+                    self.release_slice(&unit);
+                }
+            }
+        }
+    }
+
+    /// At the end of the daemon: remove the slices of ended tasks and keel's tree (the daemon
+    /// moves back to where it started). Slices of tasks left running (`--keep-tasks`) stay,
+    /// and so does the tree holding them.
+    pub(crate) fn teardown_slices(&mut self) {
+        let Ok(tree) = &self.slices else {
+            return;
+        };
+        for unit in tree.tasks_present() {
+            let live = self
+                .tasks
+                .get(&unit)
+                .is_some_and(|t| t.record.state.has_attempt());
+            if live {
+                continue;
+            }
+            if let Ok(slice) = tree.task(&unit) {
+                let _ = slice.kill();
+                if let Err(e) = slice.remove_blocking(Duration::from_secs(2)) {
+                    log::error!("{unit}: {e}");
+                }
+            }
+        }
+        match tree.teardown() {
+            Ok(()) => {}
+            Err(CgroupError::TasksRemain { .. }) => {
+                log::info!("cgroups: tasks left running keep keel's tree")
+            }
+            Err(e) => log::error!("cgroups: {e}"),
+        }
+    }
+
+    /// The figures of a live attempt's slice; the CPU share is over the time since the
+    /// previous `keel status` (or since the attempt started).
+    pub(crate) fn slice_figures(&self, unit: &str) -> Option<SliceFigures> {
+        let task = self.tasks.get(unit)?;
+        if !matches!(
+            task.record.state,
+            TaskState::Running | TaskState::Stalled | TaskState::Stopping
+        ) {
+            return None;
+        }
+        let stats = self.slice(unit)?.stats().ok()?;
+        let now = Instant::now();
+        let previous = task
+            .cpu_sample
+            .get()
+            .or_else(|| task.started_at.map(|at| CpuSample { usage_usec: 0, at }));
+        task.cpu_sample.set(Some(CpuSample {
+            usage_usec: stats.cpu_usage_usec,
+            at: now,
+        }));
+        let cpu_percent = previous.and_then(|p| {
+            let wall = now.duration_since(p.at).as_micros() as f64;
+            (wall >= 1000.0)
+                .then(|| stats.cpu_usage_usec.saturating_sub(p.usage_usec) as f64 * 100.0 / wall)
+        });
+        Some(SliceFigures {
+            cpu_usec: stats.cpu_usage_usec,
+            cpu_percent,
+            memory: stats.memory_current,
+            memory_peak: stats.memory_peak,
+            pids: stats.pids_current,
+        })
+    }
+}
