@@ -357,6 +357,8 @@ impl Daemon {
     /// Apply the restart policy (or the pending intent) to an ended attempt.
     pub(crate) fn settle(&mut self, unit: &str, mut ending: Ending) {
         let jitter = jitter();
+        // An OOM event that came in the same round as the exit: journal it first.
+        self.on_oom_event(unit);
         ending.exit = self.account_oom(unit, ending.exit);
         self.release_slice(unit);
         let Some(task) = self.tasks.get_mut(unit) else {

@@ -82,8 +82,8 @@ pub(crate) struct Task {
     pub reserved: Option<queue::Reservation>,
     /// The live attempt's OOM watch.
     pub oom: Option<slices::OomWatched>,
-    /// CPU time at the previous `keel status`.
-    pub cpu_sample: std::cell::Cell<Option<slices::CpuSample>>,
+    /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
+    pub cpu_samples: std::cell::Cell<(Option<slices::CpuSample>, Option<slices::CpuSample>)>,
 }
 
 enum Source {

@@ -136,7 +136,7 @@ impl Daemon {
                 queued_since_ms: now_ms(),
                 reserved: None,
                 oom: None,
-                cpu_sample: std::cell::Cell::new(None),
+                cpu_samples: std::cell::Cell::new((None, None)),
             },
         );
     }

@@ -12,9 +12,14 @@ use mio::unix::SourceFd;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-/// A killed slice whose processes have not exited yet is retried this often, this many times.
-const REMOVE_RETRY: Duration = Duration::from_millis(50);
-const REMOVE_TRIES: u32 = 100;
+/// A killed slice whose processes have not exited yet is retried after 1 ms, then twice as
+/// long each time up to 100 ms (cgroup.kill of 100 processes takes 7–12 ms here), this many
+/// times (~10 s in all).
+const REMOVE_RETRY_FIRST: Duration = Duration::from_millis(1);
+const REMOVE_RETRY_MAX: Duration = Duration::from_millis(100);
+const REMOVE_TRIES: u32 = 110;
+/// `keel status` shows the CPU share over at least this long.
+const CPU_WINDOW: Duration = Duration::from_secs(1);
 
 /// keel's cgroup tree, or why there is none (then no task starts: never unconfined in silence).
 pub(crate) type Slices = Result<Tree, String>;
@@ -55,7 +60,7 @@ pub(crate) struct OomWatched {
     token: mio::Token,
 }
 
-/// A task's CPU time at an instant: `keel status` shows the use since the previous sample.
+/// A task's CPU time at an instant: `keel status` shows the share since an earlier sample.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CpuSample {
     usage_usec: u64,
@@ -246,7 +251,7 @@ impl Daemon {
         match slice.try_remove() {
             Ok(Removal::Removed) => {}
             Ok(Removal::Busy) if tries < REMOVE_TRIES => self.timers.add_after(
-                REMOVE_RETRY,
+                (REMOVE_RETRY_FIRST * 2u32.saturating_pow(tries.min(10))).min(REMOVE_RETRY_MAX),
                 Timer::RemoveSlice {
                     unit: unit.to_string(),
                     tries: tries + 1,
@@ -351,18 +356,24 @@ impl Daemon {
         }
         let stats = self.slice(unit)?.stats().ok()?;
         let now = Instant::now();
-        let previous = task
-            .cpu_sample
-            .get()
-            .or_else(|| task.started_at.map(|at| CpuSample { usage_usec: 0, at }));
-        task.cpu_sample.set(Some(CpuSample {
+        let current = CpuSample {
             usage_usec: stats.cpu_usage_usec,
             at: now,
-        }));
-        let cpu_percent = previous.and_then(|p| {
+        };
+        // The share over at least CPU_WINDOW: over a few milliseconds a task under a CFS
+        // quota is either running or throttled, and the figure would flicker 0% / 100%.
+        let (older, newer) = task.cpu_samples.get();
+        let started = task.started_at.map(|at| CpuSample { usage_usec: 0, at });
+        let reference = [newer, older, started]
+            .into_iter()
+            .flatten()
+            .find(|s| now.duration_since(s.at) >= CPU_WINDOW);
+        if newer.is_none_or(|n| now.duration_since(n.at) >= CPU_WINDOW) {
+            task.cpu_samples.set((newer, Some(current)));
+        }
+        let cpu_percent = reference.map(|p| {
             let wall = now.duration_since(p.at).as_micros() as f64;
-            (wall >= 1000.0)
-                .then(|| stats.cpu_usage_usec.saturating_sub(p.usage_usec) as f64 * 100.0 / wall)
+            stats.cpu_usage_usec.saturating_sub(p.usage_usec) as f64 * 100.0 / wall
         });
         Some(SliceFigures {
             cpu_usec: stats.cpu_usage_usec,

@@ -296,7 +296,7 @@ impl Daemon {
                         queued_since_ms: now_ms(),
                         reserved: None,
                         oom: None,
-                        cpu_sample: std::cell::Cell::new(None),
+                        cpu_samples: std::cell::Cell::new((None, None)),
                     },
                 );
                 if let Err(e) = self.dirs.create_task_dirs(name) {
