@@ -100,6 +100,43 @@ impl Layout {
         all.extend(self.v1_bases());
         all
     }
+
+    /// The CPU quota of the cgroup keel starts in, as `(quota µs, period µs)`, if it has one:
+    /// v2 `cpu.max` ("max 100000" is none), v1 `cpu.cfs_quota_us` (-1 is none). What keel may
+    /// use at most, whatever the host has.
+    pub fn base_cpu_quota(&self) -> Option<(u64, u64)> {
+        let read = |path: PathBuf| std::fs::read_to_string(path).ok();
+        match self.mode {
+            Mode::V2 => parse_cpu_max(&read(self.v2_base.join("cpu.max"))?),
+            Mode::Hybrid => {
+                let base = self.v1_base(V1Controller::Cpu)?;
+                let quota: i64 = read(base.join("cpu.cfs_quota_us"))?.trim().parse().ok()?;
+                let period: u64 = read(base.join("cpu.cfs_period_us"))?.trim().parse().ok()?;
+                u64::try_from(quota).ok().map(|q| (q, period))
+            }
+        }
+    }
+
+    /// The memory limit of the cgroup keel starts in, if it has one (v2 `memory.max`, v1
+    /// `memory.limit_in_bytes`; v1 says "none" with a number near 2^63).
+    pub fn base_memory_limit(&self) -> Option<u64> {
+        let path = match self.mode {
+            Mode::V2 => self.v2_base.join("memory.max"),
+            Mode::Hybrid => self
+                .v1_base(V1Controller::Memory)?
+                .join("memory.limit_in_bytes"),
+        };
+        let limit: u64 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+        (limit < 1 << 62).then_some(limit)
+    }
+}
+
+/// `cpu.max`: "$MAX $PERIOD", `max` meaning no quota (cgroup-v2.rst, "cpu.max").
+pub fn parse_cpu_max(text: &str) -> Option<(u64, u64)> {
+    let mut parts = text.split_whitespace();
+    let quota = parts.next()?.parse().ok()?;
+    let period = parts.next().map_or(Some(100_000), |p| p.parse().ok())?;
+    Some((quota, period))
 }
 
 /// Read this process's layout from `/proc/self`. `tree_name` is the name of keel's tree (a base

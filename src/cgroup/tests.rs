@@ -379,3 +379,14 @@ fn error_messages_name_the_path_and_the_fix() {
         "{err}"
     );
 }
+
+#[test]
+fn cpu_max_of_the_base() {
+    assert_eq!(super::parse_cpu_max("max 100000\n"), None);
+    assert_eq!(
+        super::parse_cpu_max("150000 100000\n"),
+        Some((150_000, 100_000))
+    );
+    assert_eq!(super::parse_cpu_max("50000"), Some((50_000, 100_000)));
+    assert_eq!(super::parse_cpu_max(""), None);
+}

@@ -189,7 +189,12 @@ impl Daemon {
             .config_path
             .clone()
             .unwrap_or_else(|| dirs.root.join(crate::config::CONFIG_FILE));
-        let host = crate::config::HostCapacity::detect(None, None)
+        // What keel may use: the host's CPUs and memory, capped by the cgroup it starts in.
+        let layout = crate::cgroup::detect(&options.cgroup_name);
+        let (quota, memory_limit) = layout.as_ref().map_or((None, None), |l| {
+            (l.base_cpu_quota(), l.base_memory_limit())
+        });
+        let host = crate::config::HostCapacity::detect(quota, memory_limit)
             .map_err(setup("read the host's CPUs and memory (/proc/meminfo)"))?;
         // A malformed keel.ron stops the daemon at start (file:line:col); on reload the old
         // configuration stays in force instead.
@@ -204,7 +209,7 @@ impl Daemon {
             crate::sys::set_child_subreaper().map_err(setup("become a child subreaper"))?;
         }
 
-        let slices = slices::setup_slices(&options.cgroup_name);
+        let slices = slices::setup_slices(layout, &options.cgroup_name);
         let poll = Poll::new().map_err(setup("create the event loop"))?;
         let mut signals = Signals::new([
             libc::SIGCHLD,

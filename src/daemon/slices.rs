@@ -5,7 +5,7 @@
 use super::record::{LastExit, TaskState};
 use super::timers::Timer;
 use super::{Daemon, Source};
-use crate::cgroup::{CgroupError, Limits, Removal, TaskCgroup, Tree};
+use crate::cgroup::{CgroupError, Layout, Limits, Removal, TaskCgroup, Tree};
 use crate::sandbox::spec::AgentStatus;
 use crate::unit::Unit;
 use mio::unix::SourceFd;
@@ -24,10 +24,10 @@ const CPU_WINDOW: Duration = Duration::from_secs(1);
 /// keel's cgroup tree, or why there is none (then no task starts: never unconfined in silence).
 pub(crate) type Slices = Result<Tree, String>;
 
-/// Detect the cgroup layout and set up keel's tree under the cgroup the daemon was started in,
+/// Set up keel's tree under the cgroup the daemon was started in (`layout`, detected),
 /// moving the daemon into its own leaf.
-pub(crate) fn setup_slices(name: &str) -> Slices {
-    let tree = crate::cgroup::detect(name).and_then(|layout| Tree::setup(layout, name));
+pub(crate) fn setup_slices(layout: Result<Layout, CgroupError>, name: &str) -> Slices {
+    let tree = layout.and_then(|layout| Tree::setup(layout, name));
     match tree {
         Ok(tree) => {
             log::info!("cgroups: {} at {}", tree.mode(), tree.v2_root().display());
