@@ -53,14 +53,14 @@ struct Init<'a> {
     instance: String,
     state_dir: &'a Path,
     units_dir: Option<&'a Path>,
-    cgroup_name: &'a str,
+    cgroup_name: Option<&'a str>,
     daemon: Option<Pid>,
     crashes: Vec<Instant>,
     respawn_at: Option<Instant>,
     shutting_down: bool,
 }
 
-pub fn run(state_dir: &Path, units_dir: Option<&Path>, cgroup_name: &str) -> i32 {
+pub fn run(state_dir: &Path, units_dir: Option<&Path>, cgroup_name: Option<&str>) -> i32 {
     let pid1 = std::process::id() == 1;
     if pid1 {
         mount_proc_if_missing();
@@ -157,9 +157,10 @@ impl Init<'_> {
             .arg("daemon")
             .arg("--state")
             .arg(self.state_dir)
-            .arg("--cgroup-name")
-            .arg(self.cgroup_name)
             .env("KEEL_UNDER_INIT", &self.instance);
+        if let Some(name) = self.cgroup_name {
+            command.arg("--cgroup-name").arg(name);
+        }
         if let Some(units) = self.units_dir {
             command.arg("--units").arg(units);
         }

@@ -30,17 +30,18 @@ enum Command {
         /// Capacity and scheduling settings (default: STATE/keel.ron; missing = defaults).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Name of keel's cgroup tree, created under the cgroup the daemon starts in.
-        #[arg(long, value_name = "NAME", default_value = "keel")]
-        cgroup_name: String,
+        /// Name of keel's cgroup tree, created under the cgroup the daemon starts in (default:
+        /// `keel` for /var/lib/keel, else `keel-<hash of the state directory>`).
+        #[arg(long, value_name = "NAME")]
+        cgroup_name: Option<String>,
     },
     /// PID-1 mode: run and respawn the daemon, reap zombies, forward signals.
     Init {
         #[arg(long, value_name = "DIR")]
         units: Option<PathBuf>,
         /// Name of the daemon's cgroup tree (see `keel daemon --help`).
-        #[arg(long, value_name = "NAME", default_value = "keel")]
-        cgroup_name: String,
+        #[arg(long, value_name = "NAME")]
+        cgroup_name: Option<String>,
     },
     /// One line per task: state, attempt, pid, last exit, progress.
     Status {
@@ -142,7 +143,11 @@ fn main() {
         Command::Init { units, cgroup_name } => {
             keel::logger::init("init");
             let units = units.map(|u| std::path::absolute(&u).unwrap_or(u));
-            std::process::exit(keel::init::run(&state_dir, units.as_deref(), &cgroup_name));
+            std::process::exit(keel::init::run(
+                &state_dir,
+                units.as_deref(),
+                cgroup_name.as_deref(),
+            ));
         }
         Command::Shim { spec } => {
             keel::logger::init("shim");

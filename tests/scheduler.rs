@@ -227,3 +227,54 @@ fn a_bad_keel_ron_at_reload_keeps_the_old_configuration() {
         d.wait_state(name, "succeeded", Duration::from_secs(10));
     }
 }
+
+#[test]
+fn removing_a_running_task_lets_the_next_one_start() {
+    let mut d = Daemon::prepare("rm-frees");
+    write_config(&d, r#"Config(capacity: Capacity(max_running: Some(1)))"#);
+    d.spawn();
+    // Slow to stop: the removal finishes well after the units directory's rescan.
+    d.write_unit(
+        "first",
+        r#"Unit(command: ["/bin/sh", "-c", "trap 'sleep 0.5; exit 0' TERM; while :; do sleep 0.05; done"], resources: Resources(cpu: 0.1))"#,
+    );
+    d.wait_state("first", "running", Duration::from_secs(10));
+    d.write_unit(
+        "second",
+        r#"Unit(command: ["sleep", "60"], resources: Resources(cpu: 0.1))"#,
+    );
+    d.wait_state("second", "queued", Duration::from_secs(5));
+    let out = d.keel(&["rm", "first"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    d.wait_state("second", "running", Duration::from_secs(10));
+}
+
+#[test]
+fn a_bad_edit_of_keel_ron_never_keeps_the_daemon_down() {
+    let mut d = Daemon::prepare("config-fallback");
+    write_config(&d, r#"Config(capacity: Capacity(max_running: Some(1)))"#);
+    d.spawn();
+    assert!(d.shutdown().unwrap().success());
+    // Edited while no daemon ran (or before a crash), never reloaded: a typo.
+    write_config(&d, r#"Config(capacity: Capacity(max_runing: Some(3)))"#);
+    d.spawn();
+    assert!(
+        d.daemon_log()
+            .contains("running on the last configuration that loaded"),
+        "{}",
+        d.daemon_log()
+    );
+    // And it is the old limit that holds.
+    let hold = r#"Unit(command: ["sleep", "60"], resources: Resources(cpu: 0.1))"#;
+    d.write_unit("a", hold);
+    d.write_unit("b", hold);
+    wait_until(Duration::from_secs(10), "one runs, one waits", || {
+        let states: Vec<String> = ["a", "b"]
+            .iter()
+            .filter_map(|u| d.task(u))
+            .map(|t| t["state"].as_str().unwrap_or("").to_string())
+            .collect();
+        states.iter().filter(|s| *s == "running").count() == 1
+            && states.iter().filter(|s| *s == "queued").count() == 1
+    });
+}

@@ -93,7 +93,7 @@ fn a_fork_bomb_is_held_at_pids_max() {
     d.write_unit(
         "bomb",
         r#"Unit(
-            command: ["python3", "-c", "import os, time\nn = 0\nfor i in range(40):\n    try:\n        if os.fork() == 0:\n            time.sleep(30)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\nopen('/work/count', 'w').write('started %d' % n)\ntime.sleep(30)"],
+            command: ["python3", "-c", "import os, time\nn = 0\nfor i in range(40):\n    try:\n        if os.fork() == 0:\n            time.sleep(30)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\nopen('/work/.count', 'w').write('started %d' % n)\nos.rename('/work/.count', '/work/count')\ntime.sleep(30)"],
             restart: Never,
             resources: Resources(cpu: 0.5, memory: "256M", pids: 16),
         )"#,
@@ -216,4 +216,69 @@ fn status_shows_the_cgroup_mode_and_shutdown_leaves_no_cgroup() {
         "left behind: {:?}",
         cgroup_tree_dirs(&d.cgroup_name)
     );
+}
+
+#[test]
+fn an_oom_kill_of_a_child_does_not_make_a_later_kill_an_oom() {
+    if !require_root("oom of a child") {
+        return;
+    }
+    let d = Daemon::start("slice-oom-child");
+    // The shell survives its child's OOM kill and sleeps on.
+    d.write_unit(
+        "survivor",
+        r#"Unit(command: ["/bin/sh", "-c", "tail /dev/zero; echo survived > /work/after; exec sleep 60"], restart: Never, resources: Resources(memory: "48M"))"#,
+    );
+    d.wait_state("survivor", "running", Duration::from_secs(10));
+    wait_until(Duration::from_secs(15), "the child's OOM kill", || {
+        d.task_dir("survivor").join("work/after").exists()
+            && d.events(Some("survivor"))
+                .iter()
+                .any(|e| e["event"] == "oom-kill")
+    });
+    let out = d.keel(&["kill", "survivor"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let task = d.wait_state("survivor", "failed", Duration::from_secs(10));
+    assert_eq!(task["last_exit"], "signal:SIGKILL", "{task}");
+}
+
+#[test]
+fn a_wedged_shim_is_killed_with_its_whole_cgroup() {
+    if !require_root("wedged shim") {
+        return;
+    }
+    let d = Daemon::start("slice-wedged");
+    d.write_unit(
+        "wedged",
+        r#"Unit(command: ["/bin/sh", "-c", "trap '' TERM; sleep 300 & exec sleep 300"], restart: Never, stop: Stop(timeout: "1s"))"#,
+    );
+    let task = d.wait_state("wedged", "running", Duration::from_secs(10));
+    let shim = task["pid"].as_i64().unwrap() as i32;
+    let slice = v2_slice(&d, "wedged");
+    wait_until(Duration::from_secs(5), "agent processes", || {
+        pids_of(&slice).len() >= 3
+    });
+    let pids = pids_of(&slice);
+    // A stopped shim cannot act on the stop signal nor on the kill request: only the cgroup
+    // can end the attempt (our own shim, by pid).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(shim),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let out = d.keel(&["stop", "wedged"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let task = d.wait_state("wedged", "stopped", Duration::from_secs(15));
+    assert!(pids
+        .iter()
+        .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()));
+    wait_until(Duration::from_secs(5), "the cgroup removed", || {
+        !slice.exists()
+    });
+    assert!(
+        d.daemon_log().contains("killing its cgroup"),
+        "{}",
+        d.daemon_log()
+    );
+    drop(task);
 }

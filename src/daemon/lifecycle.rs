@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 /// How long to wait before trying again to start a task whose start could not be persisted.
 const START_RETRY: Duration = Duration::from_secs(5);
+/// How soon a start waiting for the previous attempt's cgroup to empty is tried again.
+const SLICE_BUSY_RETRY: Duration = Duration::from_millis(20);
 
 /// How an attempt ended, as far as the daemon could learn it.
 pub(crate) struct Ending {
@@ -180,9 +182,14 @@ impl Daemon {
         let slice = match self.prepare_slice(unit, &unit_def) {
             Ok(slice) => Ok(slice),
             Err(SliceProblem::Busy(why)) => {
-                if let Some(before) = self.tasks.get(unit).map(|t| t.record.clone()) {
-                    self.defer_start(unit, before, &why);
+                // The previous attempt's killed processes are still exiting (milliseconds,
+                // unless one is stuck in the kernel): look again soon; status says why.
+                log::debug!("{unit}: start waits: {why}");
+                if let Some(task) = self.tasks.get_mut(unit) {
+                    task.start_retry_at = Some(Instant::now() + SLICE_BUSY_RETRY);
+                    task.waiting = Some(why);
                 }
+                self.timers.add_after(SLICE_BUSY_RETRY, Timer::Schedule);
                 return;
             }
             Err(SliceProblem::Failed(why)) => Err(why),
@@ -231,6 +238,9 @@ impl Daemon {
             task.started_at = Some(Instant::now());
             task.accepted_text = Some(text.clone());
             task.reserved = Some(Reservation::of(&unit_def.resources));
+            task.cpu_samples.set((None, None));
+            task.last_oom_ms = None;
+            task.keel_kill_ms = None;
         }
         if let Err(e) = state::atomic_write(&self.dirs.accepted_unit_path(unit), text.as_bytes()) {
             log::warn!("{unit}: cannot keep a copy of the accepted unit: {e}");
@@ -358,8 +368,8 @@ impl Daemon {
     pub(crate) fn settle(&mut self, unit: &str, mut ending: Ending) {
         let jitter = jitter();
         // An OOM event that came in the same round as the exit: journal it first.
-        self.on_oom_event(unit);
-        ending.exit = self.account_oom(unit, ending.exit);
+        self.check_oom(unit, false);
+        ending.exit = self.account_oom(unit, ending.exit, ending.ended_ms);
         self.release_slice(unit);
         let Some(task) = self.tasks.get_mut(unit) else {
             return;

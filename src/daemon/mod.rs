@@ -8,6 +8,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod record;
 mod recovery;
+mod settings;
 mod slices;
 pub mod spawn;
 mod stopping;
@@ -26,6 +27,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use timers::{Timer, Timers};
 
+pub use settings::default_cgroup_name;
 pub use spawn::{attempt_spec, last_progress_line, spawn_shim, spawn_shim_program, AttemptContext};
 pub use stopping::merge_intent;
 
@@ -45,8 +47,9 @@ pub struct Options {
     pub units_dir_explicit: bool,
     /// `--config PATH`; default `STATE/keel.ron` (a missing file means every default).
     pub config_path: Option<PathBuf>,
-    /// The name of keel's cgroup tree under the cgroup the daemon starts in (`keel`).
-    pub cgroup_name: String,
+    /// The name of keel's cgroup tree under the cgroup the daemon starts in; `None`: derived
+    /// from the state directory ([`default_cgroup_name`]).
+    pub cgroup_name: Option<String>,
 }
 
 /// A live attempt: its shim and the pidfd registered in the loop.
@@ -82,6 +85,10 @@ pub(crate) struct Task {
     pub reserved: Option<queue::Reservation>,
     /// The live attempt's OOM watch.
     pub oom: Option<slices::OomWatched>,
+    /// When the watch last saw the OOM killer strike in the attempt's cgroup, and when keel
+    /// itself last sent the attempt a SIGKILL (unix ms): which came last decides `oom`.
+    pub last_oom_ms: Option<u64>,
+    pub keel_kill_ms: Option<u64>,
     /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
     pub cpu_samples: std::cell::Cell<(Option<slices::CpuSample>, Option<slices::CpuSample>)>,
 }
@@ -133,8 +140,9 @@ pub struct Daemon {
     config: crate::config::Config,
     config_path: PathBuf,
     host: crate::config::HostCapacity,
-    /// keel's cgroup tree, or why there is none.
+    /// keel's cgroup tree, or why there is none (retried at each reload).
     slices: slices::Slices,
+    cgroup_name: String,
     _lock: InstanceLock,
 }
 
@@ -190,16 +198,17 @@ impl Daemon {
             .clone()
             .unwrap_or_else(|| dirs.root.join(crate::config::CONFIG_FILE));
         // What keel may use: the host's CPUs and memory, capped by the cgroup it starts in.
-        let layout = crate::cgroup::detect(&options.cgroup_name);
+        let cgroup_name = options
+            .cgroup_name
+            .clone()
+            .unwrap_or_else(|| default_cgroup_name(&dirs.root));
+        let layout = crate::cgroup::detect(&cgroup_name);
         let (quota, memory_limit) = layout.as_ref().map_or((None, None), |l| {
             (l.base_cpu_quota(), l.base_memory_limit())
         });
         let host = crate::config::HostCapacity::detect(quota, memory_limit)
             .map_err(setup("read the host's CPUs and memory (/proc/meminfo)"))?;
-        // A malformed keel.ron stops the daemon at start (file:line:col); on reload the old
-        // configuration stays in force instead.
-        let config = crate::config::load_config(&config_path, &host)
-            .map_err(|e| DaemonError::Config(e.to_string()))?;
+        let config = settings::load_at_start(&dirs, &config_path, &host)?;
         raise_open_file_limit();
 
         let under_init = std::env::var("KEEL_UNDER_INIT")
@@ -209,7 +218,7 @@ impl Daemon {
             crate::sys::set_child_subreaper().map_err(setup("become a child subreaper"))?;
         }
 
-        let slices = slices::setup_slices(layout, &options.cgroup_name);
+        let slices = slices::setup_slices(layout, &cgroup_name);
         let poll = Poll::new().map_err(setup("create the event loop"))?;
         let mut signals = Signals::new([
             libc::SIGCHLD,
@@ -272,6 +281,7 @@ impl Daemon {
             config_path,
             host,
             slices,
+            cgroup_name,
             _lock: lock,
         })
     }
@@ -355,7 +365,7 @@ impl Daemon {
                 }
                 Some(Source::Oom(unit)) => {
                     let unit = unit.clone();
-                    self.on_oom_event(&unit);
+                    self.check_oom(&unit, true);
                 }
                 Some(Source::Client) => self.on_client_event(token, event),
                 None => {}
@@ -432,21 +442,7 @@ impl Daemon {
             Timer::StopTimeout { unit, generation } => self.on_stop_timeout(&unit, generation),
             Timer::StopForce { unit, generation } => self.on_stop_force(&unit, generation),
             Timer::RemoveSlice { unit, tries } => self.on_remove_slice_due(&unit, tries),
-        }
-    }
-
-    /// Re-read `keel.ron`. A bad file leaves the configuration in force as it was.
-    pub(crate) fn reload_config(&mut self) -> Result<(), String> {
-        match crate::config::load_config(&self.config_path, &self.host) {
-            Ok(config) => {
-                if config != self.config {
-                    log::info!("{}: configuration changed", self.config_path.display());
-                    self.config = config;
-                    self.schedule_pending = true;
-                }
-                Ok(())
-            }
-            Err(e) => Err(format!("{e} (the previous configuration stays in force)")),
+            Timer::OomRecheck { unit } => self.check_oom(&unit, false),
         }
     }
 

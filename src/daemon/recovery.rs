@@ -136,6 +136,8 @@ impl Daemon {
                 queued_since_ms: now_ms(),
                 reserved: None,
                 oom: None,
+                last_oom_ms: None,
+                keel_kill_ms: None,
                 cpu_samples: std::cell::Cell::new((None, None)),
             },
         );
@@ -236,6 +238,19 @@ impl Daemon {
         };
         task.shim = Some(live);
         task.record.shim = Some(shim.clone());
+        // What the attempt holds is what it started with: the accepted copy of its unit.
+        task.reserved = task
+            .accepted_text
+            .as_deref()
+            .and_then(|text| {
+                crate::unit::parse_unit(&self.dirs.accepted_unit_path(unit), text).ok()
+            })
+            .or_else(|| task.unit.clone())
+            .map(|u| super::queue::Reservation::of(&u.resources));
+        self.watch_oom(unit);
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
         if task.record.state != TaskState::Stopping && task.record.intent != Intent::None {
             // A stop, restart or removal requested while the shim was not adopted yet.
             let intent = task.record.intent;

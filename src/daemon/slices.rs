@@ -7,6 +7,7 @@ use super::timers::Timer;
 use super::{Daemon, Source};
 use crate::cgroup::{CgroupError, Layout, Limits, Removal, TaskCgroup, Tree};
 use crate::sandbox::spec::AgentStatus;
+use crate::state::now_ms;
 use crate::unit::Unit;
 use mio::unix::SourceFd;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -18,6 +19,11 @@ use std::time::{Duration, Instant};
 const REMOVE_RETRY_FIRST: Duration = Duration::from_millis(1);
 const REMOVE_RETRY_MAX: Duration = Duration::from_millis(100);
 const REMOVE_TRIES: u32 = 110;
+/// A v1 OOM notification without a counted kill is looked at again after this long.
+const OOM_RECHECK: Duration = Duration::from_millis(50);
+/// An attempt killed within this long after an OOM kill in its cgroup died of it (the agent's
+/// own death, or its shell's, follows the kill by milliseconds; the slack covers a busy host).
+const OOM_CAUSE_WINDOW_MS: u64 = 5_000;
 /// `keel status` shows the CPU share over at least this long.
 const CPU_WINDOW: Duration = Duration::from_secs(1);
 
@@ -176,9 +182,11 @@ impl Daemon {
         self.sources.remove(&watched.token);
     }
 
-    /// The kernel's OOM killer struck in a task's slice: say so at once. The attempt's exit is
-    /// classified when it ends ([`Daemon::account_oom`]).
-    pub(crate) fn on_oom_event(&mut self, unit: &str) {
+    /// The slice's OOM watch fired (or a recheck is due): if the OOM killer struck, say so at
+    /// once and remember when. The attempt's exit is classified when it ends
+    /// ([`Daemon::account_oom`]). On v1 the notification comes before the kernel counts the
+    /// kill: with `recheck`, a notification without a new kill is looked at again shortly.
+    pub(crate) fn check_oom(&mut self, unit: &str, recheck: bool) {
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
@@ -189,6 +197,7 @@ impl Daemon {
         match watched.watch.drain() {
             Ok(true) => {
                 let kills = watched.watch.oom_kills();
+                task.last_oom_ms = Some(now_ms());
                 let limit = task
                     .unit
                     .as_ref()
@@ -203,6 +212,12 @@ impl Daemon {
                     &format!("{kills} so far; memory limit {limit}"),
                 );
             }
+            Ok(false) if recheck => self.timers.add_after(
+                OOM_RECHECK,
+                Timer::OomRecheck {
+                    unit: unit.to_string(),
+                },
+            ),
             Ok(false) => {}
             Err(e) => {
                 log::warn!("{unit}: OOM watch: {e}");
@@ -211,22 +226,54 @@ impl Daemon {
         }
     }
 
-    /// An attempt that was SIGKILLed (or vanished) while the OOM killer acted in its slice
-    /// ended of `oom`: that is what the restart policy and the agent's next attempt see.
-    pub(crate) fn account_oom(&self, unit: &str, exit: LastExit) -> LastExit {
+    /// keel itself is about to SIGKILL the attempt (stop timeout, `keel kill`, forced stop).
+    pub(crate) fn note_keel_kill(&mut self, unit: &str) {
+        if let Some(task) = self.tasks.get_mut(unit) {
+            task.keel_kill_ms = Some(now_ms());
+        }
+    }
+
+    /// An attempt that died of SIGKILL (as a signal, as a shell's status 137, or vanished)
+    /// ended of `oom` when the OOM killer struck in its cgroup shortly before it ended and keel
+    /// did not send a SIGKILL of its own since: an OOM kill of a child hours earlier, or keel's
+    /// stop timeout, is not the attempt's cause of death.
+    pub(crate) fn account_oom(
+        &self,
+        unit: &str,
+        exit: LastExit,
+        ended_ms: Option<u64>,
+    ) -> LastExit {
         let killed = match exit {
             LastExit::Agent(AgentStatus::Signaled(sig)) => sig == libc::SIGKILL,
+            LastExit::Agent(AgentStatus::Exited(code)) => code == 128 + libc::SIGKILL,
             LastExit::Lost => true,
             _ => false,
+        };
+        let Some(task) = self.tasks.get(unit) else {
+            return exit;
         };
         if !killed {
             return exit;
         }
-        let kills = self
-            .slice(unit)
-            .and_then(|slice| slice.stats().ok())
-            .map_or(0, |stats| stats.oom_kills);
-        if kills > 0 {
+        let ended = ended_ms.unwrap_or_else(now_ms);
+        let last_oom = match (task.last_oom_ms, &task.oom) {
+            (Some(at), _) => at,
+            // No watch (it could not be armed): the counter alone, read now.
+            (None, None) => {
+                let kills = self
+                    .slice(unit)
+                    .and_then(|slice| slice.stats().ok())
+                    .map_or(0, |stats| stats.oom_kills);
+                if kills == 0 || task.keel_kill_ms.is_some() {
+                    return exit;
+                }
+                ended
+            }
+            (None, Some(_)) => return exit,
+        };
+        let recent = ended.saturating_sub(last_oom) <= OOM_CAUSE_WINDOW_MS;
+        let keel_killed_after = task.keel_kill_ms.is_some_and(|k| k >= last_oom);
+        if recent && !keel_killed_after {
             LastExit::Oom
         } else {
             exit
@@ -305,6 +352,13 @@ impl Daemon {
                 Some(task) if task.shim.is_some() => self.watch_oom(&unit),
                 // Still being reconciled (its shim record may yet appear): leave it.
                 Some(task) if task.record.state.has_attempt() => {}
+                // A live shim this daemon does not supervise (its record was unreadable, say)
+                // is never killed behind the operator's back.
+                _ if super::spawn::attempt_lock_held(&self.dirs.run_dir(&unit)) => {
+                    log::warn!(
+                        "{unit}: a cgroup whose shim is alive but not supervised: left alone"
+                    );
+                }
                 _ => {
                     log::info!("{unit}: removing a cgroup no attempt owns");
                     self.release_slice(&unit);

@@ -127,6 +127,10 @@ impl Daemon {
 
     /// Send a signal to the attempt's shim through its pidfd (never a recycled pid).
     pub(crate) fn signal_shim(&mut self, unit: &str, signal: i32) -> bool {
+        if signal == spec::kill_request_signal() || signal == libc::SIGKILL {
+            // A SIGKILL of keel's own making: the attempt's end is not the OOM killer's.
+            self.note_keel_kill(unit);
+        }
         let Some(shim) = self.tasks.get(unit).and_then(|t| t.shim.as_ref()) else {
             return false;
         };
@@ -166,6 +170,7 @@ impl Daemon {
         }
         log::error!("{unit}: shim did not end after SIGKILL of its agent: killing its cgroup");
         // cgroup.kill takes the shim and everything left with it; without a slice, the shim.
+        self.note_keel_kill(unit);
         if !self.kill_slice(unit) {
             self.signal_shim(unit, libc::SIGKILL);
         }
@@ -220,12 +225,15 @@ impl Daemon {
     /// work directory unless it holds files. Otherwise (its unit file vanished) only the
     /// record goes: checkpoint, work and logs stay for whoever brings the file back.
     pub(crate) fn remove_task(&mut self, unit: &str, explicit: bool) {
+        self.release_slice(unit);
         let Some(task) = self.tasks.remove(unit) else {
             return;
         };
         if let Some(shim) = &task.shim {
             self.deregister_shim(shim);
         }
+        // Whatever it reserved is free for the queue.
+        self.schedule_pending = true;
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         let run = self.dirs.run_dir(unit);
         let _ = std::fs::remove_file(self.dirs.record_path(unit));

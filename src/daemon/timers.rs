@@ -17,6 +17,8 @@ pub enum Timer {
     StopForce { unit: String, generation: u64 },
     /// A killed task cgroup still held exiting processes: try to remove it again.
     RemoveSlice { unit: String, tries: u32 },
+    /// A v1 OOM notification came before the kernel counted the kill: look again.
+    OomRecheck { unit: String },
     /// The units directory changed; rescan once the burst of events is over.
     RescanUnits,
     /// The units directory was replaced: watch the new one.

@@ -296,6 +296,8 @@ impl Daemon {
                         queued_since_ms: now_ms(),
                         reserved: None,
                         oom: None,
+                        last_oom_ms: None,
+                        keel_kill_ms: None,
                         cpu_samples: std::cell::Cell::new((None, None)),
                     },
                 );

@@ -1,0 +1,107 @@
+//! The daemon's settings at start and at reload: `keel.ron` (with the last copy that loaded as
+//! the fallback), and the name of its cgroup tree.
+
+use super::{slices, Daemon, DaemonError};
+use crate::config::{Config, HostCapacity};
+use crate::state::StateDir;
+use std::path::Path;
+
+/// The configuration at start. A malformed `keel.ron` stops the daemon at its first start
+/// (file:line:col). Once a configuration has loaded, a later bad edit never keeps the daemon
+/// (and so the tasks' supervision) down: it runs on the last configuration that loaded, and
+/// says so.
+pub(crate) fn load_at_start(
+    dirs: &StateDir,
+    config_path: &Path,
+    host: &HostCapacity,
+) -> Result<Config, DaemonError> {
+    match crate::config::load_config(config_path, host) {
+        Ok(config) => {
+            keep_accepted_config(dirs, config_path);
+            Ok(config)
+        }
+        Err(e) => {
+            let last = dirs.root.join(ACCEPTED_CONFIG);
+            match last
+                .exists()
+                .then(|| crate::config::load_config(&last, host))
+            {
+                Some(Ok(config)) => {
+                    log::error!(
+                        "{e}: running on the last configuration that loaded ({})",
+                        last.display()
+                    );
+                    Ok(config)
+                }
+                _ => Err(DaemonError::Config(e.to_string())),
+            }
+        }
+    }
+}
+
+/// A copy of the last `keel.ron` that loaded, the fallback when a later edit does not parse.
+const ACCEPTED_CONFIG: &str = ".keel.ron.accepted";
+
+fn keep_accepted_config(dirs: &StateDir, config_path: &Path) {
+    let copy = dirs.root.join(ACCEPTED_CONFIG);
+    let result = match std::fs::read(config_path) {
+        Ok(text) => crate::state::atomic_write(&copy, &text).map_err(|e| e.to_string()),
+        // No file: the defaults, which need no copy.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::remove_file(&copy).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e.to_string()),
+            })
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = result {
+        log::warn!("cannot keep a copy of {}: {e}", config_path.display());
+    }
+}
+
+/// The cgroup tree of the daemon of `state_dir`: `keel` for the default `/var/lib/keel`, else
+/// `keel-` and a hash of the directory's canonical path. Two daemons of different state
+/// directories started in the same cgroup must never share a tree: each would take the other's
+/// task cgroups for leftovers and kill them.
+pub fn default_cgroup_name(state_dir: &Path) -> String {
+    let path = state_dir
+        .canonicalize()
+        .unwrap_or_else(|_| state_dir.to_path_buf());
+    if path == Path::new("/var/lib/keel") {
+        return "keel".to_string();
+    }
+    // FNV-1a: stable across builds and releases (std's hasher is not).
+    let hash = path
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("keel-{:012x}", hash >> 16)
+}
+
+impl Daemon {
+    /// Re-read `keel.ron`. A bad file leaves the configuration in force as it was.
+    pub(crate) fn reload_config(&mut self) -> Result<(), String> {
+        if self.slices.is_err() {
+            // The operator may have fixed what kept keel from its cgroups (a delegation).
+            let layout = crate::cgroup::detect(&self.cgroup_name);
+            self.slices = slices::setup_slices(layout, &self.cgroup_name);
+            self.schedule_pending |= self.slices.is_ok();
+        }
+        match crate::config::load_config(&self.config_path, &self.host) {
+            Ok(config) => {
+                keep_accepted_config(&self.dirs, &self.config_path);
+                if config != self.config {
+                    log::info!("{}: configuration changed", self.config_path.display());
+                    self.config = config;
+                    self.schedule_pending = true;
+                }
+                Ok(())
+            }
+            Err(e) => Err(format!("{e} (the previous configuration stays in force)")),
+        }
+    }
+}
