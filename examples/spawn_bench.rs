@@ -1,11 +1,12 @@
 //! Start latency of a sandboxed task, against a baseline, interleaved in one run:
 //!
 //! (a) bare fork+exec of `/bin/true` (std's Command: clone + exec + wait);
-//! (b) keel's sandboxed start, exactly as the daemon does it: the task's cgroup created with
-//!     its limits, clone3(CLONE_PIDFD|CLONE_NEWPID|CLONE_INTO_CGROUP) of `keel shim`, which
-//!     joins the v1 controllers (hybrid hosts), builds the mount namespace, drops privileges and
-//!     execs `/bin/true`, then writes its exit record; reaped, and the cgroup killed and
-//!     removed — spawn through teardown;
+//! (b) keel's sandboxed start: clone3(CLONE_PIDFD|CLONE_NEWPID) of `keel shim`, which builds
+//!     the mount namespace, drops privileges and execs `/bin/true`, then writes its exit
+//!     record — spawn through reap; what bwrap (c) and unshare (d) do, and more;
+//! (f) (b) with the task's cgroup, as the daemon starts an attempt: the cgroup created with its
+//!     limits, the shim spawned into it (CLONE_INTO_CGROUP), the v1 controllers joined (hybrid
+//!     hosts), and after the reap the cgroup killed and removed;
 //! (c) `bwrap` with the equivalent flags (read-only `/`, a bind, `--proc`, `--dev`,
 //!     `--unshare-pid`);
 //! (d) `unshare -mpf --mount-proc`;
@@ -47,6 +48,7 @@ fn main() {
 
     let mut bare = Vec::new();
     let mut keel = Vec::new();
+    let mut keel_cgroup = Vec::new();
     let mut bwrap = Vec::new();
     let mut unshare = Vec::new();
     let mut shim_only = Vec::new();
@@ -74,7 +76,8 @@ fn main() {
             last_progress: None,
         };
         let mut spec = attempt_spec(&dirs, &unit, &ctx);
-        keel.push(time(|| {
+        keel.push(time(|| run_shim(&spec, &keel_bin, &dirs, None)));
+        keel_cgroup.push(time(|| {
             slice.create(&limits).expect("create the task cgroup");
             let dir = slice.open_v2_dir().expect("open the task cgroup");
             spec.cgroup_v1_procs = slice.v1_procs_files();
@@ -126,6 +129,7 @@ fn main() {
         ("(c) bwrap --ro-bind / / --bind --proc --dev", &mut bwrap),
         ("(d) unshare -mpf --mount-proc", &mut unshare),
         ("(e) keel's shim, sandbox off (part of b)", &mut shim_only),
+        ("(f) keel sandboxed start + its cgroup", &mut keel_cgroup),
     ] {
         if samples.is_empty() {
             println!("{name:<44} not installed");
