@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod init;
+pub mod liveness;
 pub mod logger;
 pub mod notify;
 pub mod protocol;
