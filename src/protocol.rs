@@ -113,4 +113,16 @@ pub struct TaskInfo {
     pub memory_peak_bytes: Option<u64>,
     #[serde(default)]
     pub pids: Option<u64>,
+    /// While an attempt runs: when the last evidence of work that counts (`liveness.signals`)
+    /// was seen (unix ms), and what it was: `heartbeat`, `progress`, `output` or `cpu`.
+    #[serde(default)]
+    pub last_activity_ms: Option<u64>,
+    #[serde(default)]
+    pub last_activity_kind: Option<String>,
+    /// The liveness verdict: `running`, `stalled` or `no-progress`.
+    #[serde(default)]
+    pub liveness: Option<String>,
+    /// When the progress file's content last changed during this attempt (unix ms).
+    #[serde(default)]
+    pub progress_changed_ms: Option<u64>,
 }

@@ -277,6 +277,23 @@ impl TaskCgroup {
         }
     }
 
+    /// CPU time used by the task so far (µs): one file, for liveness checks that need nothing
+    /// else.
+    pub fn cpu_usage_usec(&self) -> Result<u64, CgroupError> {
+        let unified = self.read_keyed(self.v2.join("cpu.stat"), "usage_usec");
+        match (self.mode, unified) {
+            (_, Ok(usec)) => Ok(usec),
+            (Mode::V2, Err(e)) => Err(e),
+            // The unified cgroup's cpu.stat exists without the cpu controller (usage_usec
+            // comes from the cgroup core's rstat); cpuacct.usage (nanoseconds) where it does
+            // not.
+            (Mode::Hybrid, Err(unified)) => match self.v1_path(V1Controller::Cpuacct) {
+                Some(dir) => Ok(self.read_number(dir.join("cpuacct.usage"))? / 1000),
+                None => Err(unified),
+            },
+        }
+    }
+
     fn stats_v2(&self) -> Result<Stats, CgroupError> {
         let dir = &self.v2;
         let peak = match self.fs.read(&dir.join("memory.peak")) {
@@ -300,15 +317,7 @@ impl TaskCgroup {
                 format!("no v1 {controller} hierarchy"),
             ),
         };
-        // The unified cgroup's cpu.stat exists without the cpu controller (usage_usec comes
-        // from the cgroup core's rstat); cpuacct.usage (nanoseconds) where it does not.
-        let cpu = match self.read_keyed(self.v2.join("cpu.stat"), "usage_usec") {
-            Ok(usec) => usec,
-            Err(unified) => match self.v1_path(V1Controller::Cpuacct) {
-                Some(dir) => self.read_number(dir.join("cpuacct.usage"))? / 1000,
-                None => return Err(unified),
-            },
-        };
+        let cpu = self.cpu_usage_usec()?;
         let memory = self
             .v1_path(V1Controller::Memory)
             .ok_or_else(|| missing(V1Controller::Memory))?;

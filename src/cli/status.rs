@@ -95,6 +95,15 @@ fn note(task: &TaskInfo, now: u64) -> String {
     if let Some(reason) = &task.reason {
         parts.push(reason.clone());
     }
+    if task.liveness.as_deref() == Some("no-progress") {
+        parts.push("no progress".into());
+    }
+    if let (Some(at), Some(kind)) = (task.last_activity_ms, &task.last_activity_kind) {
+        // The last evidence of work: `heartbeat 12s ago` (short: the note is ~25 columns).
+        parts.push(format!("{kind} {}", ago(Some(at), now)));
+    } else if task.liveness.is_some() {
+        parts.push("no activity yet".into());
+    }
     if let Some(progress) = &task.progress {
         parts.push(format!("“{progress}”"));
     }
@@ -133,6 +142,10 @@ mod tests {
             memory_bytes: Some(3 << 30),
             memory_peak_bytes: Some(4 << 30),
             pids: Some(42),
+            last_activity_ms: Some(988),
+            last_activity_kind: Some("heartbeat".into()),
+            liveness: Some("running".into()),
+            progress_changed_ms: None,
         };
         let report = StatusReport {
             daemon: DaemonInfo {
@@ -155,5 +168,28 @@ mod tests {
         assert!(text.contains(" 187% "), "{text}");
         assert!(text.contains("3G"), "{text}");
         assert!(text.contains("invalid: x.ron:1:1: bad"));
+    }
+
+    #[test]
+    fn a_running_task_shows_its_last_activity_and_a_missing_progress() {
+        let task: TaskInfo = serde_json::from_value(serde_json::json!({
+            "unit": "a", "state": "stalled", "attempt": 1, "generation": 1, "pid": 9,
+            "since_ms": 0, "backoff_until_ms": null, "last_exit": null, "restarts": 0,
+            "reason": null, "progress": "step 3", "unit_changed": false,
+            "last_activity_ms": 88_000, "last_activity_kind": "heartbeat",
+            "liveness": "no-progress",
+        }))
+        .unwrap();
+        assert_eq!(
+            note(&task, 100_000),
+            "no progress · heartbeat 12s ago · “step 3”"
+        );
+        let quiet = TaskInfo {
+            last_activity_ms: None,
+            last_activity_kind: None,
+            liveness: Some("running".into()),
+            ..task
+        };
+        assert_eq!(note(&quiet, 100_000), "no activity yet · “step 3”");
     }
 }

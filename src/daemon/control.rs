@@ -296,6 +296,8 @@ impl Daemon {
             None
         };
         match request {
+            // Read and answered by the loop: the answer is the proof that the loop runs
+            // (systemd.rs). `loop_age_ms` is how long this round had run before answering.
             Request::Health => Some(Response::Health {
                 pid: std::process::id() as i32,
                 loop_age_ms: self.last_tick.elapsed().as_millis() as u64,
@@ -493,6 +495,7 @@ impl Daemon {
             .map(|t| {
                 let r = &t.record;
                 let figures = self.slice_figures(&t.name);
+                let live = self.liveness_view(&t.name);
                 let since_ms = match r.state {
                     s if s.is_final() => r.finished_ms,
                     TaskState::Queued => r.finished_ms.or(Some(r.submitted_ms)),
@@ -521,6 +524,12 @@ impl Daemon {
                     memory_bytes: figures.map(|f| f.memory),
                     memory_peak_bytes: figures.and_then(|f| f.memory_peak),
                     pids: figures.map(|f| f.pids),
+                    last_activity_ms: live.as_ref().and_then(|l| l.last_activity.map(|a| a.0)),
+                    last_activity_kind: live
+                        .as_ref()
+                        .and_then(|l| l.last_activity.map(|a| a.1.to_string())),
+                    liveness: live.as_ref().map(|l| l.verdict.to_string()),
+                    progress_changed_ms: live.and_then(|l| l.progress_changed_ms),
                 }
             })
             .collect();

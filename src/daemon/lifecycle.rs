@@ -294,6 +294,7 @@ impl Daemon {
                 }
                 self.transition(unit, TaskState::Running, &format!("shim pid {pid}"));
                 self.watch_oom(unit);
+                self.watch_liveness(unit, false);
             }
             Err(SpawnError::PreviousShimAlive) => {
                 // Never two live attempts: wait for the old shim (its pidfd is not ours, or
@@ -371,6 +372,7 @@ impl Daemon {
         self.check_oom(unit, false);
         ending.exit = self.account_oom(unit, ending.exit, ending.ended_ms);
         self.release_slice(unit);
+        self.unwatch_liveness(unit);
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
@@ -385,7 +387,6 @@ impl Daemon {
             })
             .unwrap_or_default();
         let (attempt, generation) = (task.record.attempt, task.record.generation);
-        let exit = ending.exit;
         let mut intent = task.record.intent;
         // An agent that ended on its own before it was asked to stop for a shutdown finished
         // its work: the policy decides, not the shutdown.
@@ -396,6 +397,9 @@ impl Daemon {
                 }
             }
         }
+        // Stopped by the liveness watch: the attempt ends as `stalled` (liveness.rs).
+        let stall = super::liveness::take_stall(&mut task.record, &mut ending);
+        let exit = ending.exit;
         task.record.last_exit = Some(exit);
         task.record.shim = None;
         task.record.stop_started_ms = None;
@@ -430,8 +434,16 @@ impl Daemon {
             backoff: &unit_def.backoff,
             limit: &unit_def.restart_limit,
         };
-        let (decision, history) =
-            policy::decide(&policy, &history, intent, exit, ran_for, now_ms(), jitter);
+        let (decision, history) = match stall.filter(|s| s.kill && intent == Intent::None) {
+            // `on_stall: Kill`: no restart, whatever the policy says.
+            Some(stall) => (
+                Decision::Failed {
+                    reason: format!("{}; on_stall Kill", stall.reason),
+                },
+                history,
+            ),
+            None => policy::decide(&policy, &history, intent, exit, ran_for, now_ms(), jitter),
+        };
         task.record.restarts = history.restarts;
         task.record.consecutive_failures = history.consecutive_failures;
         let shutting_down = self.shutdown.is_some();

@@ -3,6 +3,7 @@
 
 mod control;
 mod lifecycle;
+mod liveness;
 pub mod policy;
 pub mod queue;
 pub mod reconcile;
@@ -12,6 +13,7 @@ mod settings;
 mod slices;
 pub mod spawn;
 mod stopping;
+mod systemd;
 pub mod timers;
 mod units_dir;
 
@@ -34,6 +36,7 @@ pub use stopping::merge_intent;
 const SIGNALS: Token = Token(0);
 const INOTIFY: Token = Token(1);
 const LISTENER: Token = Token(2);
+const LIVENESS: Token = Token(3);
 const FIRST_DYNAMIC_TOKEN: usize = 16;
 
 /// After the stop timeout's SIGKILL, how long before the shim itself is killed.
@@ -143,6 +146,12 @@ pub struct Daemon {
     /// keel's cgroup tree, or why there is none (retried at each reload).
     slices: slices::Slices,
     cgroup_name: String,
+    /// What is seen of each live attempt's work (progress files, output, CPU).
+    liveness: liveness::Watches,
+    /// systemd's notify socket and watchdog (no-ops elsewhere).
+    notifier: crate::notify::Notifier,
+    /// The task counts may have changed this round (for systemd's `STATUS=`).
+    summary_dirty: bool,
     _lock: InstanceLock,
 }
 
@@ -249,6 +258,17 @@ impl Daemon {
             .register(&mut SourceFd(&watch.raw_fd()), INOTIFY, Interest::READABLE)
             .map_err(setup("register inotify"))?;
 
+        let liveness = liveness::Watches::new().map_err(setup(
+            "initialise inotify for progress files (raise fs.inotify.max_user_instances?)",
+        ))?;
+        poll.registry()
+            .register(
+                &mut SourceFd(&liveness.raw_fd()),
+                LIVENESS,
+                Interest::READABLE,
+            )
+            .map_err(setup("register inotify for progress files"))?;
+
         let mut listener = control::bind(&dirs.socket_path())?;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
@@ -282,6 +302,9 @@ impl Daemon {
             host,
             slices,
             cgroup_name,
+            liveness,
+            notifier: crate::notify::Notifier::from_env(),
+            summary_dirty: true,
             _lock: lock,
         })
     }
@@ -305,7 +328,7 @@ impl Daemon {
         self.sweep_slices();
         self.scan_units();
         self.resume_shutdown();
-        crate::notify::ready(&format!("{} tasks", self.tasks.len()));
+        self.notify_ready();
         if std::env::var_os("KEEL_SHUTDOWN_ON_START").is_some() {
             log::info!("KEEL_SHUTDOWN_ON_START: stopping tasks after reconcile");
             self.begin_shutdown(Shutdown::StopTasks { exit_code: 0 });
@@ -319,6 +342,7 @@ impl Daemon {
                 self.schedule();
             }
             self.answer_waiters();
+            self.notify_status();
             if let Err(e) = self.journal.sync() {
                 log::error!("journal: {e}");
             }
@@ -357,6 +381,7 @@ impl Daemon {
         match event.token() {
             SIGNALS => self.on_signals(),
             INOTIFY => self.on_units_dir_event(),
+            LIVENESS => self.on_liveness_event(),
             LISTENER => self.accept_clients(),
             token => match self.sources.get(&token) {
                 Some(Source::Shim(unit)) => {
@@ -397,14 +422,18 @@ impl Daemon {
         }
     }
 
-    /// `"3 tasks: 2 running, 1 queued"`.
+    /// `"3 tasks: 1 queued, 2 running"`.
     pub(crate) fn summary(&self) -> String {
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for task in self.tasks.values() {
             *counts.entry(task.record.state.as_str()).or_default() += 1;
         }
         let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-        format!("{} tasks: {}", self.tasks.len(), parts.join(", "))
+        match self.tasks.len() {
+            0 => "0 tasks".to_string(),
+            1 => format!("1 task: {}", parts.join(", ")),
+            n => format!("{n} tasks: {}", parts.join(", ")),
+        }
     }
 
     /// The one reaper: `waitid(P_ALL, WEXITED|WNOHANG)` until nothing is left. Shims' statuses
@@ -443,6 +472,8 @@ impl Daemon {
             Timer::StopForce { unit, generation } => self.on_stop_force(&unit, generation),
             Timer::RemoveSlice { unit, tries } => self.on_remove_slice_due(&unit, tries),
             Timer::OomRecheck { unit } => self.check_oom(&unit, false),
+            Timer::Liveness { unit, generation } => self.on_liveness_due(&unit, generation),
+            Timer::Watchdog => self.on_watchdog_due(),
         }
     }
 
@@ -483,6 +514,7 @@ impl Daemon {
         detail: &str,
     ) {
         let ts_ms = now_ms();
+        self.summary_dirty = true;
         let entry = Event {
             time: crate::state::rfc3339(ts_ms),
             ts_ms,
@@ -502,6 +534,7 @@ impl Daemon {
             return;
         }
         self.shutdown = Some(kind);
+        self.notifier.stopping();
         if let Shutdown::StopTasks { exit_code } = kind {
             // Decide, persist, act: a daemon respawned mid-shutdown finishes it.
             self.persist_shutdown(exit_code);

@@ -162,6 +162,19 @@ pub struct TaskRecord {
     /// When the current stop began (for its timeout across a daemon restart).
     #[serde(default)]
     pub stop_started_ms: Option<u64>,
+    /// The liveness watch judged the attempt stalled and is stopping it: it ends as `stalled`.
+    #[serde(default)]
+    pub stall: Option<StallStop>,
+}
+
+/// A stop decided by the liveness watch (`on_stall: Restart` or `Kill`), persisted with the
+/// stop so that a daemon restarted in between still settles the attempt as `stalled`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StallStop {
+    /// The verdict in words (`no heartbeat for 5m0s (last heartbeat 5m0s ago)`).
+    pub reason: String,
+    /// `on_stall: Kill`: no restart; the task ends `failed`.
+    pub kill: bool,
 }
 
 impl TaskRecord {
@@ -182,6 +195,7 @@ impl TaskRecord {
             started_ms: None,
             finished_ms: None,
             stop_started_ms: None,
+            stall: None,
         }
     }
 }

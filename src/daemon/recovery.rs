@@ -296,6 +296,7 @@ impl Daemon {
                 &format!("adopted shim pid {}", shim.pid),
             );
         }
+        self.watch_liveness(unit, true);
     }
 
     /// Record a shutdown decided under `keel init`, before acting on it.

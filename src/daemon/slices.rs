@@ -100,7 +100,7 @@ impl Daemon {
         }
     }
 
-    fn slice(&self, unit: &str) -> Option<TaskCgroup> {
+    pub(super) fn slice(&self, unit: &str) -> Option<TaskCgroup> {
         self.slices.as_ref().ok()?.task(unit).ok()
     }
 

@@ -1,5 +1,6 @@
 //! One deadline queue for every timer of the daemon (backoff expiries, stop timeouts, the
-//! units-directory debounce, later liveness deadlines). The loop sleeps until the earliest.
+//! units-directory debounce, liveness deadlines, watchdog pings). The loop sleeps until the
+//! earliest.
 //! Timers are never removed: each carries what it is about (unit + generation), and a timer
 //! that no longer applies is ignored when it fires.
 
@@ -29,6 +30,10 @@ pub enum Timer {
     ClientDeadline { token: usize },
     /// Re-run the scheduler (a task became startable).
     Schedule,
+    /// The instant `unit`'s liveness verdict could change (attempt `generation`).
+    Liveness { unit: String, generation: u64 },
+    /// Time to tell systemd's watchdog the loop is alive.
+    Watchdog,
 }
 
 #[derive(Default)]

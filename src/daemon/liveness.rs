@@ -1,0 +1,532 @@
+//! The daemon's side of liveness: what it observes of each live attempt, and what it does about
+//! the verdicts of [`crate::liveness`]. Nothing here polls:
+//!
+//! - heartbeats and progress: inotify on the task's progress file (the host side of the bind
+//!   mount at `/run/keel/progress`). A write (IN_MODIFY, or IN_ATTRIB that moved the mtime:
+//!   `touch`) is a heartbeat; a change of its content (length + hash of its last 4 KiB) is
+//!   progress.
+//! - output: the mtime of `run/output.log` (or `output.log.1` just after a rotation), read when
+//!   a deadline is due and for `keel status`: exact, without a wake-up per write of the shim.
+//! - CPU: the slice's `usage_usec`, read when a deadline is due and at heartbeats (at most
+//!   every 250 ms); a sample that finds [`liveness::cpu_busy`] counts as activity at that
+//!   instant, so a task that stops computing is noticed within two `heartbeat_timeout`s.
+//!
+//! Each watched task has one timer, at the instant its verdict could next change. Evidence only
+//! moves that instant later, so heartbeats never re-arm it: the timer fires, finds the fresher
+//! evidence, and arms itself again — one wake-up per `heartbeat_timeout` for a healthy task.
+//!
+//! An attempt adopted by a restarted daemon is watched from the adoption (DESIGN, "Durable
+//! state"): the clocks start then at the earliest — its startup grace is not granted again
+//! (it still runs out when it would have), and nothing it did or failed to do while no daemon
+//! watched is held against it. The progress file's size and mtime tell whether the agent uses
+//! the progress protocol at all.
+
+use super::lifecycle::Ending;
+use super::record::{Intent, LastExit, StallStop, TaskRecord, TaskState};
+use super::timers::Timer;
+use super::Daemon;
+use crate::liveness::{self, Evidence, Ms, Settings, Verdict};
+use crate::sandbox::spec;
+use crate::state::now_ms;
+use crate::unit::OnStall;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+/// CPU is sampled at heartbeats at most this often (each sample is a cgroup file read).
+const CPU_SAMPLE_GAP: Ms = 250;
+/// Only the tail of the progress file is compared: agents may append to it for days.
+const FINGERPRINT_TAIL: u64 = 4096;
+
+/// inotify on every watched progress file, and what is known of each live attempt.
+pub(crate) struct Watches {
+    inotify: Inotify,
+    tasks: HashMap<String, Watch>,
+    by_wd: HashMap<WatchDescriptor, String>,
+}
+
+struct Watch {
+    generation: u64,
+    settings: Settings,
+    on_stall: OnStall,
+    evidence: Evidence,
+    /// The attempt's start (unix ms): file times before it belong to earlier attempts.
+    started_wall: u64,
+    wd: Option<WatchDescriptor>,
+    progress_mtime: Option<SystemTime>,
+    fingerprint: Option<(u64, u64)>,
+    /// The last CPU sample: usage (µs) and when.
+    cpu: Option<(u64, Ms)>,
+    verdict: Verdict,
+    /// The instant the timer is set for (earlier timers in the queue are stale).
+    armed: Option<Ms>,
+}
+
+/// What `keel status` shows of a live attempt's liveness.
+pub(crate) struct LivenessView {
+    /// Unix ms of the last counted evidence, and its kind.
+    pub last_activity: Option<(u64, &'static str)>,
+    pub verdict: &'static str,
+    /// Unix ms of the last change of the progress file during this attempt.
+    pub progress_changed_ms: Option<u64>,
+}
+
+impl Watches {
+    pub fn new() -> std::io::Result<Self> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        Ok(Watches {
+            inotify,
+            tasks: HashMap::new(),
+            by_wd: HashMap::new(),
+        })
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.inotify.as_fd().as_raw_fd()
+    }
+}
+
+/// Milliseconds on CLOCK_MONOTONIC: the clock of `Instant` and of the loop's timeouts, which
+/// neither NTP steps nor a changed wall clock move.
+fn mono_ms() -> Ms {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        (t.tv_sec() as u64).saturating_mul(1000) + t.tv_nsec() as u64 / 1_000_000
+    })
+}
+
+/// A wall-clock time (a file's mtime, a recorded start) on the monotonic clock; never later
+/// than now.
+fn mono_of_wall(wall_ms: u64, now: Ms, now_wall: u64) -> Ms {
+    now.saturating_sub(now_wall.saturating_sub(wall_ms))
+}
+
+fn wall_of_mono(at: Ms, now: Ms, now_wall: u64) -> u64 {
+    now_wall.saturating_sub(now.saturating_sub(at))
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Length and FNV-1a hash of the last [`FINGERPRINT_TAIL`] bytes: a rewrite with the same
+/// words is a heartbeat, anything else is progress.
+fn fingerprint(path: &Path) -> Option<(u64, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(FINGERPRINT_TAIL)))
+        .ok()?;
+    let mut tail = Vec::with_capacity(FINGERPRINT_TAIL as usize);
+    file.take(FINGERPRINT_TAIL).read_to_end(&mut tail).ok()?;
+    let hash = tail.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    Some((len, hash))
+}
+
+/// When the task last wrote output during this attempt (unix ms): the current log's mtime, or
+/// the rotated one's while the shim is between the rename and the new file.
+fn output_time(run_dir: &Path, started_wall: u64) -> Option<u64> {
+    let log = spec::output_log_path(run_dir);
+    [log.clone(), crate::sandbox::logs::rotated_path(&log, 1)]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .map(unix_ms)
+        .filter(|&at| at >= started_wall)
+        .max()
+}
+
+/// The attempt was stopped by the liveness watch: it ends as `stalled`, and the note says why.
+/// An agent that ended on its own before the stop was sent keeps its own exit.
+pub(crate) fn take_stall(record: &mut TaskRecord, ending: &mut Ending) -> Option<StallStop> {
+    let stall = record.stall.take()?;
+    if let (Some(ended), Some(stop)) = (ending.ended_ms, record.stop_started_ms) {
+        if ended < stop {
+            return None;
+        }
+    }
+    ending.exit = LastExit::Stalled;
+    if !stall.kill && ending.note.is_none() {
+        // Shown while the task waits out its backoff, and in the `exited` entry.
+        ending.note = Some(stall.reason.clone());
+    }
+    Some(stall)
+}
+
+impl Daemon {
+    /// Begin watching a live attempt: just started (`adopted: false`) or re-adopted by this
+    /// daemon after a restart.
+    pub(crate) fn watch_liveness(&mut self, unit: &str, adopted: bool) {
+        self.unwatch_liveness(unit);
+        let Some(task) = self.tasks.get(unit) else {
+            return;
+        };
+        let Some(def) = task.unit.as_ref() else {
+            return;
+        };
+        let (settings, on_stall) = (Settings::of(&def.liveness), def.liveness.on_stall);
+        let generation = task.record.generation;
+        let (now, now_wall) = (mono_ms(), now_ms());
+        let started_wall = task.record.started_ms.unwrap_or(now_wall);
+        let progress = spec::progress_path(&self.dirs.run_dir(unit));
+        let flags = AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_ATTRIB;
+        let wd = match self.liveness.inotify.add_watch(&progress, flags) {
+            Ok(wd) => Some(wd),
+            Err(e) => {
+                log::warn!(
+                    "{unit}: heartbeats will not be seen: inotify on {}: {e} (raise fs.inotify.max_user_watches?)",
+                    progress.display()
+                );
+                None
+            }
+        };
+        let meta = std::fs::metadata(&progress).ok();
+        let progress_mtime = meta.as_ref().and_then(|m| m.modified().ok());
+        let mut evidence = Evidence {
+            started: mono_of_wall(started_wall, now, now_wall),
+            watched_since: now,
+            ..Evidence::default()
+        };
+        if adopted {
+            // Written during this attempt while no daemon watched (an empty file is keel's
+            // own, never written): the agent uses the progress protocol.
+            if let (Some(meta), Some(mtime)) = (&meta, progress_mtime) {
+                if meta.len() > 0 && unix_ms(mtime) >= started_wall {
+                    evidence.heartbeat = Some(mono_of_wall(unix_ms(mtime), now, now_wall));
+                }
+            }
+        }
+        let watch = Watch {
+            generation,
+            settings,
+            on_stall,
+            evidence,
+            started_wall,
+            wd,
+            progress_mtime,
+            fingerprint: fingerprint(&progress),
+            cpu: None,
+            verdict: Verdict::Running,
+            armed: None,
+        };
+        if let Some(wd) = wd {
+            self.liveness.by_wd.insert(wd, unit.to_string());
+        }
+        self.liveness.tasks.insert(unit.to_string(), watch);
+        if settings.cpu {
+            self.sample_cpu(unit, now);
+        }
+        self.check_liveness(unit);
+    }
+
+    /// The attempt is over (or forgotten): stop watching it.
+    pub(crate) fn unwatch_liveness(&mut self, unit: &str) {
+        let Some(watch) = self.liveness.tasks.remove(unit) else {
+            return;
+        };
+        if let Some(wd) = watch.wd {
+            self.liveness.by_wd.remove(&wd);
+            let _ = self.liveness.inotify.rm_watch(wd);
+        }
+    }
+
+    /// Progress files were written: heartbeats (and maybe progress) for their tasks.
+    pub(super) fn on_liveness_event(&mut self) {
+        // unit → whether a write (IN_MODIFY) was among its events.
+        let mut touched: BTreeMap<String, bool> = BTreeMap::new();
+        while let Ok(events) = self.liveness.inotify.read_events() {
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                if event.mask.contains(AddWatchFlags::IN_IGNORED) {
+                    // The file is gone (or we removed the watch): nothing more comes from it.
+                    if let Some(unit) = self.liveness.by_wd.remove(&event.wd) {
+                        if let Some(watch) = self.liveness.tasks.get_mut(&unit) {
+                            if watch.wd == Some(event.wd) {
+                                watch.wd = None;
+                                log::warn!("{unit}: progress file removed: heartbeats are no longer seen this attempt");
+                            }
+                        }
+                    }
+                    continue;
+                }
+                if let Some(unit) = self.liveness.by_wd.get(&event.wd) {
+                    *touched.entry(unit.clone()).or_default() |=
+                        event.mask.contains(AddWatchFlags::IN_MODIFY);
+                }
+            }
+        }
+        for (unit, modified) in touched {
+            self.on_progress_write(&unit, modified);
+        }
+    }
+
+    fn on_progress_write(&mut self, unit: &str, modified: bool) {
+        let now = mono_ms();
+        let path = spec::progress_path(&self.dirs.run_dir(unit));
+        let Some(watch) = self.liveness.tasks.get_mut(unit) else {
+            return;
+        };
+        let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        // A chown or chmod is not a write; `touch` is (it moves the mtime).
+        if !modified && mtime == watch.progress_mtime {
+            return;
+        }
+        watch.progress_mtime = mtime;
+        watch.evidence.heartbeat = Some(now);
+        let fingerprint = fingerprint(&path);
+        if fingerprint != watch.fingerprint {
+            watch.fingerprint = fingerprint;
+            watch.evidence.progress = Some(now);
+        }
+        let sample = watch.settings.cpu
+            && watch
+                .cpu
+                .is_none_or(|(_, at)| now.saturating_sub(at) >= CPU_SAMPLE_GAP);
+        if sample {
+            // The CPU baseline moves with the heartbeats: after the last one, only what the
+            // task uses from then on can keep it `running`.
+            self.sample_cpu(unit, now);
+        }
+        self.check_liveness(unit);
+    }
+
+    /// The task's timer: look at the sampled evidence, judge, act, arm the next one.
+    pub(super) fn on_liveness_due(&mut self, unit: &str, generation: u64) {
+        let now = mono_ms();
+        let Some(watch) = self.liveness.tasks.get_mut(unit) else {
+            return;
+        };
+        // Timers are never removed: only the one armed last counts.
+        if watch.generation != generation || watch.armed.is_none_or(|at| at > now) {
+            return;
+        }
+        watch.armed = None;
+        let (output, cpu) = (watch.settings.output, watch.settings.cpu);
+        if output {
+            let started_wall = watch.started_wall;
+            if let Some(at) = output_time(&self.dirs.run_dir(unit), started_wall) {
+                let at = mono_of_wall(at, now, now_ms());
+                if let Some(watch) = self.liveness.tasks.get_mut(unit) {
+                    watch.evidence.output = watch.evidence.output.max(Some(at));
+                }
+            }
+        }
+        if cpu {
+            self.sample_cpu(unit, now);
+        }
+        self.check_liveness(unit);
+    }
+
+    fn sample_cpu(&mut self, unit: &str, now: Ms) {
+        let Some(Ok(usage)) = self.slice(unit).map(|s| s.cpu_usage_usec()) else {
+            return;
+        };
+        let Some(watch) = self.liveness.tasks.get_mut(unit) else {
+            return;
+        };
+        if let Some((before, at)) = watch.cpu {
+            if liveness::cpu_busy(usage.saturating_sub(before), now.saturating_sub(at)) {
+                watch.evidence.cpu = Some(now);
+            }
+        }
+        watch.cpu = Some((usage, now));
+    }
+
+    /// Judge a live attempt now; act when the verdict changed; arm the timer for the next
+    /// instant it could change.
+    fn check_liveness(&mut self, unit: &str) {
+        let now = mono_ms();
+        let judged = self.tasks.get(unit).is_some_and(|t| {
+            t.shim.is_some() && matches!(t.record.state, TaskState::Running | TaskState::Stalled)
+        });
+        let Some(watch) = self.liveness.tasks.get_mut(unit).filter(|_| judged) else {
+            return;
+        };
+        let judgement = liveness::judge(&watch.settings, &watch.evidence, now);
+        let previous = std::mem::replace(&mut watch.verdict, judgement.verdict);
+        let detail = liveness::describe(&watch.settings, &watch.evidence, judgement.verdict, now);
+        let on_stall = watch.on_stall;
+        if let Some(at) = judgement.next_check {
+            self.arm_liveness(unit, at, now);
+        }
+        if judgement.verdict != previous {
+            self.on_verdict(unit, judgement.verdict, on_stall, &detail);
+        }
+    }
+
+    /// Set the task's timer for `at`, unless it is already set for no later.
+    fn arm_liveness(&mut self, unit: &str, at: Ms, now: Ms) {
+        let Some(watch) = self.liveness.tasks.get_mut(unit) else {
+            return;
+        };
+        if watch.armed.is_some_and(|armed| armed <= at) {
+            return;
+        }
+        watch.armed = Some(at);
+        let timer = Timer::Liveness {
+            unit: unit.to_string(),
+            generation: watch.generation,
+        };
+        self.timers.add(
+            Instant::now() + Duration::from_millis(at.saturating_sub(now)),
+            timer,
+        );
+    }
+
+    /// A new verdict: say so, and apply `on_stall` to `stalled` and `no-progress`.
+    fn on_verdict(&mut self, unit: &str, verdict: Verdict, on_stall: OnStall, detail: &str) {
+        let Some(task) = self.tasks.get(unit) else {
+            return;
+        };
+        let (attempt, generation, state) = (
+            task.record.attempt,
+            task.record.generation,
+            task.record.state,
+        );
+        let word = verdict.as_str();
+        match (verdict, on_stall) {
+            (Verdict::Running, _) => {
+                if state == TaskState::Stalled {
+                    self.transition(unit, TaskState::Running, detail);
+                } else {
+                    log::info!("{unit}: working again: {detail}");
+                }
+            }
+            (_, OnStall::Report) if state == TaskState::Running => {
+                // The state change is the journal entry; a missing change of content gets
+                // its own word first.
+                if verdict == Verdict::NoProgress {
+                    self.journal_event(unit, attempt, generation, word, detail);
+                }
+                log::warn!("{unit}: {word}: {detail}; on_stall Report: left running");
+                self.transition(unit, TaskState::Stalled, &format!("{word}: {detail}"));
+            }
+            (_, OnStall::Report) => {
+                log::warn!("{unit}: {word}: {detail}");
+                self.journal_event(unit, attempt, generation, word, detail);
+            }
+            (_, OnStall::Restart | OnStall::Kill) => {
+                let kill = on_stall == OnStall::Kill;
+                let action = if kill {
+                    "stopping it for good"
+                } else {
+                    "restarting it"
+                };
+                log::warn!("{unit}: {word}: {detail}; {action}");
+                self.journal_event(
+                    unit,
+                    attempt,
+                    generation,
+                    word,
+                    &format!("{detail}; {action}"),
+                );
+                self.stop_stalled(unit, &format!("{word}: {detail}"), kill);
+            }
+        }
+    }
+
+    /// Stop a stalled attempt as `keel stop` would (stop signal, timeout, SIGKILL); the stop
+    /// and its reason are persisted together, and the attempt settles as `stalled`.
+    fn stop_stalled(&mut self, unit: &str, reason: &str, kill: bool) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        task.record.stall = Some(StallStop {
+            reason: reason.to_string(),
+            kill,
+        });
+        if self.stop_task(unit, Intent::None) {
+            return;
+        }
+        // Not persisted, so not done: judge again shortly.
+        if let Some(task) = self.tasks.get_mut(unit) {
+            task.record.stall = None;
+        }
+        let now = mono_ms();
+        if let Some(watch) = self.liveness.tasks.get_mut(unit) {
+            watch.verdict = Verdict::Running;
+            watch.armed = None;
+        }
+        self.arm_liveness(unit, now + liveness::RECHECK_MIN, now);
+    }
+
+    /// For `keel status`: the last counted evidence (output looked at now) and the verdict.
+    pub(crate) fn liveness_view(&self, unit: &str) -> Option<LivenessView> {
+        let task = self.tasks.get(unit)?;
+        if !matches!(task.record.state, TaskState::Running | TaskState::Stalled) {
+            return None;
+        }
+        let watch = self.liveness.tasks.get(unit)?;
+        let (now, now_wall) = (mono_ms(), now_ms());
+        let mut evidence = watch.evidence;
+        if watch.settings.output {
+            let seen = output_time(&self.dirs.run_dir(unit), watch.started_wall)
+                .map(|at| mono_of_wall(at, now, now_wall));
+            evidence.output = evidence.output.max(seen);
+        }
+        let last = liveness::last_activity(&watch.settings, &evidence);
+        Some(LivenessView {
+            last_activity: last.map(|(at, kind)| (wall_of_mono(at, now, now_wall), kind.as_str())),
+            verdict: watch.verdict.as_str(),
+            progress_changed_ms: evidence.progress.map(|at| wall_of_mono(at, now, now_wall)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_times_map_onto_the_monotonic_clock_and_back() {
+        assert_eq!(mono_of_wall(9_000, 500_000, 10_000), 499_000);
+        assert_eq!(wall_of_mono(499_000, 500_000, 10_000), 9_000);
+        // A file time in the future (a skewed clock) is taken as now.
+        assert_eq!(mono_of_wall(11_000, 500_000, 10_000), 500_000);
+        // Before the monotonic clock began: its start.
+        assert_eq!(mono_of_wall(0, 500, 10_000), 0);
+    }
+
+    #[test]
+    fn the_fingerprint_sees_a_change_of_content_not_a_rewrite() {
+        let dir = std::env::temp_dir().join(format!("keel-fp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("progress");
+        std::fs::write(&file, "step 1\n").unwrap();
+        let first = fingerprint(&file);
+        std::fs::write(&file, "step 1\n").unwrap();
+        assert_eq!(fingerprint(&file), first);
+        std::fs::write(&file, "step 2\n").unwrap();
+        assert_ne!(fingerprint(&file), first);
+        // Appending changes the length even when the tail is the same.
+        let long = "x".repeat(5000);
+        std::fs::write(&file, &long).unwrap();
+        let before = fingerprint(&file);
+        std::fs::write(&file, format!("y{long}")).unwrap();
+        assert_ne!(fingerprint(&file), before);
+        assert_eq!(fingerprint(&dir.join("missing")), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn output_time_ignores_earlier_attempts_and_reads_the_rotated_log() {
+        let dir = std::env::temp_dir().join(format!("keel-out-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(output_time(&dir, 0), None);
+        std::fs::write(dir.join("output.log.1"), "old\n").unwrap();
+        let written = output_time(&dir, 0).expect("the rotated log counts");
+        assert!(
+            output_time(&dir, written + 1).is_none(),
+            "before the attempt"
+        );
+        std::fs::write(dir.join("output.log"), "new\n").unwrap();
+        assert!(output_time(&dir, 0).unwrap() >= written);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
