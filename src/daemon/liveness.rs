@@ -350,12 +350,15 @@ impl Daemon {
         };
         let judgement = liveness::judge(&watch.settings, &watch.evidence, now);
         let previous = std::mem::replace(&mut watch.verdict, judgement.verdict);
-        let detail = liveness::describe(&watch.settings, &watch.evidence, judgement.verdict, now);
-        let on_stall = watch.on_stall;
+        let changed = (judgement.verdict != previous).then(|| {
+            let detail =
+                liveness::describe(&watch.settings, &watch.evidence, judgement.verdict, now);
+            (watch.on_stall, detail)
+        });
         if let Some(at) = judgement.next_check {
             self.arm_liveness(unit, at, now);
         }
-        if judgement.verdict != previous {
+        if let Some((on_stall, detail)) = changed {
             self.on_verdict(unit, judgement.verdict, on_stall, &detail);
         }
     }
