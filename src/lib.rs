@@ -5,6 +5,7 @@
 //! in [`init`], and every raw syscall in [`sys`].
 
 pub mod cgroup;
+pub mod checkout;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -33,6 +33,7 @@ fn layout(scratch: &Path) -> SandboxLayout {
     SandboxLayout {
         new_root: task.join("run/root"),
         work_source: task.join("work"),
+        checkout: None,
         workdir: PathBuf::from("/work"),
         progress_file: task.join("run/progress"),
         checkpoint_source: task.join("checkpoint"),

@@ -85,6 +85,8 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
     let sandbox = SandboxSpec {
         workdir: unit.workdir.clone().into(),
         work_source: dirs.work_dir(ctx.unit_name),
+        // Filled from checkout::prepare when the unit has a repo (wiring: the lead).
+        checkout: None,
         new_root: spec::sandbox_root_path(&run_dir),
         progress_file: spec::progress_path(&run_dir),
         checkpoint_source: dirs.checkpoint_dir(ctx.unit_name),

@@ -13,6 +13,11 @@
 //! `pivot_root`, one recursive mount_setattr(2) makes every mount read-only, nosuid and nodev,
 //! and the few that must stay writable (or hold devices) get `rdonly` (or `nodev`) cleared.
 //!
+//! At `workdir` is the task's work directory, or, for a unit with a `repo`, its git checkout:
+//! an overlay of the shared base tree under the task's own upper layer (or a bind of a full
+//! checkout), the task's git directory bound on its `.git`, and the main repository's object
+//! directories bound read-only at their own paths (`crate::checkout` makes all of it).
+//!
 //! Call [`build`] (or [`setup`]) in the agent's child, after `unshare(CLONE_NEWNS)` and inside
 //! the new PID namespace (a fresh procfs shows the caller's), as root, single-threaded,
 //! before capabilities are dropped. It changes the current directory (to `/` of the sandbox
@@ -20,9 +25,12 @@
 
 mod error;
 mod kernel;
+mod overlay;
 mod planner;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_checkout;
 mod validate;
 
 use std::fmt;
@@ -32,6 +40,9 @@ use std::path::{Path, PathBuf};
 pub use crate::sys::mount::MountAttrs;
 pub use error::SandboxError;
 pub use kernel::KernelMounter;
+pub use overlay::{overlay_data, overlay_path_problem};
+
+pub use crate::sandbox::spec::{CheckoutFiles, CheckoutMounts};
 
 /// Where everything comes from and goes to. Host paths are absolute; `workdir`, `home` and
 /// the entries of `hidden`, `writable` and `readonly` are paths as the sandbox sees them,
@@ -41,8 +52,13 @@ pub struct SandboxLayout {
     /// An existing directory on the host (`<state>/tasks/<unit>/run/root`, empty): the new
     /// root's tmpfs is mounted on it, in the child's namespace only.
     pub new_root: PathBuf,
-    /// The task's checkout on the host, bound read-write at `workdir`.
+    /// The task's work directory on the host, bound read-write at `workdir` when there is
+    /// no `checkout`.
     pub work_source: PathBuf,
+    /// The task's git checkout: its files at `workdir` (an overlay, or a bind of a full
+    /// checkout), its git directory at `<workdir>/.git`, the main repository's objects
+    /// read-only at their own paths.
+    pub checkout: Option<CheckoutMounts>,
     /// Where the checkout appears (default `/work`).
     pub workdir: PathBuf,
     /// An existing host file, bound read-write at `/run/keel/progress`.
@@ -115,6 +131,14 @@ pub enum MountOp {
     BindRecursive { source: PathBuf, target: PathBuf },
     /// `MS_BIND`: the one mount at `source`.
     Bind { source: PathBuf, target: PathBuf },
+    /// An overlayfs of `lower` (read-only) under `upper` at `target`, `nosuid,nodev`, with
+    /// the options of [`overlay_data`].
+    Overlay {
+        lower: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+        target: PathBuf,
+    },
     /// A fresh procfs (of the caller's PID namespace), `nosuid,nodev,noexec`.
     Proc { target: PathBuf },
     /// A new devpts instance: `newinstance,ptmxmode=0666,mode=620`, `nosuid,noexec`.
@@ -148,6 +172,7 @@ impl MountOp {
             | MountOp::MakeUnbindable { target }
             | MountOp::BindRecursive { target, .. }
             | MountOp::Bind { target, .. }
+            | MountOp::Overlay { target, .. }
             | MountOp::Proc { target }
             | MountOp::Devpts { target }
             | MountOp::Hide { target }
@@ -232,6 +257,19 @@ impl fmt::Display for MountOp {
                     target.display()
                 )
             }
+            MountOp::Overlay {
+                lower,
+                upper,
+                work,
+                target,
+            } => write!(
+                f,
+                "overlay       {} lower={} upper={} work={}",
+                target.display(),
+                lower.display(),
+                upper.display(),
+                work.display()
+            ),
             MountOp::Proc { target } => write!(f, "proc          {}", target.display()),
             MountOp::Devpts { target } => write!(
                 f,

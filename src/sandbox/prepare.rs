@@ -50,6 +50,7 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Prepared, String> {
     let layout = SandboxLayout {
         new_root: spec.new_root.clone(),
         work_source: spec.work_source.clone(),
+        checkout: spec.checkout.clone(),
         workdir: spec.workdir.clone(),
         progress_file: spec.progress_file.clone(),
         checkpoint_source: spec.checkpoint_source.clone(),

@@ -43,8 +43,13 @@ pub struct AttemptSpec {
 pub struct SandboxSpec {
     /// Where the task's work directory appears inside (`workdir`, default `/work`).
     pub workdir: PathBuf,
-    /// `tasks/<unit>/work`: bound read-write at `workdir`.
+    /// `tasks/<unit>/work`: bound read-write at `workdir` when the unit has no `repo` (with
+    /// one, [`SandboxSpec::checkout`] says what shows there).
     pub work_source: PathBuf,
+    /// The task's git checkout (`repo:` in the unit), made by `crate::checkout::prepare`.
+    /// `serde(default)`: a spec written by a keel that predates checkouts still reads.
+    #[serde(default)]
+    pub checkout: Option<CheckoutMounts>,
     /// `tasks/<unit>/run/root`: an empty directory the new root is built on.
     pub new_root: PathBuf,
     /// `tasks/<unit>/run/progress`: bound at [`SANDBOX_PROGRESS`].
@@ -64,6 +69,36 @@ pub struct SandboxSpec {
     /// Size caps of the private tmpfs `/tmp` and `$HOME`.
     pub tmp_size: u64,
     pub home_size: u64,
+}
+
+/// What makes up a task's checkout in its sandbox (host paths): its files at `workdir`, its
+/// own git directory at `<workdir>/.git`, and the main repository's object store, which the
+/// checkout borrows objects from (git alternates), read-only at its own path.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CheckoutMounts {
+    pub files: CheckoutFiles,
+    /// The task's git directory (refs, index, its own new objects): bound read-write at
+    /// `<workdir>/.git`, so that an ordinary `git` finds an ordinary repository there and no
+    /// path of the sandbox is written into the git directory itself.
+    pub git_dir: PathBuf,
+    /// The main repository's object directory, and those it borrows from in turn: bound
+    /// read-only at their own paths, explicitly, since the sandbox may show something else
+    /// there (its own tmpfs at `/tmp` or `$HOME`).
+    pub objects: Vec<PathBuf>,
+}
+
+/// Where a checkout's files come from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum CheckoutFiles {
+    /// An overlay: the shared read-only base tree of the base commit below, the task's own
+    /// upper layer (its changes) and overlayfs's work directory (same filesystem as `upper`).
+    Overlay {
+        lower: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+    },
+    /// A full checkout of the task's own (where overlayfs is unavailable), bound read-write.
+    Bind(PathBuf),
 }
 
 /// Where the agent finds its progress file and checkpoint directory inside the sandbox.

@@ -99,6 +99,16 @@ pub fn pivot_root_to_cwd() -> io::Result<()> {
     nix::unistd::chdir("/").map_err(errno)
 }
 
+/// umount2(2) of the mount at `target`; `detach` (`MNT_DETACH`): lazily, when still busy.
+pub fn unmount(target: &Path, detach: bool) -> io::Result<()> {
+    let flags = if detach {
+        MntFlags::MNT_DETACH
+    } else {
+        MntFlags::empty()
+    };
+    nix::mount::umount2(target, flags).map_err(errno)
+}
+
 pub fn chdir(path: &Path) -> io::Result<()> {
     nix::unistd::chdir(path).map_err(errno)
 }

@@ -10,7 +10,22 @@ pub(super) enum Step {
     PrivateMounts,
     RootTmpfs(PathBuf),
     HostBind(PathBuf),
-    Work { source: PathBuf, workdir: PathBuf },
+    Work {
+        source: PathBuf,
+        workdir: PathBuf,
+    },
+    /// The task's checkout as an overlay whose upper layer is `upper`.
+    Overlay {
+        upper: PathBuf,
+        workdir: PathBuf,
+    },
+    /// The task's git directory, bound at `at` (`<workdir>/.git`).
+    GitDir {
+        source: PathBuf,
+        at: PathBuf,
+    },
+    /// The main repository's object store a checkout borrows from.
+    Objects(PathBuf),
     Proc,
     Dev(PathBuf),
     Tmp,
@@ -36,6 +51,17 @@ impl Step {
                 workdir,
                 source,
             },
+            Step::Overlay { upper, workdir } => SandboxError::Overlay {
+                upper,
+                workdir,
+                source,
+            },
+            Step::GitDir { source: from, at } => SandboxError::GitDir {
+                path: from,
+                at,
+                source,
+            },
+            Step::Objects(path) => SandboxError::Objects { path, source },
             Step::Proc => SandboxError::Proc {
                 path: PathBuf::from("/proc"),
                 source,
@@ -80,6 +106,23 @@ pub enum SandboxError {
     Work {
         path: PathBuf,
         workdir: PathBuf,
+        source: io::Error,
+    },
+    /// `upper` is the checkout's own layer on the host.
+    Overlay {
+        upper: PathBuf,
+        workdir: PathBuf,
+        source: io::Error,
+    },
+    /// `path` is the task's git directory on the host, `at` where it goes.
+    GitDir {
+        path: PathBuf,
+        at: PathBuf,
+        source: io::Error,
+    },
+    /// `path` is an object directory of the main repository.
+    Objects {
+        path: PathBuf,
         source: io::Error,
     },
     Proc {
@@ -130,6 +173,9 @@ impl SandboxError {
             | SandboxError::RootTmpfs { source, .. }
             | SandboxError::HostBind { source, .. }
             | SandboxError::Work { source, .. }
+            | SandboxError::Overlay { source, .. }
+            | SandboxError::GitDir { source, .. }
+            | SandboxError::Objects { source, .. }
             | SandboxError::Proc { source, .. }
             | SandboxError::Dev { source, .. }
             | SandboxError::Tmp { source, .. }
@@ -186,6 +232,33 @@ impl fmt::Display for SandboxError {
                 } else {
                     ""
                 }
+            ),
+            SandboxError::Overlay {
+                upper,
+                workdir,
+                source,
+            } => write!(
+                f,
+                "cannot mount the task's checkout at {} (an overlay whose upper layer is {}): \
+                 {source}: overlayfs must be available (modprobe overlay) and the checkout's \
+                 upper and work directories on a filesystem it accepts (ext4, xfs, btrfs, \
+                 tmpfs)",
+                workdir.display(),
+                upper.display()
+            ),
+            SandboxError::GitDir { path, at, source } => write!(
+                f,
+                "cannot bind the task's git directory {} at {}: {source}: the checkout must \
+                 hold a .git directory (keel makes it; was it removed on the host?)",
+                path.display(),
+                at.display()
+            ),
+            SandboxError::Objects { path, source } => write!(
+                f,
+                "cannot bind the main repository's objects {} read-only into the sandbox: \
+                 {source}: the checkout borrows them (git alternates); the repository must \
+                 stay where it was when the checkout was made",
+                path.display()
             ),
             SandboxError::Proc { source, .. } => write!(
                 f,

@@ -339,6 +339,19 @@ impl Mounter for KernelMounter {
                 let from = sys::fd_path(&source);
                 self.mount_on(target, Known::Mount, |at| sys::bind(&from, at, false))
             }
+            MountOp::Overlay {
+                lower,
+                upper,
+                work,
+                target,
+            } => {
+                let data = super::overlay_data(lower, upper, work)
+                    .map_err(|problem| io::Error::new(io::ErrorKind::InvalidInput, problem))?;
+                let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+                self.mount_on(target, Known::Mount, |at| {
+                    sys::mount_fs("overlay", at, "overlay", flags, Some(&data))
+                })
+            }
             MountOp::Proc { target } => {
                 let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
                 // hidepid=ptraceable (proc(5)): a process the reader may not ptrace is not

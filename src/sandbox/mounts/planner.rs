@@ -11,6 +11,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::error::Step;
+pub(super) use work::checkout_objects;
+
+// The task's own files at `workdir`: the work directory, or its git checkout.
+#[path = "planner_work.rs"]
+mod work;
 use super::{MountAttrs, MountOp, RootEntry, RootEntryKind, SandboxLayout};
 
 /// The root tmpfs holds only mountpoints and symlinks (`/dev` and `/run` included: they are
@@ -121,6 +126,7 @@ impl<'a> Planner<'a> {
             .into_iter()
             .chain(&layout.writable)
             .chain(&layout.readonly)
+            .chain(checkout_objects(layout))
             .chain(&layout.hidden);
         skip.extend(user_paths.filter_map(|p| top_level_name(p)));
         let links = host_root
@@ -390,21 +396,34 @@ impl<'a> Planner<'a> {
         enum Kind {
             Home,
             Work,
-            Bound { path: PathBuf, writable: bool },
+            /// A host path at its own path; writable for `sandbox.writable` only.
+            Bound {
+                path: PathBuf,
+                step: Step,
+            },
         }
         let layout = self.layout;
         let mut wanted = vec![
             (self.canon(&layout.home), Kind::Home),
             (self.canon(&layout.workdir), Kind::Work),
         ];
-        for (paths, writable) in [(&layout.writable, true), (&layout.readonly, false)] {
-            for path in paths {
-                let kind = Kind::Bound {
-                    path: path.clone(),
-                    writable,
-                };
-                wanted.push((self.canon(path), kind));
-            }
+        let bound = (layout
+            .writable
+            .iter()
+            .map(|p| (p, Step::Writable(p.clone()))))
+        .chain(
+            layout
+                .readonly
+                .iter()
+                .map(|p| (p, Step::HostBind(p.clone()))),
+        )
+        .chain(checkout_objects(layout).map(|p| (p, Step::Objects(p.clone()))));
+        for (path, step) in bound {
+            let kind = Kind::Bound {
+                path: path.clone(),
+                step,
+            };
+            wanted.push((self.canon(path), kind));
         }
         wanted.sort_by_key(|(at, _)| depth(at));
         for (at, kind) in wanted {
@@ -428,20 +447,9 @@ impl<'a> Planner<'a> {
                     );
                     self.keep.push((at, MountAttrs::RDONLY, step));
                 }
-                Kind::Work => {
-                    let step = Step::Work {
-                        source: layout.work_source.clone(),
-                        workdir: layout.workdir.clone(),
-                    };
-                    self.bind(&step, &layout.work_source, &at, false, false);
-                    self.keep.push((at, MountAttrs::RDONLY, step));
-                }
-                Kind::Bound { path, writable } => {
-                    let step = if writable {
-                        Step::Writable(path.clone())
-                    } else {
-                        Step::HostBind(path.clone())
-                    };
+                Kind::Work => self.work(&at),
+                Kind::Bound { path, step } => {
+                    let writable = matches!(step, Step::Writable(_));
                     let op = MountOp::Mountpoint {
                         path: self.host(&at),
                         like: path.clone(),

@@ -4,13 +4,13 @@
 use super::*;
 use std::path::{Path, PathBuf};
 
-const ROOT: &str = "/var/lib/keel/tasks/demo/run/root";
+pub(super) const ROOT: &str = "/var/lib/keel/tasks/demo/run/root";
 
-fn p(s: &str) -> PathBuf {
+pub(super) fn p(s: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-fn dir(name: &str) -> RootEntry {
+pub(super) fn dir(name: &str) -> RootEntry {
     RootEntry {
         name: name.into(),
         kind: RootEntryKind::Dir,
@@ -25,7 +25,7 @@ fn link(name: &str, target: &str) -> RootEntry {
 }
 
 /// A merged-/usr host, listed in no particular order.
-fn host() -> Vec<RootEntry> {
+pub(super) fn host() -> Vec<RootEntry> {
     let mut entries = vec![link("bin", "usr/bin"), link("lib", "usr/lib")];
     for name in [
         "usr", "etc", "home", "root", "var", "tmp", "proc", "dev", "sys", "run",
@@ -35,10 +35,11 @@ fn host() -> Vec<RootEntry> {
     entries
 }
 
-fn layout() -> SandboxLayout {
+pub(super) fn layout() -> SandboxLayout {
     SandboxLayout {
         new_root: p(ROOT),
         work_source: p("/var/lib/keel/tasks/demo/work"),
+        checkout: None,
         workdir: p("/work"),
         progress_file: p("/var/lib/keel/tasks/demo/run/progress"),
         checkpoint_source: p("/var/lib/keel/tasks/demo/checkpoint"),
@@ -52,19 +53,19 @@ fn layout() -> SandboxLayout {
     }
 }
 
-fn printed(ops: &[MountOp]) -> Vec<String> {
+pub(super) fn printed(ops: &[MountOp]) -> Vec<String> {
     ops.iter()
         .map(|op| op.to_string().replace(ROOT, "<root>"))
         .collect()
 }
 
-fn index_of(ops: &[MountOp], wanted: impl Fn(&MountOp) -> bool) -> usize {
+pub(super) fn index_of(ops: &[MountOp], wanted: impl Fn(&MountOp) -> bool) -> usize {
     ops.iter()
         .position(wanted)
         .unwrap_or_else(|| panic!("not in the plan:\n{}", printed(ops).join("\n")))
 }
 
-fn pivot_index(ops: &[MountOp]) -> usize {
+pub(super) fn pivot_index(ops: &[MountOp]) -> usize {
     index_of(ops, |op| matches!(op, MountOp::PivotRoot { .. }))
 }
 
@@ -407,6 +408,10 @@ fn a_failure_at_any_op_names_its_step() {
                 *workdir == p("/work") && target.starts_with(p(ROOT).join("work"))
             }
             SandboxError::Writable { path, .. } => *path == p("/srv/cache"),
+            // No checkout in this layout (see tests_checkout).
+            SandboxError::Overlay { .. }
+            | SandboxError::GitDir { .. }
+            | SandboxError::Objects { .. } => false,
             SandboxError::Hidden { path, .. } => *path == p("/var/lib/keel"),
             SandboxError::PivotRoot { .. } => matches!(op, MountOp::PivotRoot { .. }),
             SandboxError::ReadOnly { path, .. } => Some(path.as_path()) == op.target(),

@@ -3,8 +3,8 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::error::SandboxError;
-use super::planner::{under, Planner};
-use super::{RootEntry, SandboxLayout};
+use super::planner::{checkout_objects, under, Planner};
+use super::{overlay_path_problem, CheckoutFiles, RootEntry, SandboxLayout};
 
 fn layout_error(path: &Path, problem: impl Into<String>) -> SandboxError {
     SandboxError::Layout {
@@ -12,6 +12,8 @@ fn layout_error(path: &Path, problem: impl Into<String>) -> SandboxError {
         problem: problem.into(),
     }
 }
+
+const OBJECTS: &str = "the main repository's objects";
 
 /// Refuse layouts the planner cannot honour, before anything is mounted.
 pub(super) fn validate(
@@ -26,10 +28,30 @@ pub(super) fn validate(
         (&layout.checkpoint_source, "the checkpoint directory"),
         (&layout.home, "HOME"),
     ];
+    let mut checkout: Vec<(&PathBuf, &str)> = Vec::new();
+    if let Some(c) = &layout.checkout {
+        checkout.push((&c.git_dir, "the checkout's git directory"));
+        match &c.files {
+            CheckoutFiles::Overlay { lower, upper, work } => {
+                for (path, what) in [
+                    (lower, "the checkout's base tree"),
+                    (upper, "the checkout's upper layer"),
+                    (work, "the checkout's overlay work directory"),
+                ] {
+                    if let Some(problem) = overlay_path_problem(path) {
+                        return Err(layout_error(path, problem));
+                    }
+                    checkout.push((path, what));
+                }
+            }
+            CheckoutFiles::Bind(files) => checkout.push((files, "the checkout")),
+        }
+    }
     let listed = (layout.hidden.iter().map(|p| (p, "sandbox.hidden")))
         .chain(layout.writable.iter().map(|p| (p, "sandbox.writable")))
-        .chain(layout.readonly.iter().map(|p| (p, "a read-only path")));
-    for (path, what) in named.into_iter().chain(listed) {
+        .chain(layout.readonly.iter().map(|p| (p, "a read-only path")))
+        .chain(checkout_objects(layout).map(|p| (p, OBJECTS)));
+    for (path, what) in named.into_iter().chain(checkout).chain(listed) {
         let relative = !path.is_absolute();
         if relative || path.components().any(|c| c == Component::ParentDir) {
             return Err(layout_error(
@@ -56,9 +78,22 @@ pub(super) fn validate(
     let user = [(&layout.workdir, "workdir"), (&layout.home, "HOME")]
         .into_iter()
         .chain(layout.writable.iter().map(|p| (p, "sandbox.writable")))
-        .chain(layout.readonly.iter().map(|p| (p, "a read-only path")));
+        .chain(layout.readonly.iter().map(|p| (p, "a read-only path")))
+        .chain(checkout_objects(layout).map(|p| (p, OBJECTS)));
+    let workdir = planner.canon(&layout.workdir);
     for (path, what) in user {
         let at = planner.canon(path);
+        if what == OBJECTS && under(&at, &workdir) {
+            // It would land in the checkout, on the task's own objects under `.git`.
+            return Err(layout_error(
+                path,
+                format!(
+                    "{what} lie inside workdir {}: set workdir to a path outside the \
+                     repository",
+                    layout.workdir.display()
+                ),
+            ));
+        }
         let reserved = ["/proc", "/dev", "/run/keel"];
         if let Some(r) = reserved.iter().find(|r| under(&at, Path::new(r))) {
             return Err(layout_error(path, format!("{what} cannot be inside {r}")));
