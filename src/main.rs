@@ -51,8 +51,17 @@ enum Command {
     },
     /// Validate a unit file and install it into the daemon's units directory.
     Add { file: PathBuf },
-    /// Stop a task and remove its unit (a work directory holding files is kept).
-    Rm { unit: String },
+    /// Stop a task and remove its unit; its checkout goes only if clean and harvested.
+    Rm {
+        unit: String,
+        /// Remove the checkout even if it holds changes (it is harvested first).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Bring a task's branch into the main repository now (fast-forward only).
+    Harvest { unit: String },
+    /// Remove the checkouts of finished tasks that are clean and harvested; print what was freed.
+    Prune,
     /// Start a stopped, finished or failed task again.
     Start { unit: String },
     /// Stop a task (stop.signal, then SIGKILL after stop.timeout) and wait for it.
@@ -155,7 +164,9 @@ fn main() {
         }
         Command::Status { unit, json } => cli::status::run(&state_dir, unit.as_deref(), json),
         Command::Add { file } => cli::add::run(&state_dir, &file),
-        Command::Rm { unit } => cli::rm::run(&state_dir, &unit),
+        Command::Rm { unit, force } => cli::rm::run(&state_dir, &unit, force),
+        Command::Harvest { unit } => cli::simple::run(&state_dir, Request::Harvest { unit }),
+        Command::Prune => cli::simple::run(&state_dir, Request::Prune),
         Command::Start { unit } => cli::simple::run(&state_dir, Request::Start { unit }),
         Command::Stop { unit } => cli::simple::run(&state_dir, Request::Stop { unit }),
         Command::Restart { unit } => cli::simple::run(&state_dir, Request::Restart { unit }),

@@ -16,7 +16,16 @@ pub enum Request {
     },
     Remove {
         unit: String,
+        /// Remove the checkout even if it holds changes (after a harvest).
+        #[serde(default)]
+        force: bool,
     },
+    /// Bring a task's branch into the main repository now.
+    Harvest {
+        unit: String,
+    },
+    /// Remove the checkouts of finished tasks that are clean and harvested.
+    Prune,
     Start {
         unit: String,
     },
@@ -113,6 +122,10 @@ pub struct TaskInfo {
     pub memory_peak_bytes: Option<u64>,
     #[serde(default)]
     pub pids: Option<u64>,
+    /// The task's checkout: its own disk use in bytes (git directory and changes; the base
+    /// tree it shares is not counted).
+    #[serde(default)]
+    pub checkout_bytes: Option<u64>,
     /// While an attempt runs: when the last evidence of work that counts (`liveness.signals`)
     /// was seen (unix ms), and what it was: `heartbeat`, `progress`, `output` or `cpu`.
     #[serde(default)]

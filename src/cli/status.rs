@@ -142,6 +142,7 @@ mod tests {
             memory_bytes: Some(3 << 30),
             memory_peak_bytes: Some(4 << 30),
             pids: Some(42),
+            checkout_bytes: Some(860_000),
             last_activity_ms: Some(988),
             last_activity_kind: Some("heartbeat".into()),
             liveness: Some("running".into()),

@@ -266,7 +266,10 @@ impl Daemon {
         for (token, unit) in done {
             let message = match self.tasks.get(&unit) {
                 Some(task) => format!("{unit}: {}", task.record.state),
-                None => format!("{unit}: removed"),
+                None => match self.removal_notes.remove(&unit) {
+                    Some(note) => format!("{unit}: removed; {note}"),
+                    None => format!("{unit}: removed"),
+                },
             };
             self.respond(token, &Response::Ok { message });
         }
@@ -315,6 +318,8 @@ impl Daemon {
                 })
             }
             Request::Add { name, text } => Some(self.add_unit(&name, &text)),
+            Request::Harvest { unit } => Some(self.harvest_request(&unit)),
+            Request::Prune => Some(self.prune()),
             Request::Start { unit } => {
                 if let Err(e) = self.known(&unit) {
                     return Some(*e);
@@ -341,11 +346,11 @@ impl Daemon {
                     message: format!("{unit}: restarting"),
                 })
             }
-            Request::Remove { unit } => {
+            Request::Remove { unit, force } => {
                 if let Err(e) = self.known(&unit) {
                     // A task forgotten when its unit file went away leaves its directory
                     // (checkpoint, work, logs) behind: `keel rm` removes that too.
-                    return Some(match self.remove_leftovers(&unit) {
+                    return Some(match self.remove_leftovers(&unit, force) {
                         Some(message) => Response::Ok { message },
                         None => *e,
                     });
@@ -361,6 +366,7 @@ impl Daemon {
                 if let Some(task) = self.tasks.get_mut(&unit) {
                     task.unit = None;
                     task.unit_text = None;
+                    task.force_remove = force;
                 }
                 if !self.stop_task(&unit, Intent::Remove) {
                     return Some(not_persisted(&unit));
@@ -465,6 +471,15 @@ impl Daemon {
                 }
             }
         };
+        if let Some(repo) = &unit.repo {
+            // A repository that is missing, not git, without the base, or a branch taken at
+            // another commit: refused now, nothing started.
+            if let Err(e) = crate::checkout::check(&self.dirs, name, repo) {
+                return Response::Error {
+                    message: format!("{name}: {e}"),
+                };
+            }
+        }
         let reservation = super::queue::Reservation::of(&unit.resources);
         if let Some(why) = super::queue::never_fits(&reservation, &self.config.capacity) {
             return Response::Error {
@@ -524,6 +539,7 @@ impl Daemon {
                     memory_bytes: figures.map(|f| f.memory),
                     memory_peak_bytes: figures.and_then(|f| f.memory_peak),
                     pids: figures.map(|f| f.pids),
+                    checkout_bytes: self.checkout_bytes(&t.name),
                     last_activity_ms: live.as_ref().and_then(|l| l.last_activity.map(|a| a.0)),
                     last_activity_kind: live
                         .as_ref()

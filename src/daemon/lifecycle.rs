@@ -260,6 +260,11 @@ impl Daemon {
                 sandbox.hidden.push(self.units_dir.clone());
             }
         }
+        // The task's checkout (made, or reused as it was) before its cgroup is used.
+        let slice = slice.and_then(|slice| {
+            self.prepare_checkout(unit, &unit_def, &mut attempt_spec, (attempt, generation))
+                .map(|()| slice)
+        });
         let slice = match slice {
             Ok(slice) => slice,
             Err(why) => {
@@ -372,6 +377,10 @@ impl Daemon {
         self.check_oom(unit, false);
         ending.exit = self.account_oom(unit, ending.exit, ending.ended_ms);
         self.release_slice(unit);
+        if let Some(task) = self.tasks.get(unit) {
+            let (attempt, generation) = (task.record.attempt, task.record.generation);
+            self.harvest_checkout(unit, attempt, generation);
+        }
         self.unwatch_liveness(unit);
         let Some(task) = self.tasks.get_mut(unit) else {
             return;

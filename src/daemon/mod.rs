@@ -1,6 +1,7 @@
 //! The supervisor: one synchronous mio loop (no async runtime, no threads) that owns the
 //! units, the queue, the timers, the journal and the control socket.
 
+mod checkouts;
 mod control;
 mod lifecycle;
 mod liveness;
@@ -92,6 +93,8 @@ pub(crate) struct Task {
     /// itself last sent the attempt a SIGKILL (unix ms): which came last decides `oom`.
     pub last_oom_ms: Option<u64>,
     pub keel_kill_ms: Option<u64>,
+    /// `keel rm --force`: the checkout goes even if it holds changes (harvested first).
+    pub force_remove: bool,
     /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
     pub cpu_samples: std::cell::Cell<(Option<slices::CpuSample>, Option<slices::CpuSample>)>,
 }
@@ -150,6 +153,8 @@ pub struct Daemon {
     liveness: liveness::Watches,
     /// systemd's notify socket and watchdog (no-ops elsewhere).
     notifier: crate::notify::Notifier,
+    /// What `keel rm` did with a removed task's files, for the client waiting on it.
+    removal_notes: HashMap<String, String>,
     /// The task counts may have changed this round (for systemd's `STATUS=`).
     summary_dirty: bool,
     _lock: InstanceLock,
@@ -305,6 +310,7 @@ impl Daemon {
             liveness,
             notifier: crate::notify::Notifier::from_env(),
             summary_dirty: true,
+            removal_notes: HashMap::new(),
             _lock: lock,
         })
     }

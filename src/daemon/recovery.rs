@@ -138,6 +138,7 @@ impl Daemon {
                 oom: None,
                 last_oom_ms: None,
                 keel_kill_ms: None,
+                force_remove: false,
                 cpu_samples: std::cell::Cell::new((None, None)),
             },
         );

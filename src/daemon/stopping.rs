@@ -186,13 +186,13 @@ impl Daemon {
 
     /// `keel rm` of a task without a record (forgotten when its unit file went away): remove
     /// its directory, keeping a work directory that holds files. `None` if there is nothing.
-    pub(crate) fn remove_leftovers(&mut self, unit: &str) -> Option<String> {
+    pub(crate) fn remove_leftovers(&mut self, unit: &str, force: bool) -> Option<String> {
         crate::unit::validate_name(unit).ok()?;
         let dir = self.dirs.task_dir(unit);
         if !dir.is_dir() || super::spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
             return None;
         }
-        let message = match self.delete_task_files(unit) {
+        let message = match self.delete_task_files(unit, 0, force) {
             kept if kept.is_empty() => format!("{unit}: leftovers removed"),
             kept => format!("{unit}: leftovers removed; {kept}"),
         };
@@ -201,8 +201,29 @@ impl Daemon {
     }
 
     /// `keel rm`'s deletion: run files (unless a shim still holds their lock), checkpoint, and
-    /// the task directory itself unless its work directory holds files. Returns what was kept.
-    fn delete_task_files(&self, unit: &str) -> String {
+    /// the task directory itself unless its work directory holds files. A checkout goes only
+    /// when clean and harvested (or with `force`, harvested first); otherwise the whole task
+    /// directory stays. Returns what was kept, and what became of the checkout.
+    fn delete_task_files(&mut self, unit: &str, attempt: u32, force: bool) -> String {
+        let checkout_note = match self.remove_checkout(unit, attempt, force) {
+            Ok(note) => note,
+            Err(why) => {
+                log::warn!("{unit}: task directory kept: {why}");
+                return format!(
+                    "task directory {} kept: {why}",
+                    self.dirs.task_dir(unit).display()
+                );
+            }
+        };
+        let kept = self.delete_files_but_work(unit);
+        match (checkout_note.is_empty(), kept.is_empty()) {
+            (true, _) => kept,
+            (false, true) => checkout_note,
+            (false, false) => format!("{checkout_note}; {kept}"),
+        }
+    }
+
+    fn delete_files_but_work(&self, unit: &str) -> String {
         let run = self.dirs.run_dir(unit);
         let work = self.dirs.work_dir(unit);
         let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
@@ -239,7 +260,7 @@ impl Daemon {
         let _ = std::fs::remove_file(self.dirs.record_path(unit));
         let _ = std::fs::remove_file(self.dirs.accepted_unit_path(unit));
         let detail = if explicit {
-            self.delete_task_files(unit)
+            self.delete_task_files(unit, attempt, task.force_remove)
         } else {
             for record in [
                 spec::attempt_path(&run),
@@ -255,6 +276,9 @@ impl Daemon {
         };
         self.journal_event(unit, attempt, generation, "removed", &detail);
         log::info!("{unit}: removed {detail}");
+        if !detail.is_empty() {
+            self.removal_notes.insert(unit.to_string(), detail);
+        }
         // The file may have come back while the task was stopping.
         if self.units_dir.join(format!("{unit}.ron")).exists() {
             self.request_rescan();
