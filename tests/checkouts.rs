@@ -3,26 +3,12 @@
 //! objects cannot reach the main repository or another task; uncommitted work survives a
 //! restart of the task and of the daemon; removal refuses to lose work; bad specs are refused.
 
+mod checkout_support;
 mod common;
+use checkout_support::git;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// A repository on `main` with three commits of a few files.
 fn make_repo(d: &Daemon) -> PathBuf {
@@ -46,24 +32,6 @@ fn unit_with_repo(repo: &Path, script: &str, extra: &str) -> String {
     )
 }
 
-/// Refs and object files of the main repository: what no task may change.
-fn snapshot(repo: &Path) -> (String, Vec<String>) {
-    let refs = git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
-    let mut objects = Vec::new();
-    let mut stack = vec![repo.join(".git/objects")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            if entry.file_type().unwrap().is_dir() {
-                stack.push(entry.path());
-            } else {
-                objects.push(entry.path().display().to_string());
-            }
-        }
-    }
-    objects.sort();
-    (refs, objects)
-}
-
 #[test]
 fn a_commit_in_a_task_comes_home_and_git_damage_inside_reaches_nothing_else() {
     if !require_root("checkouts") {
@@ -78,7 +46,7 @@ fn a_commit_in_a_task_comes_home_and_git_damage_inside_reaches_nothing_else() {
         cat f0.txt > /run/keel/checkpoint/f0";
     d.write_unit("b", &unit_with_repo(&repo, b_script, ""));
     d.wait_state("b", "running", Duration::from_secs(20));
-    let before = snapshot(&repo);
+    let before = checkout_support::snapshot(&repo.join(".git"));
     // A: a fresh checkout is clean; a commit; then everything that would hurt a shared
     // repository; and B's files are out of sight.
     let b_upper = d.task_dir("b").join("checkout/upper");
@@ -106,7 +74,7 @@ fn a_commit_in_a_task_comes_home_and_git_damage_inside_reaches_nothing_else() {
     assert!(log.starts_with("agent commit\ncommit 2"), "{log}");
     let events = d.events(Some("a"));
     assert!(events.iter().any(|e| e["event"] == "harvest"), "{events:?}");
-    let after = snapshot(&repo);
+    let after = checkout_support::snapshot(&repo.join(".git"));
     let refs_before: Vec<&str> = before.0.lines().collect();
     for line in refs_before {
         assert!(
