@@ -22,6 +22,9 @@ pub const RECHECK_MAX: Ms = 60_000;
 /// blocked on a network call (a hung model request) uses ~0; a shell's fork of `sleep`, a few
 /// milliseconds; anything computing, far more.
 pub const CPU_BUSY_PERCENT: u64 = 2;
+/// Samples closer than this are not compared (a scheduler tick would look like 10% of a core):
+/// the earlier one stays the baseline.
+pub const CPU_MIN_INTERVAL: Ms = 100;
 
 /// The unit's `liveness` settings, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,9 +207,9 @@ pub fn judge(settings: &Settings, evidence: &Evidence, now: Ms) -> Judgement {
 }
 
 /// Did the task use the CPU between two samples `interval` apart? At least
-/// [`CPU_BUSY_PERCENT`] of one core (and something at all).
+/// [`CPU_BUSY_PERCENT`] of one core, over at least [`CPU_MIN_INTERVAL`].
 pub fn cpu_busy(used_usec: u64, interval: Ms) -> bool {
-    used_usec > 0
+    interval >= CPU_MIN_INTERVAL
         && used_usec.saturating_mul(100) >= interval.saturating_mul(1000 * CPU_BUSY_PERCENT)
 }
 

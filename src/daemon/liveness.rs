@@ -331,7 +331,11 @@ impl Daemon {
             return;
         };
         if let Some((before, at)) = watch.cpu {
-            if liveness::cpu_busy(usage.saturating_sub(before), now.saturating_sub(at)) {
+            let interval = now.saturating_sub(at);
+            if interval < liveness::CPU_MIN_INTERVAL {
+                return;
+            }
+            if liveness::cpu_busy(usage.saturating_sub(before), interval) {
                 watch.evidence.cpu = Some(now);
             }
         }
@@ -396,7 +400,8 @@ impl Daemon {
         match (verdict, on_stall) {
             (Verdict::Running, _) => {
                 if state == TaskState::Stalled {
-                    self.transition(unit, TaskState::Running, detail);
+                    log::info!("{unit}: running ({detail})");
+                    self.note_state(unit, TaskState::Running, detail);
                 } else {
                     log::info!("{unit}: working again: {detail}");
                 }
@@ -408,7 +413,7 @@ impl Daemon {
                     self.journal_event(unit, attempt, generation, word, detail);
                 }
                 log::warn!("{unit}: {word}: {detail}; on_stall Report: left running");
-                self.transition(unit, TaskState::Stalled, &format!("{word}: {detail}"));
+                self.note_state(unit, TaskState::Stalled, &format!("{word}: {detail}"));
             }
             (_, OnStall::Report) => {
                 log::warn!("{unit}: {word}: {detail}");
@@ -432,6 +437,19 @@ impl Daemon {
                 self.stop_stalled(unit, &format!("{word}: {detail}"), kill);
             }
         }
+    }
+
+    /// `running` ⇄ `stalled` under `Report`: an observation, not a decision. Nothing acts on it
+    /// and a restarted daemon judges the attempt afresh, so it is journaled but not written to
+    /// the task's record: no fsync per verdict when many tasks stall at once, and the journal
+    /// entry is stamped when the stall was seen.
+    fn note_state(&mut self, unit: &str, to: TaskState, detail: &str) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        task.record.state = to;
+        let (attempt, generation) = (task.record.attempt, task.record.generation);
+        self.journal_event(unit, attempt, generation, to.as_str(), detail);
     }
 
     /// Stop a stalled attempt as `keel stop` would (stop signal, timeout, SIGKILL); the stop
