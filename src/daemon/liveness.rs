@@ -243,6 +243,14 @@ impl Daemon {
                 break;
             }
             for event in events {
+                if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    // Events were lost: look at every progress file (a write moved its mtime).
+                    log::warn!("inotify queue overflow: checking every progress file");
+                    for unit in self.liveness.tasks.keys() {
+                        touched.entry(unit.clone()).or_default();
+                    }
+                    continue;
+                }
                 if event.mask.contains(AddWatchFlags::IN_IGNORED) {
                     // The file is gone (or we removed the watch): nothing more comes from it.
                     if let Some(unit) = self.liveness.by_wd.remove(&event.wd) {
@@ -280,7 +288,10 @@ impl Daemon {
         watch.progress_mtime = mtime;
         watch.evidence.heartbeat = Some(now);
         let fingerprint = fingerprint(&path);
-        if fingerprint != watch.fingerprint {
+        // Empty is the instant between `>`'s truncation and its write (a rewrite with the same
+        // words must not look like two changes), never a progress message: not compared.
+        let emptied = fingerprint.is_some_and(|(len, _)| len == 0);
+        if !emptied && fingerprint != watch.fingerprint {
             watch.fingerprint = fingerprint;
             watch.evidence.progress = Some(now);
         }
