@@ -79,11 +79,15 @@ fn main() {
     let (mut keel, mut worktree) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let unit = format!("t{round}");
+        // Each starts with nothing dirty on the filesystem: neither pays for the other's
+        // writes (a sync of any kind would flush the previous worktree's 10,000 files).
+        nix::unistd::sync();
         let t = Instant::now();
         let prepared = checkout::prepare(&dirs, &unit, &spec, &options).expect("checkout");
         keel.push(t.elapsed());
         assert!(!prepared.base_built, "the base is shared");
         let path = dir.join(format!("wt{round}"));
+        nix::unistd::sync();
         let t = Instant::now();
         git(
             &repo,

@@ -246,10 +246,16 @@ fn build(
         owner: options.owner,
         created_ms: crate::state::now_ms(),
     };
-    // Not fsynced on its own: the syncfs below covers it and everything else built here.
+    // Not fsynced on its own: the sync below covers it and everything else built here.
     crate::state::write_ron_volatile(&record::record_path(tmp), &record)
         .map_err(|e| CheckoutError::io("writing the record", tmp, std::io::Error::other(e)))?;
-    files::sync_filesystem(tmp)?;
+    match &record.files {
+        // A handful of files (the git directory, an empty upper layer): each fsynced, so
+        // that a new checkout never waits for the rest of the filesystem's dirty data.
+        Files::Overlay { .. } => files::sync_tree(tmp)?,
+        // Thousands of files: one syncfs.
+        Files::Full { .. } => files::sync_filesystem(tmp)?,
+    }
     fs::rename(tmp, &checkout).map_err(io_err("renaming the checkout into place", &checkout))?;
     files::sync_dir(checkout.parent().unwrap_or(Path::new("/")))?;
     Ok(Prepared {

@@ -88,6 +88,24 @@ pub(crate) fn sync_filesystem(path: &Path) -> Result<(), CheckoutError> {
     nix::unistd::syncfs(&dir).map_err(|e| CheckoutError::io("syncing", path, e.into()))
 }
 
+/// fsync(2) of every file and directory below `path` (symlinks not followed): for a small tree
+/// just written (a task's git directory), where syncfs would also flush whatever else is dirty
+/// on the filesystem — other agents' builds, a neighbour's checkout — and take its time.
+pub(crate) fn sync_tree(path: &Path) -> Result<(), CheckoutError> {
+    let meta = fs::symlink_metadata(path).map_err(io_err("reading", path))?;
+    if meta.is_dir() {
+        for entry in fs::read_dir(path).map_err(io_err("reading", path))? {
+            let entry = entry.map_err(io_err("reading", path))?;
+            sync_tree(&entry.path())?;
+        }
+    } else if !meta.is_file() {
+        return Ok(());
+    }
+    fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err("syncing", path))
+}
+
 pub(crate) fn sync_dir(path: &Path) -> Result<(), CheckoutError> {
     fs::File::open(path)
         .and_then(|d| d.sync_all())
