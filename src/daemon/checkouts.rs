@@ -68,8 +68,16 @@ impl Daemon {
         }
     }
 
-    /// `keel harvest UNIT`: the same, now (the task may be running).
+    /// `keel harvest UNIT`: the same, now — between attempts. While an agent runs it can
+    /// rewrite its git directory under the harvest's feet; its attempt's end harvests anyway.
     pub(crate) fn harvest_request(&mut self, unit: &str) -> Response {
+        if super::spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+            return Response::Error {
+                message: format!(
+                    "{unit}: running; its branch is harvested when the attempt ends (or `keel stop {unit}` first)"
+                ),
+            };
+        }
         let (attempt, generation) = self
             .tasks
             .get(unit)
@@ -168,13 +176,27 @@ impl Daemon {
         Response::Ok { message }
     }
 
-    /// The checkout's own disk use (its git directory and changes; the shared base apart).
+    /// The checkout's own disk use (its git directory and changes; the shared base is not
+    /// walked). A walk of a big upper layer (`target/`, `node_modules/`) is not free and runs in
+    /// the loop: it is done at most once a minute per task, whatever the rate of `keel status`.
     pub(crate) fn checkout_bytes(&self, unit: &str) -> Option<u64> {
-        checkout::disk_usage(&self.dirs, unit)
-            .ok()
-            .map(|usage| usage.own_bytes)
+        let task = self.tasks.get(unit)?;
+        if let Some((bytes, at)) = task.checkout_bytes.get() {
+            if at.elapsed() < CHECKOUT_BYTES_TTL {
+                return Some(bytes);
+            }
+        }
+        if !checkout::exists(&self.dirs, unit) {
+            return None;
+        }
+        let bytes = checkout::disk_bytes(&checkout::checkout_dir(&self.dirs, unit));
+        task.checkout_bytes.set(Some((bytes, std::time::Instant::now())));
+        Some(bytes)
     }
 }
+
+/// How long `keel status` reuses a checkout's disk use.
+const CHECKOUT_BYTES_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The uid and gid the agent runs as (`sandbox.user`), who must own its checkout's files.
 fn agent_owner(unit: &Unit) -> Result<Option<(u32, u32)>, String> {

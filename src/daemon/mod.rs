@@ -95,6 +95,8 @@ pub(crate) struct Task {
     pub keel_kill_ms: Option<u64>,
     /// `keel rm --force`: the checkout goes even if it holds changes (harvested first).
     pub force_remove: bool,
+    /// The checkout's disk use and when it was measured (for `keel status`).
+    pub checkout_bytes: std::cell::Cell<Option<(u64, Instant)>>,
     /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
     pub cpu_samples: std::cell::Cell<(Option<slices::CpuSample>, Option<slices::CpuSample>)>,
 }

@@ -299,6 +299,7 @@ impl Daemon {
                         last_oom_ms: None,
                         keel_kill_ms: None,
                         force_remove: false,
+                        checkout_bytes: std::cell::Cell::new(None),
                         cpu_samples: std::cell::Cell::new((None, None)),
                     },
                 );
