@@ -489,3 +489,267 @@ fn a_checkout_in_a_real_sandbox() {
     assert_eq!(git(&setup.main, &["show", "keel/s:x.txt"]), "x");
     assert!(!prepared.mounts.objects[0].join("probe").exists());
 }
+
+#[test]
+fn a_hostile_git_dir_is_refused_before_libgit2_reads_it() {
+    if !ready("a_hostile_git_dir_is_refused_before_libgit2_reads_it") {
+        return;
+    }
+    let setup = Setup::new("hostile", 12, 2);
+    let options = PrepareOptions::default();
+    let a = setup.prepare("a", &options);
+    let b = setup.prepare("b", &options);
+    setup.run(
+        "a",
+        &a,
+        "echo a > a.txt && git add a.txt && git commit -q -m a",
+    );
+    setup.run(
+        "b",
+        &b,
+        "echo b > b.txt && git add b.txt && git commit -q -m b",
+    );
+    let (a_git, b_git) = (a.mounts.git_dir.clone(), b.mounts.git_dir.clone());
+    let main_git = setup.main.join(".git");
+    let before = snapshot(&main_git);
+    let refused = |what: &str, expected: &str| {
+        let err = harvest_within(&setup.dirs, "a").unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(err, CheckoutError::Tampered { .. }) && message.contains(expected),
+            "{what}: {message}"
+        );
+        assert_eq!(snapshot(&main_git), before, "{what}: main changed");
+        message
+    };
+
+    // A loose ref linked to another task's branch.
+    let a_ref = a_git.join("refs/heads/keel/a");
+    let saved = a_git.join("saved-ref");
+    std::fs::rename(&a_ref, &saved).unwrap();
+    std::os::unix::fs::symlink(b_git.join("refs/heads/keel/b"), &a_ref).unwrap();
+    let message = refused("symlinked ref", "a symlink");
+    assert!(message.contains(&a_ref.display().to_string()), "{message}");
+    std::fs::remove_file(&a_ref).unwrap();
+    std::fs::rename(&saved, &a_ref).unwrap();
+
+    // An object directory linked to another task's.
+    let b_dir = std::fs::read_dir(b_git.join("objects"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.len() == 2 && !a_git.join("objects").join(n).exists())
+        .unwrap_or_else(|| "zz".into());
+    let linked = a_git.join("objects").join(&b_dir);
+    std::os::unix::fs::symlink(b_git.join("objects").join(&b_dir), &linked).unwrap();
+    let message = refused("symlinked object directory", "a symlink");
+    assert!(message.contains(&linked.display().to_string()), "{message}");
+    std::fs::remove_file(&linked).unwrap();
+
+    // A FIFO for a config: refused without opening it, by harvest, state and remove alike.
+    let config = a_git.join("config");
+    std::fs::rename(&config, a_git.join("config.saved")).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&config)
+        .status()
+        .unwrap()
+        .success());
+    refused("FIFO config", "a FIFO");
+    let dirs = setup.dirs.clone();
+    let err = within(30, move || checkout::state(&dirs, "a")).unwrap_err();
+    assert!(err.to_string().contains("a FIFO"), "{err}");
+    let dirs = setup.dirs.clone();
+    let err = within(30, move || checkout::remove(&dirs, "a", 1, true)).unwrap_err();
+    assert!(err.to_string().contains("a FIFO"), "{err}");
+    assert!(checkout::exists(&setup.dirs, "a"));
+    std::fs::remove_file(&config).unwrap();
+    std::fs::rename(a_git.join("config.saved"), &config).unwrap();
+
+    // A configuration that includes another file (a FIFO anywhere, another task's config).
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}[include]\n\tpath = /dev/null\n")).unwrap();
+    refused("config include", "includes another file");
+    std::fs::write(&config, &text).unwrap();
+
+    // History cut short: a shallow file, grafts.
+    let shallow = a_git.join("shallow");
+    let tip = setup.run("a", &a, "git rev-parse HEAD");
+    std::fs::write(&shallow, format!("{tip}\n")).unwrap();
+    let message = refused("shallow", "shallow file");
+    assert!(
+        message.contains(&shallow.display().to_string()),
+        "{message}"
+    );
+    std::fs::remove_file(&shallow).unwrap();
+    let grafts = a_git.join("info/grafts");
+    std::fs::create_dir_all(grafts.parent().unwrap()).unwrap();
+    std::fs::write(&grafts, format!("{tip}\n")).unwrap();
+    refused("grafts", "grafts");
+    std::fs::remove_file(&grafts).unwrap();
+
+    // A commit whose parent is nowhere: the walk (made on main's side) fails, main keeps
+    // no ref to it and no object of it.
+    let broken = setup.run(
+        "a",
+        &a,
+        "tree=$(git rev-parse HEAD^{tree}) && \
+         printf 'tree %s\\nparent %s\\nauthor x <x> 1 +0000\\ncommitter x <x> 1 +0000\\n\\nbroken\\n' \
+           $tree 1111111111111111111111111111111111111111 > /tmp/c && \
+         id=$(git hash-object -t commit -w --literally /tmp/c) && \
+         git update-ref refs/heads/keel/a $id && echo $id",
+    );
+    let err = harvest_within(&setup.dirs, "a").unwrap_err();
+    eprintln!("a missing parent: {err}");
+    assert_eq!(snapshot(&main_git), before, "missing parent: main changed");
+    assert!(
+        Command::new("git")
+            .args([
+                "-C",
+                setup.main.to_str().unwrap(),
+                "cat-file",
+                "-e",
+                &broken
+            ])
+            .status()
+            .unwrap()
+            .code()
+            != Some(0)
+    );
+
+    // Put back: harvested, and only A's commits came.
+    setup.run("a", &a, &format!("git update-ref refs/heads/keel/a {tip}"));
+    let harvest = harvest_within(&setup.dirs, "a").unwrap();
+    assert!(
+        matches!(harvest, Harvest::Updated { commits: 1, .. }),
+        "{harvest}"
+    );
+    git(&setup.main, &["fsck", "--strict", "--no-dangling"]);
+    let b_tip = setup.run("b", &b, "git rev-parse HEAD");
+    let missing = Command::new("git")
+        .args(["-C", setup.main.to_str().unwrap(), "cat-file", "-e", &b_tip])
+        .status()
+        .unwrap();
+    assert!(!missing.success(), "B's commit came into main");
+}
+
+#[test]
+fn a_stash_and_other_refs_are_losses_and_force_keeps_them() {
+    if !ready("a_stash_and_other_refs_are_losses_and_force_keeps_them") {
+        return;
+    }
+    let setup = Setup::new("stash", 12, 2);
+    let s = setup.prepare("s", &PrepareOptions::default());
+    setup.run(
+        "s",
+        &s,
+        "echo one >> d0/f0.txt && git stash -q && echo two >> d1/f1.txt && git stash -q && \
+         git checkout -q -b side && echo side > side.txt && git add side.txt && \
+         git commit -q -m side && git tag -a -m t t1 && git checkout -q keel/s && \
+         git status --porcelain",
+    );
+    let state = checkout::state(&setup.dirs, "s").unwrap();
+    assert!(state.clean(), "{state:?}");
+    for loss in ["stash@{0}", "stash@{1}", "side", "refs/tags/t1"] {
+        assert!(
+            state.unharvested.iter().any(|u| u == loss),
+            "{loss}: {state:?}"
+        );
+    }
+    let err = checkout::remove(&setup.dirs, "s", 1, false).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("stash@{0}") && message.contains("side"),
+        "{message}"
+    );
+    assert!(checkout::exists(&setup.dirs, "s"));
+
+    // Forced, with a failing harvest (a shallow file): aborted, nothing removed.
+    let shallow = s.mounts.git_dir.join("shallow");
+    std::fs::write(&shallow, "0000000000000000000000000000000000000001\n").unwrap();
+    let err = checkout::remove(&setup.dirs, "s", 1, true).unwrap_err();
+    assert!(err.to_string().contains("shallow"), "{err}");
+    assert!(checkout::exists(&setup.dirs, "s"));
+    std::fs::remove_file(&shallow).unwrap();
+
+    // Forced: every unharvested ref is kept in main first, then the checkout goes.
+    let stash = setup.run("s", &s, "git rev-parse stash@{1}");
+    let tag = setup.run("s", &s, "git rev-parse t1");
+    setup.run("s", &s, "echo dirty > dirty.txt");
+    let removed = checkout::remove(&setup.dirs, "s", 1, true).unwrap();
+    assert!(!checkout::exists(&setup.dirs, "s"));
+    for kept in [
+        "refs/keel/kept/s/stash/0",
+        "refs/keel/kept/s/stash/1",
+        "refs/keel/kept/s/refs/heads/side",
+        "refs/keel/kept/s/refs/tags/t1",
+    ] {
+        assert!(
+            removed.kept.iter().any(|k| k == kept),
+            "{kept}: {removed:?}"
+        );
+    }
+    assert_eq!(
+        git(&setup.main, &["rev-parse", "refs/keel/kept/s/stash/1"]),
+        stash
+    );
+    assert_eq!(
+        git(&setup.main, &["rev-parse", "refs/keel/kept/s/refs/tags/t1"]),
+        tag
+    );
+    git(
+        &setup.main,
+        &[
+            "cat-file",
+            "-e",
+            "refs/keel/kept/s/refs/heads/side:side.txt",
+        ],
+    );
+    git(&setup.main, &["fsck", "--strict", "--no-dangling"]);
+}
+
+#[test]
+fn a_task_whose_checkout_was_pruned_goes_on_from_its_harvested_branch() {
+    if !ready("a_task_whose_checkout_was_pruned_goes_on_from_its_harvested_branch") {
+        return;
+    }
+    let setup = Setup::new("again", 12, 2);
+    let options = PrepareOptions::default();
+    let p = setup.prepare("p", &options);
+    setup.run(
+        "p",
+        &p,
+        "echo w > w.txt && git add w.txt && git commit -q -m work",
+    );
+    let tip = setup.run("p", &p, "git rev-parse HEAD");
+    let removed = checkout::remove(&setup.dirs, "p", 1, false).unwrap();
+    assert!(removed.harvest.as_ref().is_some_and(Harvest::harvested));
+    assert_eq!(git(&setup.main, &["rev-parse", "keel/p"]), tip);
+
+    // A new unit of that name is still refused at `keel add`…
+    let err = checkout::validate(&repo_spec(&setup.main), "p").unwrap_err();
+    assert!(matches!(err, CheckoutError::BranchExists { .. }), "{err}");
+    // …but the task itself starts again, from its work.
+    let again = setup.prepare("p", &options);
+    assert!(again.created);
+    assert_eq!(again.base_commit, tip);
+    let out = setup.run(
+        "p",
+        &again,
+        "git status --porcelain; git rev-parse HEAD; cat w.txt",
+    );
+    assert_eq!(out, format!("{tip}\nw"));
+    setup.run("p", &again, "echo v >> w.txt && git commit -q -am more");
+    let harvest = checkout::harvest(&setup.dirs, "p", 2).unwrap();
+    assert!(
+        matches!(
+            harvest,
+            Harvest::Updated {
+                from: Some(_),
+                commits: 1,
+                ..
+            }
+        ),
+        "{harvest}"
+    );
+    git(&setup.main, &["fsck", "--strict", "--no-dangling"]);
+}

@@ -48,7 +48,9 @@ pub struct Prepared {
 }
 
 /// The task's checkout: the one it has, reused as it was (uncommitted changes included), or
-/// a new one on its branch at `repo.base`. Idempotent. The task must not be running.
+/// a new one on its branch at `repo.base` — or at the branch's commit in the main repository
+/// when it descends from the base (a task whose checkout was removed after a harvest goes on
+/// from its work). Idempotent. The task must not be running.
 pub fn prepare(
     dirs: &StateDir,
     unit: &str,
@@ -171,7 +173,9 @@ fn create(
     repo: &Repo,
     options: &PrepareOptions,
 ) -> Result<Prepared, CheckoutError> {
-    let resolved = resolve::validate(repo, unit)?;
+    // The branch may be in main already past the base (harvested, then the checkout
+    // pruned): the new checkout goes on from there.
+    let resolved = resolve::resolve_existing(repo, unit)?;
     let main = resolve::open_main(&resolved.repo)?;
     let commit = Oid::from_str(&resolved.base_commit)
         .map_err(git_err("reading the base commit", &resolved.repo))?;
@@ -372,7 +376,19 @@ fn init_git_dir(
 /// point libgit2 at another repository's refs or objects (another task's, say) and bring
 /// them home at the next harvest: they are put back as keel made them. A symlinked
 /// directory on the way (which would make that repair write elsewhere, as root) is refused.
+///
+/// Before anything of it is opened by libgit2 (as root, on the host): every entry is walked
+/// without following anything, and a symlink (libgit2 follows them in loose refs and object
+/// directories: another task's refs or objects brought home), a FIFO (opening it blocks the
+/// daemon's thread forever), a socket or a device is refused, naming it. So are history
+/// rewrites libgit2 honours — `info/grafts`, and a `shallow` other than main's own (copied
+/// at creation) — and configuration includes (a file anywhere, a FIFO included).
 pub(crate) fn guard_git_dir(git: &Path, common_dir: &Path) -> Result<(), CheckoutError> {
+    refuse_special_files(git)?;
+    refuse_rewritten_history(git, common_dir)?;
+    for name in ["config", "config.worktree"] {
+        refuse_config_includes(&git.join(name))?;
+    }
     for rel in ["objects", "objects/info", "refs"] {
         let path = git.join(rel);
         let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
@@ -397,6 +413,104 @@ pub(crate) fn guard_git_dir(git: &Path, common_dir: &Path) -> Result<(), Checkou
         log::warn!("{}: changed, put back", alternates.display());
         let _ = fs::remove_file(&alternates);
         fs::write(&alternates, wanted).map_err(io_err("writing", &alternates))?;
+    }
+    Ok(())
+}
+
+/// Walk `git` without following anything: only directories and regular files may be in it.
+pub(crate) fn refuse_special_files(git: &Path) -> Result<(), CheckoutError> {
+    let tampered = |path: &Path, what: &str| CheckoutError::Tampered {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+    };
+    let meta = fs::symlink_metadata(git).map_err(io_err("reading the git directory", git))?;
+    if !meta.is_dir() {
+        return Err(tampered(
+            git,
+            "the git directory is not a directory (a symlink?)",
+        ));
+    }
+    let mut stack = vec![git.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = fs::read_dir(&dir).map_err(io_err("reading the git directory", &dir))?;
+        for entry in entries {
+            let entry = entry.map_err(io_err("reading the git directory", &dir))?;
+            let path = entry.path();
+            let kind = fs::symlink_metadata(&path)
+                .map_err(io_err("reading the git directory", &path))?
+                .file_type();
+            if kind.is_dir() {
+                stack.push(path);
+            } else if !kind.is_file() {
+                use std::os::unix::fs::FileTypeExt;
+                let what = if kind.is_symlink() {
+                    "a symlink (keel follows none in a task's git directory)"
+                } else if kind.is_fifo() {
+                    "a FIFO (keel would block reading it)"
+                } else if kind.is_socket() {
+                    "a socket"
+                } else {
+                    "a device"
+                };
+                return Err(tampered(&path, what));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `info/grafts`, or a `shallow` file that is not the main repository's (keel copies main's
+/// at creation): libgit2 would cut the task's history short where it says, and a harvest
+/// walked that way would give main a commit without its ancestors. Refused, not removed:
+/// the commits stay in the checkout, and whoever looks at it decides.
+fn refuse_rewritten_history(git: &Path, common_dir: &Path) -> Result<(), CheckoutError> {
+    let grafts = git.join("info/grafts");
+    if fs::symlink_metadata(&grafts).is_ok() {
+        return Err(CheckoutError::Tampered {
+            path: grafts,
+            what: "grafts rewrite the task's history (remove the file)".into(),
+        });
+    }
+    let shallow = git.join("shallow");
+    if fs::symlink_metadata(&shallow).is_ok() {
+        let main = fs::read(common_dir.join("shallow")).ok();
+        let task = fs::read(&shallow).map_err(io_err("reading", &shallow))?;
+        if main.as_deref() != Some(task.as_slice()) {
+            return Err(CheckoutError::Tampered {
+                path: shallow,
+                what: "a shallow file that is not the main repository's cuts the task's \
+                       history short (remove it, or copy main's)"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A git configuration file (regular, if there: see `refuse_special_files`) must include no
+/// other: libgit2 reads `include.path` and `includeIf.*.path` wherever they point.
+fn refuse_config_includes(path: &Path) -> Result<(), CheckoutError> {
+    let text = match fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(CheckoutError::io("reading", path, e)),
+    };
+    let includes = text.lines().any(|line| {
+        let Some(rest) = line.trim_start().strip_prefix('[') else {
+            return false;
+        };
+        let section: String = rest
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        section.eq_ignore_ascii_case("include") || section.eq_ignore_ascii_case("includeif")
+    });
+    if includes {
+        return Err(CheckoutError::Tampered {
+            path: path.to_path_buf(),
+            what: "the configuration includes another file (keel reads none)".into(),
+        });
     }
     Ok(())
 }

@@ -8,7 +8,9 @@
 use std::fmt;
 use std::io::Write;
 
-use git2::{Oid, Repository};
+use std::path::Path;
+
+use git2::{ObjectType, Oid, Repository};
 
 use super::error::{git_err, short, CheckoutError};
 use super::record::{self, CheckoutRecord};
@@ -197,7 +199,7 @@ pub(crate) fn harvest_record(
     let path = record.repo.as_path();
     let base = Oid::from_str(&record.base_commit).map_err(git_err("reading the record", path))?;
     let main_at = main.refname_to_id(&refname).ok();
-    bring_objects(&task, &main, tip, &[Some(base), main_at])?;
+    bring_objects(&main, &git, &[tip])?;
     let descends = |a: Oid, b: Oid| main.graph_descendant_of(a, b).unwrap_or(false);
     let facts = Facts {
         tip,
@@ -278,37 +280,89 @@ fn count_new(main: &Repository, tip: Oid, from: Oid) -> usize {
         .unwrap_or(0)
 }
 
-/// Copy the objects of `tip`'s history that the main repository lacks into it, as one pack:
-/// the task's git directory reads main's objects through alternates, so its walk from `tip`
-/// down to what main has (`hide`) names exactly the task's own new objects.
-fn bring_objects(
-    task: &Repository,
+/// Copy the objects of `tips`' histories that the main repository lacks into it, as one
+/// pack. The walk is made on main's side — a second handle on main that also reads the
+/// task's objects directory (a disk alternate) — from the tips down to everything main's refs
+/// reach (hidden): the task's `shallow` or grafts never apply, and an object missing on the
+/// way (a parent, a tree, a blob) fails the walk or the pack, so main never gets a ref to a
+/// commit whose ancestors it lacks. Tags are brought with what they point at.
+pub(crate) fn bring_objects(
     main: &Repository,
-    tip: Oid,
-    hide: &[Option<Oid>],
+    task_git: &Path,
+    tips: &[Oid],
 ) -> Result<(), CheckoutError> {
     let path = main.path();
     let odb = main
         .odb()
         .map_err(git_err("opening the object store", path))?;
-    if odb.exists(tip) {
+    let wanted: Vec<Oid> = tips.iter().copied().filter(|t| !odb.exists(*t)).collect();
+    if wanted.is_empty() {
         return Ok(());
     }
-    let git = task.path();
-    let mut walk = task
-        .revwalk()
-        .map_err(git_err("walking the task's history", git))?;
-    walk.push(tip)
-        .map_err(git_err("walking the task's history", git))?;
-    for id in hide.iter().flatten() {
-        // A commit the task's side cannot see is simply no boundary.
-        let _ = walk.hide(*id);
+    let walker = resolve::open_git_dir(main.commondir())
+        .map_err(git_err("opening the main repository", path))?;
+    let objects = task_git.join("objects");
+    let reading = "reading the task's objects";
+    let alternate = objects.to_str().ok_or_else(|| CheckoutError::Git {
+        what: reading.into(),
+        path: objects.clone(),
+        message: "the path is not UTF-8".into(),
+    })?;
+    walker
+        .odb()
+        .and_then(|o| o.add_disk_alternate(alternate))
+        .map_err(git_err(reading, task_git))?;
+    let mut walk = walker.revwalk().map_err(git_err(reading, task_git))?;
+    let refs = walker
+        .references()
+        .map_err(git_err("listing the main repository's refs", path))?;
+    for reference in refs.flatten() {
+        // Main's own refs name main's own objects: what the pack needs not carry.
+        if let Ok(commit) = reference.peel_to_commit() {
+            let _ = walk.hide(commit.id());
+        }
     }
-    let mut pack = task
+    let mut pack = walker
         .packbuilder()
-        .map_err(git_err("packing the task's objects", git))?;
-    pack.insert_walk(&mut walk)
-        .map_err(git_err("packing the task's objects", git))?;
+        .map_err(git_err("packing the task's objects", task_git))?;
+    let mut commits = false;
+    for tip in wanted {
+        let mut id = tip;
+        loop {
+            let object = walker
+                .find_object(id, None)
+                .map_err(git_err(reading, task_git))?;
+            let done = match object.kind() {
+                Some(ObjectType::Tag) => {
+                    pack.insert_object(id, None)
+                        .map_err(git_err(reading, task_git))?;
+                    id = object.as_tag().map(|t| t.target_id()).unwrap_or(id);
+                    false
+                }
+                Some(ObjectType::Commit) => {
+                    walk.push(id).map_err(git_err(reading, task_git))?;
+                    commits = true;
+                    true
+                }
+                Some(ObjectType::Tree) => {
+                    pack.insert_tree(id).map_err(git_err(reading, task_git))?;
+                    true
+                }
+                _ => {
+                    pack.insert_object(id, None)
+                        .map_err(git_err(reading, task_git))?;
+                    true
+                }
+            };
+            if done {
+                break;
+            }
+        }
+    }
+    if commits {
+        pack.insert_walk(&mut walk)
+            .map_err(git_err("walking the task's history", task_git))?;
+    }
     let mut writer = odb.packwriter().map_err(git_err("writing a pack", path))?;
     let mut failed = None;
     pack.foreach(|chunk| match writer.write_all(chunk) {
@@ -318,11 +372,20 @@ fn bring_objects(
             false
         }
     })
-    .map_err(git_err("packing the task's objects", git))?;
+    .map_err(git_err("packing the task's objects", task_git))?;
     if let Some(e) = failed {
         return Err(CheckoutError::io("writing a pack", path, e));
     }
     writer.commit().map_err(git_err("writing a pack", path))?;
+    for tip in tips {
+        if !odb.exists(*tip) {
+            return Err(CheckoutError::Git {
+                what: "bringing the task's objects".into(),
+                path: path.to_path_buf(),
+                message: format!("{tip} is still missing after the pack was written"),
+            });
+        }
+    }
     Ok(())
 }
 

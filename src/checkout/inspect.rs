@@ -46,7 +46,8 @@ pub struct CheckoutState {
     /// first [`LISTED`]; `change_count` counts them all.
     pub changes: Vec<String>,
     pub change_count: usize,
-    /// The task's branches (and a detached HEAD) whose commits the main repository lacks.
+    /// The task's refs (branches by their short name, `stash@{n}`, a detached HEAD, tags and
+    /// others by their full name) whose objects the main repository lacks.
     pub unharvested: Vec<String>,
     pub disk: DiskUsage,
 }
@@ -75,7 +76,8 @@ impl CheckoutState {
         }
         if !self.harvested() {
             reasons.push(format!(
-                "commits not in the main repository on {}",
+                "commits not in the main repository on {} (a forced removal keeps them \
+                 under refs/keel/kept/)",
                 self.unharvested.join(", ")
             ));
         }
@@ -86,8 +88,10 @@ impl CheckoutState {
 /// What a removal did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Removed {
-    /// The harvest made first (`None`: there was no checkout, or it failed under `force`).
+    /// The harvest made first (`None`: there was no checkout).
     pub harvest: Option<Harvest>,
+    /// The task's other unharvested refs, kept in the main repository by a forced removal.
+    pub kept: Vec<String>,
     /// Bytes freed, the base tree's included when this was its last checkout.
     pub freed_bytes: u64,
     pub base_removed: bool,
@@ -184,40 +188,155 @@ fn changes(git: &Path, tree: &Path) -> Result<Vec<String>, CheckoutError> {
         .collect())
 }
 
-/// The task's branches, and HEAD when detached, whose commits the main repository lacks.
-fn unharvested(git: &Path, record: &CheckoutRecord) -> Result<Vec<String>, CheckoutError> {
+/// A ref of the task's git directory whose object the main repository lacks.
+pub(crate) struct Loss {
+    /// As reported: a branch's short name, `stash@{n}`, `HEAD (detached)`, else the full ref.
+    pub label: String,
+    /// Its name under `refs/keel/kept/<unit>/` when kept by a forced removal.
+    pub kept: String,
+    pub id: git2::Oid,
+}
+
+/// Every ref of the task's git directory (branches, tags, notes, remotes, `refs/stash` and
+/// each entry of its reflog, a detached HEAD) whose object the main repository lacks. An
+/// unreadable ref is an error, never "nothing lost".
+pub(crate) fn losses(git: &Path, record: &CheckoutRecord) -> Result<Vec<Loss>, CheckoutError> {
     let task =
         super::resolve::open_git_dir(git).map_err(git_err("opening the git directory", git))?;
     let main = resolve::open_main(&record.repo)?;
     let odb = main
         .odb()
         .map_err(git_err("opening the object store", &record.repo))?;
+    let listing = "listing the task's refs";
     let mut tips = Vec::new();
-    let refs = task
-        .references_glob("refs/heads/*")
-        .map_err(git_err("listing the task's branches", git))?;
-    for reference in refs.flatten() {
-        if let Some(id) = reference.target() {
-            let name = String::from_utf8_lossy(reference.shorthand_bytes()).into_owned();
-            tips.push((name, id));
+    let refs = task.references().map_err(git_err(listing, git))?;
+    for reference in refs {
+        let reference = reference.map_err(git_err(listing, git))?;
+        let Some(id) = reference.target() else {
+            continue; // symbolic: its target is listed on its own
+        };
+        let name = String::from_utf8_lossy(reference.name_bytes()).into_owned();
+        if name == "refs/stash" {
+            continue; // below, with its reflog
+        }
+        let label = match name.strip_prefix("refs/heads/") {
+            Some(branch) => branch.to_string(),
+            None => name.clone(),
+        };
+        tips.push(Loss {
+            label,
+            kept: name,
+            id,
+        });
+    }
+    if let Ok(id) = task.refname_to_id("refs/stash") {
+        // `git stash` keeps its entries in the reflog of refs/stash: stash@{0} is the ref.
+        let mut ids = vec![id];
+        if let Ok(log) = task.reflog("refs/stash") {
+            ids = log.iter().map(|entry| entry.id_new()).collect();
+            if ids.first() != Some(&id) {
+                ids.insert(0, id);
+            }
+        }
+        for (n, id) in ids.into_iter().enumerate() {
+            tips.push(Loss {
+                label: format!("stash@{{{n}}}"),
+                kept: format!("stash/{n}"),
+                id,
+            });
         }
     }
     if task.head_detached().unwrap_or(false) {
         if let Ok(id) = task.refname_to_id("HEAD") {
-            tips.push(("HEAD (detached)".to_string(), id));
+            tips.push(Loss {
+                label: "HEAD (detached)".to_string(),
+                kept: "HEAD".to_string(),
+                id,
+            });
         }
     }
-    Ok(tips
-        .into_iter()
-        .filter(|(_, id)| !odb.exists(*id))
-        .map(|(name, _)| name)
-        .collect())
+    Ok(tips.into_iter().filter(|t| !odb.exists(t.id)).collect())
+}
+
+fn unharvested(git: &Path, record: &CheckoutRecord) -> Result<Vec<String>, CheckoutError> {
+    Ok(losses(git, record)?.into_iter().map(|l| l.label).collect())
+}
+
+/// `refs/keel/kept/<unit>`: where a forced removal keeps the task's unharvested refs (a unit
+/// name a ref cannot carry is spelled in hex, as in [`resolve::pin_ref`]).
+pub(crate) fn kept_prefix(unit: &str) -> String {
+    let plain = format!("refs/keel/kept/{unit}");
+    if git2::Reference::is_valid_name(&format!("{plain}/HEAD")) {
+        plain
+    } else {
+        let hex: String = unit.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("refs/keel/kept/x-{hex}")
+    }
+}
+
+/// Keep every unharvested ref of the task in the main repository, under
+/// `refs/keel/kept/<unit>/<ref>` (`<ref>@2`, … when that is taken at another commit), its
+/// objects brought in as a harvest brings them. Returns the refs made.
+fn keep_losses(
+    dirs: &StateDir,
+    unit: &str,
+    record: &CheckoutRecord,
+) -> Result<Vec<String>, CheckoutError> {
+    let git = record::git_dir(&record::checkout_dir(dirs, unit));
+    super::create::guard_git_dir(&git, &record.common_dir)?;
+    let losses = losses(&git, record)?;
+    if losses.is_empty() {
+        return Ok(Vec::new());
+    }
+    let main = resolve::open_main(&record.repo)?;
+    let ids: Vec<git2::Oid> = losses.iter().map(|l| l.id).collect();
+    harvest::bring_objects(&main, &git, &ids)?;
+    let prefix = kept_prefix(unit);
+    let message = format!("keel rm --force {unit}: kept");
+    let path = record.repo.as_path();
+    let mut kept = Vec::new();
+    for loss in losses {
+        let mut done = false;
+        for n in 1..1000 {
+            let name = match n {
+                1 => format!("{prefix}/{}", loss.kept),
+                n => format!("{prefix}/{}@{n}", loss.kept),
+            };
+            match main.refname_to_id(&name) {
+                Ok(at) if at == loss.id => {}
+                Ok(_) => continue,
+                Err(_) => {
+                    main.reference(&name, loss.id, false, &message)
+                        .map_err(git_err("keeping the task's ref", path))?;
+                }
+            }
+            log::info!(
+                "{unit}: its {} is kept in {} as {name}",
+                loss.label,
+                path.display()
+            );
+            kept.push(name);
+            done = true;
+            break;
+        }
+        if !done {
+            return Err(CheckoutError::Git {
+                what: format!("keeping the task's {}", loss.label),
+                path: path.to_path_buf(),
+                message: "a thousand kept refs of that name: delete some".into(),
+            });
+        }
+    }
+    Ok(kept)
 }
 
 /// Remove `unit`'s checkout: harvest first (`attempt` names a kept ref), then remove only
-/// when clean and harvested — unless `force`, which removes it anyway (and still harvests
-/// first). The main repository's pin goes, and the base tree too when no other checkout
-/// uses it. No checkout: nothing to do. The task must be stopped.
+/// when clean and harvested. `force` discards uncommitted changes, nothing else: every other
+/// unharvested ref (another branch, a stash, a tag, a detached HEAD) is first kept in the
+/// main repository under `refs/keel/kept/<unit>/`; if the harvest or that fails, nothing is
+/// removed. What was written in main is made durable (syncfs) before the checkout goes. The
+/// main repository's pin goes, and the base tree too when no other checkout uses it. No
+/// checkout: nothing to do. The task must be stopped.
 pub fn remove(
     dirs: &StateDir,
     unit: &str,
@@ -228,25 +347,21 @@ pub fn remove(
         return Ok(Removed::default());
     };
     refuse_running(dirs, unit)?;
-    let harvest = match harvest::harvest_record(dirs, unit, &record, attempt) {
-        Ok(h) => Some(h),
-        Err(e) if force => {
-            log::warn!("{unit}: removing its checkout without a harvest: {e}");
-            None
-        }
-        Err(e) => return Err(e),
-    };
-    match state_of(dirs, unit, &record) {
-        Ok(state) if !force && !state.losses().is_empty() => {
+    let harvest = harvest::harvest_record(dirs, unit, &record, attempt)?;
+    let mut kept = Vec::new();
+    if force {
+        kept = keep_losses(dirs, unit, &record)?;
+    } else {
+        let state = state_of(dirs, unit, &record)?;
+        if !state.losses().is_empty() {
             return Err(CheckoutError::NotRemovable {
                 unit: unit.to_string(),
                 reasons: state.losses(),
-            })
+            });
         }
-        Ok(_) => {}
-        Err(e) if force => log::warn!("{unit}: removing its checkout unchecked: {e}"),
-        Err(e) => return Err(e),
     }
+    // The harvest and the kept refs reach the disk before the only other copy goes.
+    files::sync_filesystem(&record.common_dir)?;
     let checkout = record::checkout_dir(dirs, unit);
     let mut freed = files::disk_bytes(&checkout);
     // Renamed away first: from this instant there is no checkout, whole or half.
@@ -267,7 +382,8 @@ pub fn remove(
         freed += bytes;
     }
     Ok(Removed {
-        harvest,
+        harvest: Some(harvest),
+        kept,
         freed_bytes: freed,
         base_removed,
     })

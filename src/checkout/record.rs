@@ -83,14 +83,29 @@ pub(crate) fn load(dirs: &StateDir, unit: &str) -> Result<Option<CheckoutRecord>
     })
 }
 
-/// The records of every task's checkout; `None` when one is unreadable (then nothing shared
-/// may be removed on the strength of this list).
+/// The records of every task's checkout; `None` when the list may be incomplete — the tasks
+/// directory or one of its entries unreadable (EMFILE, ENOMEM, EIO…), or a record unreadable
+/// — so that nothing shared (a base tree: the lower layer of running overlays) is removed on
+/// the strength of it. Only a tasks directory that does not exist means "no checkouts".
 pub(crate) fn all(dirs: &StateDir) -> Option<Vec<CheckoutRecord>> {
-    let Ok(entries) = std::fs::read_dir(dirs.tasks_dir()) else {
-        return Some(Vec::new());
+    let tasks = dirs.tasks_dir();
+    let entries = match std::fs::read_dir(&tasks) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),
+        Err(e) => {
+            log::warn!("{}: {e}: not listing checkouts", tasks.display());
+            return None;
+        }
     };
     let mut records = Vec::new();
-    for entry in entries.flatten() {
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                log::warn!("{}: {e}: not listing checkouts", tasks.display());
+                return None;
+            }
+        };
         let Some(unit) = entry.file_name().to_str().map(str::to_string) else {
             continue;
         };

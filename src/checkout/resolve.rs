@@ -87,6 +87,18 @@ pub(crate) fn base_commit(
 /// the base is one of its commits, the branch is a valid name that the main repository does
 /// not already hold at another commit. Nothing is written anywhere.
 pub fn validate(repo: &Repo, unit: &str) -> Result<Resolved, CheckoutError> {
+    resolve(repo, unit, false)
+}
+
+/// [`validate`], for a new checkout of a task that exists already (its checkout was removed,
+/// say by `keel prune`, after its branch was harvested): a branch in main that descends from
+/// the base is where the task goes on from — the returned `base_commit` is then that
+/// branch's commit (the base tree is built for it, the pin holds it).
+pub(crate) fn resolve_existing(repo: &Repo, unit: &str) -> Result<Resolved, CheckoutError> {
+    resolve(repo, unit, true)
+}
+
+fn resolve(repo: &Repo, unit: &str, go_on: bool) -> Result<Resolved, CheckoutError> {
     let path = Path::new(&repo.path);
     let main = open_main(path)?;
     let base = base_commit(&main, path, &repo.base)?;
@@ -95,12 +107,15 @@ pub fn validate(repo: &Repo, unit: &str) -> Result<Resolved, CheckoutError> {
     if !git2::Reference::is_valid_name(&full) {
         return Err(CheckoutError::BadBranch { branch });
     }
+    let mut start = base;
     if let Ok(existing) = main.find_reference(&full) {
         let at = existing
             .peel(ObjectType::Commit)
             .map_err(git_err("reading the branch", path))?
             .id();
-        if at != base {
+        if at != base && go_on && main.graph_descendant_of(at, base).unwrap_or(false) {
+            start = at;
+        } else if at != base {
             return Err(CheckoutError::BranchExists {
                 repo: path.to_path_buf(),
                 branch,
@@ -115,7 +130,7 @@ pub fn validate(repo: &Repo, unit: &str) -> Result<Resolved, CheckoutError> {
         // Without libgit2's trailing `/`: the path is hashed into the base's key.
         common_dir: main.commondir().components().collect(),
         base: repo.base.clone(),
-        base_commit: base.to_string(),
+        base_commit: start.to_string(),
         branch,
         pin: pin_ref(unit),
     })

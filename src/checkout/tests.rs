@@ -149,7 +149,8 @@ fn a_state_says_what_removal_would_lose() {
         state.losses(),
         [
             "5 uncommitted changes (src/a.rs, notes.txt and 3 more)",
-            "commits not in the main repository on keel/u, HEAD (detached)"
+            "commits not in the main repository on keel/u, HEAD (detached) (a forced \
+             removal keeps them under refs/keel/kept/)"
         ]
     );
     let err = CheckoutError::NotRemovable {
@@ -212,4 +213,25 @@ fn borrowed_object_directories_are_all_shown() {
     let dirs = super::resolve::object_dirs(&main);
     std::fs::remove_dir_all(&scratch).unwrap();
     assert_eq!(dirs, [main.join("objects"), shared]);
+}
+
+#[test]
+fn an_unreadable_tasks_directory_lists_no_checkouts_and_removes_no_base() {
+    let scratch = std::env::temp_dir().join(format!("keel-records-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let dirs = crate::state::StateDir::new(&scratch);
+    // No tasks directory at all: no checkouts.
+    assert_eq!(super::record::all(&dirs), Some(Vec::new()));
+    // A tasks directory that cannot be read (ENOTDIR here; EMFILE, ENOMEM alike): unknown.
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(dirs.tasks_dir(), "not a directory").unwrap();
+    assert_eq!(super::record::all(&dirs), None);
+    // …and then no base tree is removed on the strength of it.
+    let key = "0123456789abcdef-0123456789abcdef0123456789abcdef01234567";
+    let base = super::base::base_dir(&dirs, key);
+    std::fs::create_dir_all(base.join("tree")).unwrap();
+    assert_eq!(super::base::remove_if_unused(&dirs, key).unwrap(), 0);
+    assert_eq!(prune_bases(&dirs).unwrap(), 0);
+    assert!(base.join("tree").is_dir());
+    std::fs::remove_dir_all(&scratch).unwrap();
 }

@@ -121,6 +121,12 @@ impl Daemon {
                 if let Some(harvest) = removed.harvest {
                     note.push_str(&format!("; {harvest}"));
                 }
+                if !removed.kept.is_empty() {
+                    note.push_str(&format!(
+                        "; kept in the main repository: {}",
+                        removed.kept.join(", ")
+                    ));
+                }
                 Ok(note)
             }
             Err(e) => Err(match e {
@@ -190,7 +196,8 @@ impl Daemon {
             return None;
         }
         let bytes = checkout::disk_bytes(&checkout::checkout_dir(&self.dirs, unit));
-        task.checkout_bytes.set(Some((bytes, std::time::Instant::now())));
+        task.checkout_bytes
+            .set(Some((bytes, std::time::Instant::now())));
         Some(bytes)
     }
 }

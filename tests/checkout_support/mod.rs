@@ -205,3 +205,23 @@ impl Setup {
         inside(p, &at, readonly, script, &self.scratch.0.join("home"))
     }
 }
+
+/// Run `f` in a thread and wait at most `secs` for it: a call that blocks (a FIFO opened
+/// by libgit2) fails the test instead of hanging it. The thread is left behind if so.
+pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .expect("the call did not return: blocked")
+}
+
+/// `harvest` of `unit`, in a thread, at most 30 s.
+pub fn harvest_within(
+    dirs: &StateDir,
+    unit: &str,
+) -> Result<checkout::Harvest, checkout::CheckoutError> {
+    let (dirs, unit) = (dirs.clone(), unit.to_string());
+    within(30, move || checkout::harvest(&dirs, &unit, 1))
+}
