@@ -212,6 +212,8 @@ impl Daemon {
         let last_exit = task.record.last_exit.map(|e| e.to_string());
 
         task.record.state = TaskState::Starting;
+        // Decided, in memory only: a death here must leave the task queued as it was.
+        state::crash_point("after-decide");
         // Decide, persist, then (only then) say so and act.
         let persisted = self
             .dirs

@@ -27,6 +27,9 @@ pub enum Action {
     WaitForShim,
     /// The attempt ended while nobody watched: settle it from its exit record (or as lost).
     Settle,
+    /// The attempt's shim belonged to an earlier boot: the host rebooted under it. It resumes
+    /// (queued again, whatever the restart policy: a reboot is not the agent's failure).
+    SettleAfterReboot,
 }
 
 /// The identity of the current attempt's shim: the record's, or the one the shim wrote itself
@@ -57,7 +60,14 @@ pub fn decide(record: &TaskRecord, observed: &Observed) -> Action {
     }
     if !observed.attempt_lock_held {
         // No shim of this task is alive: whatever it did is in its exit record, or lost.
-        return Action::Settle;
+        // A shim known to be of another boot was ended by the reboot, not by its agent.
+        let rebooted =
+            current_shim(record, observed).is_some_and(|s| s.boot_id != observed.boot_id);
+        return if rebooted {
+            Action::SettleAfterReboot
+        } else {
+            Action::Settle
+        };
     }
     match current_shim(record, observed) {
         Some(shim) if shim.boot_id == observed.boot_id => Action::Adopt { shim },
@@ -109,6 +119,25 @@ mod tests {
         let mut stopping = r.clone();
         stopping.state = TaskState::Stopping;
         assert_eq!(decide(&stopping, &observed(false)), Action::Settle);
+    }
+
+    #[test]
+    fn a_shim_of_an_earlier_boot_is_settled_as_a_reboot() {
+        let r = running(3, Some(id(10, "old-boot")));
+        assert_eq!(decide(&r, &observed(false)), Action::SettleAfterReboot);
+        // Known only from run/shim.ron (the daemon died before recording the pid).
+        let mut r = running(3, None);
+        r.state = TaskState::Starting;
+        let mut o = observed(false);
+        o.shim_record = Some(ShimRecord {
+            generation: 3,
+            pid: 77,
+            start_time: 100,
+            boot_id: "old-boot".into(),
+        });
+        assert_eq!(decide(&r, &o), Action::SettleAfterReboot);
+        // No shim ever identified itself: nothing says which boot, so it is simply lost.
+        assert_eq!(decide(&r, &observed(false)), Action::Settle);
     }
 
     #[test]

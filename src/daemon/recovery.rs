@@ -203,7 +203,39 @@ impl Daemon {
                 );
                 self.settle(name, ending);
             }
+            Action::SettleAfterReboot => self.settle_after_reboot(name),
         }
+    }
+
+    /// The host rebooted under a running attempt: the work was interrupted, not failed. The
+    /// task is queued again whatever its restart policy (as an orderly shutdown leaves it),
+    /// with no backoff and nothing counted against its limit; the next attempt is a resume
+    /// (attempt + 1, `KEEL_RESUMED=1`, `KEEL_LAST_EXIT=lost`) in the same checkout. A stop or
+    /// removal that was pending is carried out instead.
+    fn settle_after_reboot(&mut self, unit: &str) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        let ending = Ending::from_records(
+            &self.dirs.run_dir(unit),
+            task.record.generation,
+            "the host rebooted while it ran",
+        );
+        // An agent that ended before the reboot (its exit record says so) finished: the policy
+        // decides, as after any crash.
+        let interrupted =
+            ending.exit == super::record::LastExit::Lost && task.record.intent == Intent::None;
+        if interrupted {
+            task.record.intent = Intent::Interrupt;
+        }
+        self.settle(unit, ending);
+        if let Some(task) = self.tasks.get_mut(unit) {
+            if interrupted && task.record.state == TaskState::Queued {
+                task.record.reason = Some("interrupted by a host reboot; resumes".into());
+                let _ = self.persist(unit);
+            }
+        }
+        self.schedule_pending = true;
     }
 
     fn adopt(&mut self, unit: &str, shim: ShimIdentity) {
@@ -229,6 +261,20 @@ impl Daemon {
                     &self.dirs.run_dir(unit),
                     generation,
                     "its shim's pid now belongs to another process",
+                );
+                self.settle(unit, ending);
+                return;
+            }
+        }
+        // And it must sit in the task's own cgroup (its slice in the v2 hierarchy): a shim is
+        // spawned into it and never leaves it.
+        let slice = self.slice(unit);
+        if let Some(slice) = slice {
+            if let Ok(false) = crate::sys::process_in_v2_cgroup(shim.pid, slice.v2_path()) {
+                let ending = Ending::from_records(
+                    &self.dirs.run_dir(unit),
+                    generation,
+                    "its shim's pid names a process outside the task's cgroup",
                 );
                 self.settle(unit, ending);
                 return;

@@ -225,8 +225,13 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
 }
 
 /// The kernel's boot id: changes at every boot, so a recorded pid from an earlier boot is
-/// known to be gone.
+/// known to be gone. Test hook: `KEEL_TEST_BOOT_ID`, when set, replaces it, so that a test can
+/// simulate a host reboot (README, "Testing hooks"); the shims inherit it with the daemon's
+/// environment, so one daemon and its shims agree.
 pub fn boot_id() -> String {
+    if let Some(id) = std::env::var_os("KEEL_TEST_BOOT_ID") {
+        return id.to_string_lossy().into_owned();
+    }
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
@@ -238,6 +243,27 @@ pub fn same_process_alive(pid: i32, start_time: u64) -> bool {
         Ok(now) => now == start_time && !is_zombie(pid),
         Err(_) => false,
     }
+}
+
+/// Does `/proc/<pid>/cgroup` put the process in the v2 cgroup whose directory is `v2_dir`?
+/// Part of a recorded shim's identity at adoption: a pid + start time that match by chance
+/// (another boot's clock, a hand-edited record) still cannot name a process outside the
+/// task's own cgroup. `Err` when the process is gone.
+pub fn process_in_v2_cgroup(pid: i32, v2_dir: &std::path::Path) -> io::Result<bool> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+    Ok(v2_cgroup_matches(&text, v2_dir))
+}
+
+/// The pure part of [`process_in_v2_cgroup`]: the `0::<path>` line (relative to the reader's
+/// cgroup namespace, as the daemon's own tree paths are) must name `v2_dir` — the directory is
+/// the hierarchy's mount point joined with that path, so it ends with its components.
+pub fn v2_cgroup_matches(proc_cgroup: &str, v2_dir: &std::path::Path) -> bool {
+    proc_cgroup
+        .lines()
+        .filter_map(|line| line.strip_prefix("0::"))
+        .map(|path| path.trim().trim_start_matches('/'))
+        // The root cgroup ("/") would match any directory: it is never a task's.
+        .any(|path| !path.is_empty() && v2_dir.ends_with(path))
 }
 
 fn is_zombie(pid: i32) -> bool {
@@ -259,6 +285,24 @@ mod tests {
         let stat =
             "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         assert_eq!(parse_start_time(stat), Some(987654));
+    }
+
+    #[test]
+    fn v2_cgroup_membership_is_matched_by_whole_components() {
+        let dir = std::path::Path::new("/sys/fs/cgroup/unified/user.slice/keel/tasks/a");
+        assert!(v2_cgroup_matches(
+            "12:pids:/user.slice\n0::/user.slice/keel/tasks/a\n",
+            dir
+        ));
+        // Another task, a prefix of the name, the tree's root, the root cgroup: not ours.
+        assert!(!v2_cgroup_matches("0::/user.slice/keel/tasks/b\n", dir));
+        assert!(!v2_cgroup_matches("0::/user.slice/keel/tasks/aa\n", dir));
+        assert!(!v2_cgroup_matches("0::/keel/tasks/a/sub\n", dir));
+        assert!(!v2_cgroup_matches("0::/\n", dir));
+        assert!(!v2_cgroup_matches(
+            "4:memory:/user.slice/keel/tasks/a\n",
+            dir
+        ));
     }
 
     #[test]
