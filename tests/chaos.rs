@@ -327,7 +327,21 @@ fn twenty_tasks_survive_fifty_kills_and_every_crash_point() {
         }
     }
 
-    // Every state file parses; no temporary or set-aside file.
+    // A plain shutdown stops every task: no shim, no agent, no task cgroup left.
+    let tree = d.cgroup_name.clone();
+    assert!(d.shutdown().unwrap().success(), "{}", d.daemon_log());
+    assert!(live_shims(&state).is_empty());
+    let left: Vec<_> = cgroup_tree_dirs(&tree)
+        .into_iter()
+        .filter(|dir| {
+            std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
+                || dir.parent().is_some_and(|p| p.ends_with("tasks"))
+        })
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    // Every state file parses; no temporary or set-aside file (looked at once the daemon is
+    // gone: a live daemon's write in progress has its temporary file).
     for entry in std::fs::read_dir(d.state().join("tasks"))
         .unwrap()
         .flatten()
@@ -342,17 +356,4 @@ fn twenty_tasks_survive_fifty_kills_and_every_crash_point() {
         let text = std::fs::read_to_string(entry.path().join("state.ron")).unwrap();
         ron::from_str::<ron::Value>(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
     }
-
-    // A plain shutdown stops every task: no shim, no agent, no task cgroup left.
-    let tree = d.cgroup_name.clone();
-    assert!(d.shutdown().unwrap().success(), "{}", d.daemon_log());
-    assert!(live_shims(&state).is_empty());
-    let left: Vec<_> = cgroup_tree_dirs(&tree)
-        .into_iter()
-        .filter(|dir| {
-            std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
-                || dir.parent().is_some_and(|p| p.ends_with("tasks"))
-        })
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
 }
