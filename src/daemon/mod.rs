@@ -101,6 +101,39 @@ pub(crate) struct Task {
     pub cpu_samples: std::cell::Cell<(Option<slices::CpuSample>, Option<slices::CpuSample>)>,
 }
 
+impl Task {
+    /// A task as the daemon first holds it: no live attempt, nothing observed yet. Callers set
+    /// what they know (the accepted unit, when the attempt started, whether the file was seen).
+    pub(crate) fn new(
+        name: &str,
+        record: TaskRecord,
+        unit: Option<Unit>,
+        unit_text: Option<String>,
+    ) -> Task {
+        Task {
+            name: name.to_string(),
+            record,
+            unit,
+            unit_text,
+            accepted_text: None,
+            shim: None,
+            started_at: None,
+            start_retry_at: None,
+            missing_since: None,
+            seen_file: false,
+            waiting: None,
+            queued_since_ms: now_ms(),
+            reserved: None,
+            oom: None,
+            last_oom_ms: None,
+            keel_kill_ms: None,
+            force_remove: false,
+            checkout_bytes: std::cell::Cell::new(None),
+            cpu_samples: std::cell::Cell::new((None, None)),
+        }
+    }
+}
+
 enum Source {
     Shim(String),
     Oom(String),

@@ -122,25 +122,9 @@ impl Daemon {
         self.tasks.insert(
             name.to_string(),
             Task {
-                name: name.to_string(),
-                record,
-                unit,
-                unit_text,
                 accepted_text,
-                shim: None,
                 started_at,
-                start_retry_at: None,
-                missing_since: None,
-                seen_file: false,
-                waiting: None,
-                queued_since_ms: now_ms(),
-                reserved: None,
-                oom: None,
-                last_oom_ms: None,
-                keel_kill_ms: None,
-                force_remove: false,
-                checkout_bytes: std::cell::Cell::new(None),
-                cpu_samples: std::cell::Cell::new((None, None)),
+                ..Task::new(name, record, unit, unit_text)
             },
         );
     }

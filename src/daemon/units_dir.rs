@@ -282,25 +282,8 @@ impl Daemon {
                 self.tasks.insert(
                     name.to_string(),
                     Task {
-                        name: name.to_string(),
-                        record,
-                        unit: Some(unit),
-                        unit_text: Some(text),
-                        accepted_text: None,
-                        shim: None,
-                        started_at: None,
-                        start_retry_at: None,
-                        missing_since: None,
                         seen_file: true,
-                        waiting: None,
-                        queued_since_ms: now_ms(),
-                        reserved: None,
-                        oom: None,
-                        last_oom_ms: None,
-                        keel_kill_ms: None,
-                        force_remove: false,
-                        checkout_bytes: std::cell::Cell::new(None),
-                        cpu_samples: std::cell::Cell::new((None, None)),
+                        ..Task::new(name, record, Some(unit), Some(text))
                     },
                 );
                 if let Err(e) = self.dirs.create_task_dirs(name) {
