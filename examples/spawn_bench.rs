@@ -1,57 +1,72 @@
-//! Start latency of a sandboxed task, against a baseline, interleaved in one run:
+//! Start latency of a sandboxed task, against a baseline, interleaved in one run. Each row
+//! starts the same agent (examples/exec_stamp.rs), which prints the CLOCK_MONOTONIC instant it
+//! began to run; each row is timed twice: start → agent running (the issue's figure: what a
+//! user waits for), and start → reaped (everything, the supervisor's own bookkeeping after
+//! the agent's exit included).
 //!
-//! (a) bare fork+exec of `/bin/true` (std's Command: clone + exec + wait);
-//! (b) keel's sandboxed start: clone3(CLONE_PIDFD|CLONE_NEWPID) of `keel shim`, which builds
-//!     the mount namespace, drops privileges and execs `/bin/true`, then writes its exit
-//!     record — spawn through reap; what bwrap (c) and unshare (d) do, and more;
+//! (a) bare fork+exec (std's Command: clone + exec + wait);
+//! (b) keel's sandboxed start, as the daemon does it: clone3(CLONE_PIDFD|CLONE_NEWPID) of the
+//!     shim from the daemon's image, which forks the agent's child (mount namespace, mounts,
+//!     privileges, seccomp, exec) before it execs `keel shim` itself; spawn through reap;
 //! (f) (b) with the task's cgroup, as the daemon starts an attempt: the cgroup created with its
 //!     limits, the shim spawned into it (CLONE_INTO_CGROUP), the v1 controllers joined (hybrid
 //!     hosts), and after the reap the cgroup killed and removed;
 //! (c) `bwrap` with the equivalent flags (read-only `/`, a bind, `--proc`, `--dev`,
 //!     `--unshare-pid`);
 //! (d) `unshare -mpf --mount-proc`;
-//! (e) keel's shim alone: (b) without the sandbox and the cgroup — what the shim costs.
+//! (e) keel's shim alone: (b) without the sandbox and the cgroup.
 //!
-//! `cargo run --release --example spawn_bench -- [ROUNDS]` (as root). The state directory is
-//! on tmpfs (/dev/shm) so that the figures are the sandbox's, not the disk's fsyncs.
+//! `cargo run --release --example spawn_bench -- [ROUNDS]` (as root; build the `keel` binary
+//! and the `exec_stamp` example first). The state directory is on tmpfs (/dev/shm) so that the
+//! figures are the sandbox's, not the disk's fsyncs.
 
 use keel::daemon::{attempt_spec, spawn_shim_program, AttemptContext};
 use keel::state::StateDir;
 use std::os::fd::AsFd;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// One row's samples: start → agent running, start → reaped.
+#[derive(Default)]
+struct Row {
+    running: Vec<Duration>,
+    reaped: Vec<Duration>,
+}
 
 fn main() {
     let rounds: usize = std::env::args()
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(200);
-    let scratch = std::path::PathBuf::from(format!("/dev/shm/keel-bench-{}", std::process::id()));
+    let scratch = PathBuf::from(format!("/dev/shm/keel-bench-{}", std::process::id()));
     let dirs = StateDir::new(scratch.join("state"));
     dirs.create().expect("state dir");
     dirs.create_task_dirs("bench").expect("task dirs");
+    // The binaries built beside this example (target/…/release/{keel,examples/exec_stamp}).
+    let examples = std::env::current_exe()
+        .expect("own path")
+        .parent()
+        .expect("examples dir")
+        .to_path_buf();
+    let keel_bin = examples.parent().expect("target dir").join("keel");
+    let stamp = examples.join("exec_stamp");
+    assert!(keel_bin.exists(), "build keel first: cargo build --release");
+    assert!(
+        stamp.exists(),
+        "build the agent first: cargo build --release --example exec_stamp"
+    );
     let unit = keel::unit::parse_unit(
-        std::path::Path::new("bench.ron"),
-        r#"Unit(command: ["/bin/true"], restart: Never)"#,
+        Path::new("bench.ron"),
+        &format!("Unit(command: [{:?}], restart: Never)", stamp.display()),
     )
     .expect("unit");
     let work = dirs.work_dir("bench");
+    let output_log = dirs.run_dir("bench").join("output.log");
     let have_bwrap = Command::new("bwrap").arg("--version").output().is_ok();
-    // The keel binary built beside this example (target/…/release/keel).
-    let keel_bin = std::env::current_exe()
-        .expect("own path")
-        .parent()
-        .and_then(|examples| examples.parent())
-        .expect("target dir")
-        .join("keel");
-    assert!(keel_bin.exists(), "build keel first: cargo build --release");
 
-    let mut bare = Vec::new();
-    let mut keel = Vec::new();
-    let mut keel_cgroup = Vec::new();
-    let mut bwrap = Vec::new();
-    let mut unshare = Vec::new();
-    let mut shim_only = Vec::new();
+    let [mut bare, mut keel, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only] =
+        std::array::from_fn(|_| Row::default());
     // keel's cgroup tree, as the daemon sets it up (this process moves into its leaf).
     let tree_name = format!("keel-bench-{}", std::process::id());
     let tree = keel::cgroup::detect(&tree_name)
@@ -63,10 +78,14 @@ fn main() {
         memory_bytes: unit.resources.memory.0,
         pids: unit.resources.pids,
     };
+    let piped = |command: &mut Command| {
+        let out = command.stdout(Stdio::piped()).output().unwrap();
+        assert!(out.status.success(), "{command:?} failed");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let work_arg = work.display().to_string();
     for round in 0..rounds {
-        bare.push(time(|| {
-            assert!(Command::new("/bin/true").status().unwrap().success());
-        }));
+        bare.time(|| piped(&mut Command::new(&stamp)));
         let generation = round as u64 + 1;
         let ctx = AttemptContext {
             unit_name: "bench",
@@ -76,78 +95,91 @@ fn main() {
             last_progress: None,
         };
         let mut spec = attempt_spec(&dirs, &unit, &ctx);
-        keel.push(time(|| run_shim(&spec, &keel_bin, &dirs, None)));
-        keel_cgroup.push(time(|| {
+        keel.time(|| run_shim(&spec, &keel_bin, &dirs, None, &output_log));
+        keel_cgroup.time(|| {
             slice.create(&limits).expect("create the task cgroup");
             let dir = slice.open_v2_dir().expect("open the task cgroup");
             spec.cgroup_v1_procs = slice.v1_procs_files();
-            run_shim(&spec, &keel_bin, &dirs, Some(dir.as_fd()));
+            let out = run_shim(&spec, &keel_bin, &dirs, Some(dir.as_fd()), &output_log);
             slice.kill().expect("cgroup.kill");
             slice
                 .remove_blocking(Duration::from_secs(5))
                 .expect("remove the task cgroup");
-        }));
-        // (e) the same shim with its sandbox off: what the shim itself costs (exec of keel,
-        // spec, records, fork of the agent), apart from the namespaces and mounts.
+            out
+        });
+        // (e) the same shim with its sandbox off: what the shim itself costs.
         let mut bare_spec = attempt_spec(&dirs, &unit, &ctx);
         bare_spec.sandbox = None;
-        shim_only.push(time(|| run_shim(&bare_spec, &keel_bin, &dirs, None)));
+        shim_only.time(|| run_shim(&bare_spec, &keel_bin, &dirs, None, &output_log));
         if have_bwrap {
-            bwrap.push(time(|| {
-                let ok = Command::new("bwrap")
-                    .args(["--ro-bind", "/", "/", "--bind"])
-                    .arg(&work)
-                    .arg("/work")
-                    .args([
-                        "--proc",
-                        "/proc",
-                        "--dev",
-                        "/dev",
-                        "--unshare-pid",
-                        "/bin/true",
-                    ])
-                    .status()
-                    .unwrap()
-                    .success();
-                assert!(ok);
-            }));
+            let args = [
+                "--ro-bind",
+                "/",
+                "/",
+                "--bind",
+                &work_arg,
+                "/work",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--unshare-pid",
+            ];
+            bwrap.time(|| piped(Command::new("bwrap").args(args).arg(&stamp)));
         }
-        unshare.push(time(|| {
-            assert!(Command::new("unshare")
-                .args(["-mpf", "--mount-proc", "/bin/true"])
-                .status()
-                .unwrap()
-                .success());
-        }));
+        unshare.time(|| {
+            piped(
+                Command::new("unshare")
+                    .args(["-mpf", "--mount-proc"])
+                    .arg(&stamp),
+            )
+        });
     }
-    let base = median(&mut bare.clone());
-    println!("start → exit of /bin/true, {rounds} rounds interleaved (ms):");
-    println!("{:<44} {:>8} {:>8} {:>8}", "", "median", "p99", "ratio");
-    for (name, samples) in [
-        ("(a) fork+exec (baseline)", &mut bare),
-        ("(b) keel sandboxed start", &mut keel),
-        ("(c) bwrap --ro-bind / / --bind --proc --dev", &mut bwrap),
-        ("(d) unshare -mpf --mount-proc", &mut unshare),
-        ("(e) keel's shim, sandbox off (part of b)", &mut shim_only),
-        ("(f) keel sandboxed start + its cgroup", &mut keel_cgroup),
+    let rows = [
+        ("(a) fork+exec (baseline)", &bare),
+        ("(b) keel sandboxed start", &keel),
+        ("(c) bwrap --ro-bind / / --bind --proc --dev", &bwrap),
+        ("(d) unshare -mpf --mount-proc", &unshare),
+        ("(e) keel's shim, sandbox off", &shim_only),
+        ("(f) keel sandboxed start + its cgroup", &keel_cgroup),
+    ];
+    for (title, pick) in [
+        ("start → agent running", 0),
+        ("start → reaped (all bookkeeping included)", 1),
     ] {
-        if samples.is_empty() {
-            println!("{name:<44} not installed");
-            continue;
+        println!("{title}, {rounds} rounds interleaved (ms):");
+        println!("{:<44} {:>8} {:>8} {:>8}", "", "median", "p99", "ratio");
+        let samples = |row: &Row| -> Vec<Duration> {
+            let mut v = if pick == 0 {
+                row.running.clone()
+            } else {
+                row.reaped.clone()
+            };
+            v.sort();
+            v
+        };
+        let base = median(&samples(rows[0].1));
+        for (name, row) in &rows {
+            let v = samples(row);
+            if v.is_empty() {
+                println!("{name:<44} not installed");
+                continue;
+            }
+            let m = median(&v);
+            println!(
+                "{name:<44} {:>8.2} {:>8.2} {:>7.2}x",
+                ms(m),
+                ms(p99(&v)),
+                m.as_secs_f64() / base.as_secs_f64()
+            );
         }
-        let m = median(samples);
-        println!(
-            "{name:<44} {:>8.2} {:>8.2} {:>7.2}x",
-            ms(m),
-            ms(p99(samples)),
-            m.as_secs_f64() / base.as_secs_f64()
-        );
-    }
-    if !bwrap.is_empty() {
-        println!(
-            "keel vs bwrap: {:.1}x faster",
-            median(&mut bwrap).as_secs_f64() / median(&mut keel).as_secs_f64()
-        );
+        let (b, k) = (samples(rows[2].1), samples(rows[1].1));
+        if !b.is_empty() {
+            println!(
+                "keel vs bwrap: {:.1}x faster\n",
+                median(&b).as_secs_f64() / median(&k).as_secs_f64()
+            );
+        }
     }
     if let Err(e) = tree.teardown() {
         eprintln!("cgroup teardown: {e}");
@@ -155,13 +187,32 @@ fn main() {
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
-/// Spawn the shim as the daemon does and wait for it: spawn through reap.
+impl Row {
+    /// Run one start: `start` returns what the agent printed (its start instant).
+    fn time(&mut self, start: impl FnOnce() -> String) {
+        let t0 = monotonic_ns();
+        let printed = start();
+        let t1 = monotonic_ns();
+        let agent: u128 = printed
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the agent printed no start time: {printed:?}"));
+        assert!(t0 <= agent && agent <= t1, "clock mismatch");
+        self.running.push(nanos(agent - t0));
+        self.reaped.push(nanos(t1 - t0));
+    }
+}
+
+/// Spawn the shim as the daemon does and wait for it: spawn through reap. Returns the output
+/// log's last line (the agent's start instant).
 fn run_shim(
     spec: &keel::sandbox::spec::AttemptSpec,
-    keel_bin: &std::path::Path,
+    keel_bin: &Path,
     dirs: &StateDir,
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,
-) {
+    output_log: &Path,
+) -> String {
     let (pid, _pidfd) = spawn_shim_program(spec, keel_bin, cgroup).expect("spawn shim");
     let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
     if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
@@ -169,22 +220,24 @@ fn run_shim(
             std::fs::read_to_string(dirs.run_dir("bench").join("shim.log")).unwrap_or_default();
         panic!("shim failed ({status:?}):\n{log}");
     }
+    std::fs::read_to_string(output_log).unwrap_or_default()
 }
 
-fn time(f: impl FnOnce()) -> Duration {
-    let t = Instant::now();
-    f();
-    t.elapsed()
+fn monotonic_ns() -> u128 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
+    now.tv_sec() as u128 * 1_000_000_000 + now.tv_nsec() as u128
 }
 
-fn median(samples: &mut [Duration]) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
+fn nanos(n: u128) -> Duration {
+    Duration::from_nanos(n as u64)
 }
 
-fn p99(samples: &mut [Duration]) -> Duration {
-    samples.sort();
-    samples[(samples.len() * 99 / 100).min(samples.len() - 1)]
+fn median(sorted: &[Duration]) -> Duration {
+    sorted[sorted.len() / 2]
+}
+
+fn p99(sorted: &[Duration]) -> Duration {
+    sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> f64 {

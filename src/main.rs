@@ -118,10 +118,18 @@ enum Command {
 fn main() {
     // The shim is started for every attempt: skip the CLI parser on its path (the daemon
     // always calls it exactly so).
-    let raw: Vec<std::ffi::OsString> = std::env::args_os().take(4).collect();
-    if raw.len() == 4 && raw[1] == "shim" && raw[2] == "--spec" {
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if raw.len() >= 4 && raw[1] == "shim" && raw[2] == "--spec" {
         keel::logger::init("shim");
-        std::process::exit(keel::sandbox::shim::run(std::path::Path::new(&raw[3])));
+        let spec = std::path::Path::new(&raw[3]);
+        let code = match keel::sandbox::launch::Handed::parse(&raw[4..]) {
+            Ok(handed) => keel::sandbox::shim::run(spec, handed),
+            Err(message) => {
+                log::error!("{message}");
+                keel::sandbox::shim::SETUP_FAILURE
+            }
+        };
+        std::process::exit(code);
     }
     let args = Args::parse();
     let state_dir = cli::resolve_state_dir(args.state.as_deref());
@@ -160,7 +168,7 @@ fn main() {
         }
         Command::Shim { spec } => {
             keel::logger::init("shim");
-            std::process::exit(keel::sandbox::shim::run(&spec));
+            std::process::exit(keel::sandbox::shim::run(&spec, None));
         }
         Command::Status { unit, json } => cli::status::run(&state_dir, unit.as_deref(), json),
         Command::Add { file } => cli::add::run(&state_dir, &file),

@@ -436,6 +436,7 @@ fn clone_into_cgroup_through_open_v2_dir() {
         cgroup_fd: Some(dir.as_raw_fd()),
         keep_as_fd3: None,
         nofile: None,
+        launch: None,
     };
     let (pid, _pidfd) = keel::sys::spawn_with_pidfd(&request).unwrap();
     let v2_line = cgroup_lines(&pid.to_string())

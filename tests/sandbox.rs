@@ -446,3 +446,25 @@ fn a_writable_path_through_a_symlink_is_refused() {
     assert!(reason.contains("goes through a symlink"), "{reason}");
     assert!(!out.contains("ran"), "the agent must not run unsandboxed");
 }
+
+#[test]
+fn an_unknown_user_fails_the_spawn_before_anything_runs() {
+    if !require_root("an_unknown_user_fails_the_spawn_before_anything_runs") {
+        return;
+    }
+    let d = Daemon::start("sb-nouser");
+    let (task, out) = run_agent(
+        &d,
+        "nouser",
+        "echo ran",
+        r#"sandbox: Sandbox(user: Some("keel-no-such-user-xyz"))"#,
+    );
+    assert_eq!(task["state"], "failed", "{out}");
+    assert_eq!(task["last_exit"], "spawn-failed");
+    let reason = task["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("sandbox") && reason.contains("keel-no-such-user-xyz"),
+        "{reason}"
+    );
+    assert!(!out.contains("ran"), "the agent must not run: {out}");
+}

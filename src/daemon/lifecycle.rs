@@ -271,16 +271,7 @@ impl Daemon {
             Ok(slice) => slice,
             Err(why) => {
                 // Never unconfined in silence: the attempt fails with the reason.
-                log::error!("{unit}: cannot start: {why}");
-                self.journal_event(unit, attempt, generation, "start-failed", &why);
-                self.settle(
-                    unit,
-                    Ending {
-                        exit: LastExit::SpawnFailed,
-                        note: Some(why),
-                        ended_ms: None,
-                    },
-                );
+                self.fail_spawn(unit, (attempt, generation), why);
                 return;
             }
         };
@@ -311,6 +302,9 @@ impl Daemon {
                 // `starting` reached the disk: put the record back as it was.
                 let _ = self.persist(unit);
             }
+            // The unit's own mistake (an unknown user): failed to spawn, as the agent's
+            // missing binary is.
+            Err(SpawnError::Launch(why)) => self.fail_spawn(unit, (attempt, generation), why),
             Err(e) => {
                 let why = e.to_string();
                 log::error!("{unit}: cannot start: {why}");
@@ -318,6 +312,21 @@ impl Daemon {
                 self.settle(unit, Ending::lost(why));
             }
         }
+    }
+
+    /// The attempt could not start for a reason of the unit's (its checkout, its sandbox):
+    /// journaled, and settled as `spawn-failed` with the reason.
+    fn fail_spawn(&mut self, unit: &str, (attempt, generation): (u32, u64), why: String) {
+        log::error!("{unit}: cannot start: {why}");
+        self.journal_event(unit, attempt, generation, "start-failed", &why);
+        self.settle(
+            unit,
+            Ending {
+                exit: LastExit::SpawnFailed,
+                note: Some(why),
+                ended_ms: None,
+            },
+        );
     }
 
     /// Undo an undecided start: the task stays queued and is retried after `START_RETRY`. The

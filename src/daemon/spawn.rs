@@ -1,6 +1,7 @@
 //! Turning a decision to start into a running shim: the attempt's spec, its environment
 //! contract, and the clone3 call.
 
+use crate::sandbox::launch::{launch_for_exec, Launch};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
 use crate::state::{StateDir, StateError};
 use crate::unit::Unit;
@@ -196,6 +197,10 @@ pub fn spawn_shim_program(
     let lock = take_attempt_lock(&spec.run_dir)?;
     prepare_sandbox_sources(&spec.run_dir)
         .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
+    // The agent's start, resolved here on the host (its user, $HOME, the host's /); the
+    // shim's clone forks it before its own exec (crate::sandbox::launch).
+    let shim_env = || std::env::vars_os().filter(|(k, _)| k != "KEEL_CRASH_AT");
+    let launch = Launch::new(spec, shim_env()).map_err(SpawnError::Launch)?;
     let spec_path = spec::attempt_path(&spec.run_dir);
     // Read by the shim at its start; after a power cut the attempt is lost whatever it says.
     crate::state::write_ron_volatile(&spec_path, spec).map_err(SpawnError::WriteSpec)?;
@@ -218,9 +223,8 @@ pub fn spawn_shim_program(
         CString::new("--spec").expect("no NUL"),
         CString::new(spec_path.display().to_string()).map_err(|_| SpawnError::NulInPath)?,
     ];
-    let envp: Vec<CString> = std::env::vars_os()
-        // The daemon's crash-point hook is for the daemon alone.
-        .filter(|(k, _)| k != "KEEL_CRASH_AT")
+    // The daemon's crash-point hook is for the daemon alone.
+    let envp: Vec<CString> = shim_env()
         .filter_map(|(k, v)| {
             let mut pair = k.into_encoded_bytes();
             pair.push(b'=');
@@ -245,6 +249,7 @@ pub fn spawn_shim_program(
         cgroup_fd: cgroup.map(|fd| fd.as_raw_fd()),
         keep_as_fd3: Some(lock.as_raw_fd()),
         nofile: super::ORIGINAL_NOFILE.get().copied(),
+        launch: Some(&|| launch_for_exec(&launch)),
     };
     // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.
     crate::sys::spawn_with_pidfd(&request).map_err(SpawnError::Clone)
@@ -257,6 +262,9 @@ pub enum SpawnError {
     NulInPath,
     Clone(io::Error),
     PreviousShimAlive,
+    /// The agent's start could not be resolved (an unknown `sandbox.user`, say): the attempt
+    /// failed to spawn, for a reason the unit's author can fix.
+    Launch(String),
 }
 
 impl std::fmt::Display for SpawnError {
@@ -265,6 +273,7 @@ impl std::fmt::Display for SpawnError {
             SpawnError::WriteSpec(e) => write!(f, "cannot write the attempt spec: {e}"),
             SpawnError::Open(path, e) => write!(f, "cannot open {path}: {e}"),
             SpawnError::NulInPath => f.write_str("state directory path contains a NUL byte"),
+            SpawnError::Launch(message) => f.write_str(message),
             SpawnError::PreviousShimAlive => f.write_str(
                 "a shim of an earlier attempt still holds run/attempt.lock: not starting a second one",
             ),

@@ -20,14 +20,14 @@ use nix::sys::signal::SigSet;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::sandbox::agent::{agent_env, spawn_failure};
+use crate::sandbox::launch::{start_agent, Handed, Handoff, Launch};
 use crate::sandbox::logs::LogWriter;
-use crate::sandbox::prepare::prepare;
 use crate::sandbox::spec::{
     exit_record_path, kill_request_signal, shim_record_path, AgentStatus, AttemptSpec, ExitRecord,
     ShimRecord,
 };
 use crate::state::{now_ms, read_ron, write_ron};
-use crate::sys::process::{self, ExecPlan, Reaped, SpawnError};
+use crate::sys::process::{self, ExecPlan, Reaped};
 use crate::unit::signal_name;
 
 /// The shim's exit code when it could not start the agent for a reason of its own (as
@@ -48,7 +48,10 @@ const PIPE_CAPACITY: i32 = 1024 * 1024;
 /// Run the shim for the attempt described at `spec_path`; returns the process exit code:
 /// the agent's (`code`, or 128 + signal), 126/127 when it could not be executed, 125 when the
 /// shim itself could not set up.
-pub fn run(spec_path: &Path) -> i32 {
+///
+/// `handed`: the agent the daemon's clone of this process already started (see
+/// [`crate::sandbox::launch`]); `None` to start it here.
+pub fn run(spec_path: &Path, handed: Option<Handed>) -> i32 {
     install_logger();
     // Before anything else: a closed stderr (the daemon's end gone) must not kill us, and no
     // fd we open may land on 0–2.
@@ -63,7 +66,7 @@ pub fn run(spec_path: &Path) -> i32 {
     let mut handled = vec![libc::SIGCHLD, kill_request_signal()];
     handled.extend_from_slice(&FORWARDED);
     let blocked = process::signal_set(&handled).and_then(|set| {
-        process::block_signals(&set)?;
+        process::set_signal_mask(&set)?;
         Ok(set)
     });
     let spec: AttemptSpec = match read_ron(spec_path) {
@@ -85,7 +88,7 @@ pub fn run(spec_path: &Path) -> i32 {
             return setup_failure(Some(&spec), format!("cannot block signals: {e}"));
         }
     };
-    match start(&spec, &blocked) {
+    match start(&spec, &blocked, handed) {
         Ok(mut shim) => {
             shim.supervise();
             shim.finish()
@@ -112,10 +115,17 @@ struct Shim<'a> {
 }
 
 /// Steps 1–3: records, reaper, signalfd (for the `handled` signals, blocked already), log,
-/// pipe, fork/exec. `Err(exit code)` when the agent could not be started (the exit record is
-/// written by then).
-fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
+/// the agent (started here, or taken over). `Err(exit code)` when the agent could not be
+/// started (the exit record is written by then).
+fn start<'a>(
+    spec: &'a AttemptSpec,
+    handled: &SigSet,
+    handed: Option<Handed>,
+) -> Result<Shim<'a>, i32> {
     let fail = |message: String| setup_failure(Some(spec), message);
+    if let Some(Handed::LaunchError(message)) = handed {
+        return Err(fail(message));
+    }
     // The attempt lock the daemon handed over as fd 3 stays with the shim alone: close-on-exec,
     // so no agent (nor anything it daemonizes) can keep the lock after the shim is gone,
     // whatever the kernel's close_range support.
@@ -136,10 +146,6 @@ fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
     crate::sys::set_child_subreaper()
         .map_err(|e| fail(format!("cannot become a child subreaper: {e}")))?;
     remove_stale_exit_record(spec);
-    // Hybrid hosts: the v1 controllers (memory, cpu, pids) hold the shim, and so the agent it
-    // forks below, before the agent runs a single instruction.
-    crate::cgroup::join_v1(&spec.cgroup_v1_procs)
-        .map_err(|e| fail(format!("cannot join the task's cgroup: {e}")))?;
 
     let signals = SignalFd::with_flags(handled, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
         .map_err(|e| fail(format!("cannot create a signalfd: {e}")))?;
@@ -151,36 +157,30 @@ fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
                 spec.run_dir.display()
             ))
         })?;
-    let (read_end, write_end) =
-        process::pipe().map_err(|e| fail(format!("cannot create the output pipe: {e}")))?;
+    let handoff = match handed {
+        Some(Handed::Agent { pid, started_ms }) => {
+            Handed::take_over(pid, started_ms).map_err(fail)?
+        }
+        // Started on its own (`keel shim --spec`, tests): the same start, here.
+        _ => Launch::new(spec, std::env::vars_os())
+            .and_then(|launch| start_agent(&launch))
+            .map_err(fail)?,
+    };
+    let Handoff {
+        agent,
+        output: read_end,
+        started_ms,
+    } = handoff;
     process::set_nonblocking(read_end.as_fd())
         .map_err(|e| fail(format!("cannot make the output pipe non-blocking: {e}")))?;
     let pipe_capacity = process::grow_pipe(read_end.as_fd(), PIPE_CAPACITY);
-    let dev_null =
-        process::open_dev_null().map_err(|e| fail(format!("cannot open /dev/null: {e}")))?;
-
-    // The sandbox is resolved here, on the host's view; the agent's child enters it.
-    let sandbox = match &spec.sandbox {
-        Some(sandbox) => Some(prepare(sandbox).map_err(|e| fail(format!("sandbox: {e}")))?),
-        None => None,
-    };
-    let mut spec_env = spec.env.clone();
-    if let Some(sandbox) = &sandbox {
-        // Before the unit's variables: a HOME the unit sets itself wins.
-        spec_env.insert(0, ("HOME".into(), sandbox.home.display().to_string()));
-    }
-    let env = agent_env(std::env::vars_os(), &spec_env);
-    let plan = ExecPlan::new(&spec.argv, &env, &spec.cwd)
-        .map_err(|e| fail(format!("cannot start the agent: {e}")))?;
-    let enter = || sandbox.as_ref().map_or(Ok(()), |s| s.enter());
-    let prepare_step: Option<process::Prepare<'_>> = sandbox.as_ref().map(|_| &enter as _);
-    let started_ms = now_ms();
-    let agent = match process::spawn_agent(&plan, dev_null.as_fd(), write_end.as_fd(), prepare_step)
-    {
+    let agent = match process::await_exec(agent) {
         Ok(pid) => pid,
-        Err(SpawnError::Setup(e)) => return Err(fail(format!("cannot fork the agent: {e}"))),
-        Err(SpawnError::Child(failure)) => {
-            let found = plan.candidates().iter().any(|c| spec.cwd.join(c).is_file());
+        Err(failure) => {
+            let env = agent_env(std::env::vars_os(), &spec.env);
+            let found = ExecPlan::new(&spec.argv, &env, &spec.cwd)
+                .map(|plan| plan.candidates().iter().any(|c| spec.cwd.join(c).is_file()))
+                .unwrap_or(false);
             let (message, status) = spawn_failure(&spec.argv[0], &spec.cwd, &failure, found);
             log::error!("{message}");
             log.write(format!("[keel: {message}]\n").as_bytes());
@@ -194,9 +194,6 @@ fn start<'a>(spec: &'a AttemptSpec, handled: &SigSet) -> Result<Shim<'a>, i32> {
             return Err(status.exit_code());
         }
     };
-    // Only the agent (and what it spawns) holds the write end now.
-    drop(write_end);
-    drop(dev_null);
     log::info!(
         "started agent pid {agent}: {:?} (unit {}, attempt {}, generation {})",
         spec.argv[0],

@@ -67,7 +67,17 @@ pub struct SpawnRequest<'a> {
     /// `(soft, hard)` RLIMIT_NOFILE for the child: the limit the daemon was started with, not
     /// the one it raised for itself (select(2) breaks above 1024; agents expect the usual).
     pub nofile: Option<(u64, u64)>,
+    /// Run in the child before its exec (see [`Launcher`]).
+    pub launch: Option<Launcher<'a>>,
 }
+
+/// Work done in the cloned child before it execs, with every signal blocked and every
+/// disposition back to default (the daemon's handlers must never run in the child: they would
+/// wake the daemon's loop with a signal that was not its own). It may allocate and use
+/// ordinary Rust: the daemon is single-threaded. It returns arguments to append to `argv`, and
+/// a pid whose process group is killed if the exec fails. The child execs with every signal
+/// still blocked: the program sets its own mask (pending signals are kept across execve(2)).
+pub type Launcher<'a> = &'a dyn Fn() -> (Vec<CString>, Option<i32>);
 
 /// The descriptor number on which a shim holds its attempt lock.
 pub const ATTEMPT_LOCK_FD: RawFd = 3;
@@ -92,6 +102,12 @@ pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)
         args.flags |= CLONE_INTO_CGROUP;
         args.cgroup = fd as u64;
     }
+    // With a launcher, the child runs our code for a while: it starts with every signal
+    // blocked, so that none reaches a handler of ours before it resets them.
+    let restore = match request.launch {
+        Some(_) => Some(block_all_signals()?),
+        None => None,
+    };
     // SAFETY: clone3 without CLONE_VM behaves like fork: the child gets a copy of our address
     // space. keel's daemon is single-threaded, and the child only calls async-signal-safe
     // functions (dup2, setsid, sigprocmask, execve, _exit) on memory prepared above.
@@ -102,11 +118,15 @@ pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)
             std::mem::size_of::<libc::clone_args>(),
         )
     };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let clone_error = (pid < 0).then(io::Error::last_os_error);
     if pid == 0 {
         child_exec(request, &argv, &envp);
+    }
+    if let Some(old) = restore {
+        restore_signal_mask(&old);
+    }
+    if let Some(e) = clone_error {
+        return Err(e);
     }
     // SAFETY: CLONE_PIDFD stored a fresh fd owned by nobody else in `pidfd`.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -164,6 +184,21 @@ fn child_exec(
         // which is harmless.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
     }
+    if let Some(launch) = request.launch {
+        process::reset_signal_dispositions(libc::SIGRTMAX(), &[0; 8]);
+        let (extra, agent) = launch();
+        let mut argv: Vec<*const libc::c_char> = argv[..argv.len() - 1].to_vec();
+        argv.extend(extra.iter().map(|a| a.as_ptr()));
+        argv.push(std::ptr::null());
+        // SAFETY: as below; `argv` and `extra` are alive until execve returns.
+        unsafe { libc::execve(request.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+        if let Some(agent) = agent {
+            // Nobody would supervise it (in a PID namespace our exit ends it anyway).
+            let _ = process::kill_process_group(agent, libc::SIGKILL);
+        }
+        // SAFETY: execve failed; leave without running any of the parent's cleanup.
+        unsafe { libc::_exit(127) }
+    }
     let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
     // SAFETY: sigemptyset initialises the set it is given, which lives on our stack.
     unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
@@ -174,6 +209,67 @@ fn child_exec(
     unsafe { libc::execve(request.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
     // SAFETY: execve failed; leave without running any of the parent's cleanup.
     unsafe { libc::_exit(127) }
+}
+
+/// Block every signal; returns the previous mask (for [`restore_signal_mask`]).
+fn block_all_signals() -> io::Result<libc::sigset_t> {
+    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+    // SAFETY: sigfillset initialises the set on our stack; sigprocmask reads it and writes the
+    // old mask into `old`, also on our stack.
+    let rc = unsafe {
+        libc::sigfillset(all.as_mut_ptr());
+        libc::sigprocmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr())
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: sigprocmask succeeded, so it wrote the old mask.
+    Ok(unsafe { old.assume_init() })
+}
+
+fn restore_signal_mask(old: &libc::sigset_t) {
+    // SAFETY: `old` is an initialised mask from block_all_signals; NULL old-set is allowed.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+}
+
+/// Move each descriptor to its target number, without close-on-exec (dup2(2)); the originals
+/// are closed. Safe when a target is another entry's current number: every descriptor is
+/// first duplicated above all targets.
+pub fn install_fds(fds: Vec<(OwnedFd, RawFd)>) -> io::Result<()> {
+    let above = fds.iter().map(|(_, target)| *target).max().unwrap_or(0) + 1;
+    let mut moved = Vec::with_capacity(fds.len());
+    for (fd, target) in fds {
+        // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one (or -1).
+        let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, above) };
+        if high < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `high` was just returned by fcntl and is owned by nobody else.
+        moved.push((unsafe { OwnedFd::from_raw_fd(high) }, target));
+    }
+    for (fd, target) in &moved {
+        // SAFETY: dup2 onto a number we are entitled to replace (the caller names it); the
+        // new descriptor has close-on-exec cleared, as dup2(2) documents.
+        if unsafe { libc::dup2(fd.as_raw_fd(), *target) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Take ownership of an inherited descriptor `fd`, making it close-on-exec. Fails (EBADF) when
+/// it is not open.
+pub fn adopt_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only queries the descriptor table.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above, on an open descriptor.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+    // SAFETY: the descriptor is open and, by the handoff contract, ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn clone_args_zeroed() -> libc::clone_args {

@@ -86,15 +86,6 @@ pub struct ExecFailure {
 /// allocate and use ordinary Rust; an `Err` is reported to the shim and the child exits.
 pub type Prepare<'a> = &'a dyn Fn() -> Result<(), String>;
 
-/// Why [`spawn_agent`] failed.
-#[derive(Debug)]
-pub enum SpawnError {
-    /// Nothing was started (pipe or fork failed in the shim).
-    Setup(io::Error),
-    /// The child started but failed before or at exec.
-    Child(ExecFailure),
-}
-
 /// An agent's argv, environment and working directory, ready to be used after a fork.
 pub struct ExecPlan {
     argv: Vec<CString>,
@@ -183,18 +174,28 @@ pub fn exec_candidates(program: &[u8], path: Option<&[u8]>) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Fork and exec the agent described by `plan`: a new session (pgid = its pid), death signal
-/// SIGKILL when the shim dies, default signal dispositions and an empty mask, stdin from
-/// `stdin`, stdout and stderr both to `output`. Returns the agent's pid once it has exec'd.
+/// An agent forked by [`fork_agent`] whose exec is not confirmed yet: [`await_exec`] reads
+/// the outcome from `report` (the read end of the child's close-on-exec pipe). Splitting the
+/// two lets the supervisor do its own work (exec itself, open its log) while the agent's child
+/// builds the sandbox.
+pub struct ForkedAgent {
+    pub pid: i32,
+    pub report: OwnedFd,
+}
+
+/// Fork the agent's child: a new session (pgid = its pid), death signal SIGKILL when its
+/// parent dies, default signal dispositions and an empty mask, stdin from `stdin`, stdout and
+/// stderr both to `output`; it runs `prepare` (the sandbox), then execs `plan`. Does not wait
+/// for the exec: see [`await_exec`].
 ///
-/// The shim must be single-threaded (it is). `stdin` and `output` must not be fds 0–2
-/// (see [`ensure_stdio_open`]).
-pub fn spawn_agent(
+/// The caller must be single-threaded. `stdin` and `output` must not be fds 0–2 (see
+/// [`ensure_stdio_open`]).
+pub fn fork_agent(
     plan: &ExecPlan,
     stdin: BorrowedFd<'_>,
     output: BorrowedFd<'_>,
     prepare: Option<Prepare<'_>>,
-) -> Result<i32, SpawnError> {
+) -> io::Result<ForkedAgent> {
     // Everything the child touches is built here, before the fork.
     let mut argv: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
@@ -208,29 +209,37 @@ pub fn spawn_agent(
         cwd: plan.cwd.as_ptr(),
         stdin: stdin.as_raw_fd(),
         output: output.as_raw_fd(),
-        parent: std::process::id() as libc::pid_t,
+        // SAFETY: getpid has no arguments and cannot fail. (std::process::id() is the same.)
+        parent: unsafe { libc::getpid() },
         max_signal: libc::SIGRTMAX(),
         default_action: [0; 8],
         empty_mask: empty_sigset(),
         prepare,
     };
-    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| SpawnError::Setup(e.into()))?;
+    let (report_read, report_write) = pipe()?;
 
-    // SAFETY: the shim is single-threaded, so the child is a faithful copy with no lock held by
-    // another thread; it runs only `child_exec`, which makes async-signal-safe calls on the
-    // memory prepared above and never returns.
+    // SAFETY: the caller (the shim, or the daemon's clone3 child that becomes it) is
+    // single-threaded, so the child is a faithful copy with no lock held by another thread; it
+    // runs only `child_exec`, which makes async-signal-safe calls on the memory prepared above
+    // (and `prepare`, documented to allocate) and never returns.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(SpawnError::Setup(io::Error::last_os_error()));
+        return Err(io::Error::last_os_error());
     }
     if pid == 0 {
         child_exec(&child, report_write.as_raw_fd());
     }
-    drop(report_write);
-    let mut report_read = std::fs::File::from(report_read);
+    Ok(ForkedAgent {
+        pid,
+        report: report_read,
+    })
+}
 
-    // Wait for exec (the pipe closes: 0 bytes) or a failure report (8 bytes).
+/// Wait for the forked agent's exec: `Ok` once its report pipe closed without a word (the
+/// exec succeeded), or the failure its child reported (the child is reaped here).
+pub fn await_exec(agent: ForkedAgent) -> Result<i32, ExecFailure> {
+    let ForkedAgent { pid, report } = agent;
+    let mut report_read = std::fs::File::from(report);
     let mut report = [0u8; 8];
     let mut got = 0;
     while got < report.len() {
@@ -259,12 +268,12 @@ pub fn spawn_agent(
     let message = (!text.is_empty()).then(|| String::from_utf8_lossy(&text).into_owned());
     // The child _exits right after writing; reap it here so nobody else sees it.
     let _ = wait_for(pid);
-    Err(SpawnError::Child(ExecFailure {
+    Err(ExecFailure {
         pid,
         stage,
         errno,
         message,
-    }))
+    })
 }
 
 /// The pre-built memory the forked child works from.
@@ -294,20 +303,7 @@ fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
         let errno = || *libc::__errno_location();
 
         // SIG_IGN survives exec: put every disposition back to default, then unblock all.
-        // The raw syscall, because glibc's sigaction refuses its internal signals 32 and 33,
-        // which its posix_spawn leaves ignored in whatever it starts (a shim run by std's
-        // Command, say) and which would otherwise reach the agent ignored.
-        for signal in 1..=setup.max_signal {
-            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    signal,
-                    setup.default_action.as_ptr(),
-                    std::ptr::null_mut::<libc::c_void>(),
-                    KERNEL_SIGSET_BYTES,
-                );
-            }
-        }
+        reset_signal_dispositions(setup.max_signal, &setup.default_action);
         libc::sigprocmask(libc::SIG_SETMASK, &setup.empty_mask, std::ptr::null_mut());
 
         if libc::setsid() < 0 {
@@ -373,6 +369,31 @@ fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
     }
 }
 
+/// Put every signal's disposition back to default (SIG_IGN and handlers survive a fork; SIG_IGN
+/// survives exec too). The raw syscall, because glibc's sigaction refuses its internal signals
+/// 32 and 33, which its posix_spawn leaves ignored in whatever it starts (a shim run by std's
+/// Command, say) and which would otherwise reach the agent ignored. Async-signal-safe.
+///
+/// `default_action`: an all-zero buffer at least as large as the kernel's `struct sigaction`
+/// (SIG_DFL, no flags, empty mask); `max_signal`: `SIGRTMAX()`, read before a fork.
+pub fn reset_signal_dispositions(max_signal: libc::c_int, default_action: &[u64; 8]) {
+    for signal in 1..=max_signal {
+        if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+            // SAFETY: rt_sigaction reads the zeroed buffer (larger than the kernel's struct)
+            // and writes nothing (NULL old action); integer arguments otherwise.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    signal,
+                    default_action.as_ptr(),
+                    std::ptr::null_mut::<libc::c_void>(),
+                    KERNEL_SIGSET_BYTES,
+                )
+            };
+        }
+    }
+}
+
 /// Longest sandbox failure message passed from the child.
 const MAX_REPORT_MESSAGE: u64 = 4096;
 
@@ -426,9 +447,10 @@ pub fn signal_set(signals: &[i32]) -> io::Result<SigSet> {
     Ok(unsafe { SigSet::from_sigset_t_unchecked(set) })
 }
 
-/// Add `set` to the process's blocked signals (the shim is single-threaded).
-pub fn block_signals(set: &SigSet) -> io::Result<()> {
-    nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(set), None)
+/// Block exactly `set` (sigprocmask SIG_SETMASK; the shim is single-threaded): a shim started
+/// by the daemon inherits every signal blocked (see `crate::sys::spawn_with_pidfd`).
+pub fn set_signal_mask(set: &SigSet) -> io::Result<()> {
+    nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(set), None)
         .map_err(io::Error::from)
 }
 

@@ -1,0 +1,233 @@
+//! Starting an attempt's agent, and handing it to the shim.
+//!
+//! The daemon clones the shim's process (`clone3`, PID 1 of the task's PID namespace, in the
+//! task's cgroup) from its own image and, *before* that process execs `keel shim`, forks the
+//! agent's child from it: the child builds the sandbox and execs the agent while the shim's
+//! exec and set-up (spec, records, log) run beside it. The agent's start no longer waits for a
+//! 4 MB binary to load (README, "Benchmarks": start latency).
+//!
+//! The shim takes the agent over from its argv (`--agent PID --started-ms MS`) and two
+//! descriptors: [`HANDOFF_OUTPUT_FD`], the read end of the agent's output pipe, and
+//! [`HANDOFF_REPORT_FD`], the read end of the child's exec report (closed without a word when
+//! the exec succeeded; see [`crate::sys::process::await_exec`]). Run on its own
+//! (`keel shim --spec FILE`), the shim does the same [`start_agent`] itself.
+
+use crate::sandbox::agent::agent_env;
+use crate::sandbox::prepare::{prepare, Prepared};
+use crate::sandbox::spec::AttemptSpec;
+use crate::state::now_ms;
+use crate::sys::process::{self, ExecPlan, ForkedAgent};
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+/// The shim's descriptor of the agent's output pipe (read end), after a handoff.
+pub const HANDOFF_OUTPUT_FD: RawFd = 4;
+/// The shim's descriptor of the agent's exec report (read end), after a handoff.
+pub const HANDOFF_REPORT_FD: RawFd = 5;
+
+/// Everything the agent's start needs, resolved on the host before any fork: its argv,
+/// environment and working directory, and its sandbox (user, `$HOME`, the host's `/`).
+pub struct Launch {
+    plan: ExecPlan,
+    sandbox: Option<Prepared>,
+    v1_procs: Vec<PathBuf>,
+}
+
+impl Launch {
+    /// `inherited`: the environment the agent's is made from (the supervisor's own variables
+    /// are removed). Errors say what to fix (an unknown user, a program path with a NUL).
+    pub fn new<I>(spec: &AttemptSpec, inherited: I) -> Result<Launch, String>
+    where
+        I: IntoIterator<Item = (OsString, OsString)>,
+    {
+        let sandbox = match &spec.sandbox {
+            Some(sandbox) => Some(prepare(sandbox).map_err(|e| format!("sandbox: {e}"))?),
+            None => None,
+        };
+        let mut spec_env = spec.env.clone();
+        if let Some(sandbox) = &sandbox {
+            // Before the unit's variables: a HOME the unit sets itself wins.
+            spec_env.insert(0, ("HOME".into(), sandbox.home.display().to_string()));
+        }
+        let env = agent_env(inherited, &spec_env);
+        let plan = ExecPlan::new(&spec.argv, &env, &spec.cwd)
+            .map_err(|e| format!("cannot start the agent: {e}"))?;
+        Ok(Launch {
+            plan,
+            sandbox,
+            v1_procs: spec.cgroup_v1_procs.clone(),
+        })
+    }
+}
+
+/// A started agent: its pid and exec report, the read end of its output pipe, and when it
+/// started (ms since the epoch).
+pub struct Handoff {
+    pub agent: ForkedAgent,
+    pub output: OwnedFd,
+    pub started_ms: u64,
+}
+
+/// Fork the agent's child from the calling (single-threaded) process, which becomes its
+/// supervisor: it joins the task's v1 cgroups first (hybrid hosts: the agent is confined from
+/// its first instruction) and becomes a child subreaper (orphans come back to it). Does not
+/// wait for the exec.
+pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
+    crate::cgroup::join_v1(&launch.v1_procs)
+        .map_err(|e| format!("cannot join the task's cgroup: {e}"))?;
+    crate::sys::set_child_subreaper()
+        .map_err(|e| format!("cannot become a child subreaper: {e}"))?;
+    let (read_end, write_end) =
+        process::pipe().map_err(|e| format!("cannot create the output pipe: {e}"))?;
+    let dev_null = process::open_dev_null().map_err(|e| format!("cannot open /dev/null: {e}"))?;
+    let enter = || launch.sandbox.as_ref().map_or(Ok(()), |s| s.enter());
+    let prepare_step: Option<process::Prepare<'_>> = launch.sandbox.as_ref().map(|_| &enter as _);
+    let started_ms = now_ms();
+    let agent = process::fork_agent(
+        &launch.plan,
+        dev_null.as_fd(),
+        write_end.as_fd(),
+        prepare_step,
+    )
+    .map_err(|e| format!("cannot fork the agent: {e}"))?;
+    // Only the agent (and what it spawns) holds the write end now.
+    Ok(Handoff {
+        agent,
+        output: read_end,
+        started_ms,
+    })
+}
+
+/// In the daemon's clone of the shim, before its exec: start the agent and put its handoff
+/// where the shim finds it. Returns the arguments to append to `keel shim --spec FILE`, and the
+/// agent's pid (to kill if that exec fails). A failure is handed over as `--launch-error`: the
+/// shim records it as the attempt's setup failure.
+pub fn launch_for_exec(launch: &Launch) -> (Vec<CString>, Option<i32>) {
+    let arg = |s: String| CString::new(s).unwrap_or_default();
+    let handoff = start_agent(launch).and_then(|handoff| {
+        let pid = handoff.agent.pid;
+        crate::sys::install_fds(vec![
+            (handoff.output, HANDOFF_OUTPUT_FD),
+            (handoff.agent.report, HANDOFF_REPORT_FD),
+        ])
+        .map_err(|e| format!("cannot hand the agent over to the shim: {e}"))?;
+        Ok((pid, handoff.started_ms))
+    });
+    match handoff {
+        Ok((pid, started_ms)) => (
+            vec![
+                arg("--agent".into()),
+                arg(pid.to_string()),
+                arg("--started-ms".into()),
+                arg(started_ms.to_string()),
+            ],
+            Some(pid),
+        ),
+        Err(message) => (vec![arg("--launch-error".into()), arg(message)], None),
+    }
+}
+
+/// What `keel shim` was handed on its command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handed {
+    /// The agent was forked (its exec may still be under way): take it over.
+    Agent { pid: i32, started_ms: u64 },
+    /// The start failed before the agent existed.
+    LaunchError(String),
+}
+
+impl Handed {
+    /// Parse what follows `keel shim --spec FILE`: nothing (the shim starts the agent itself),
+    /// `--agent PID --started-ms MS`, or `--launch-error MESSAGE`.
+    pub fn parse(rest: &[OsString]) -> Result<Option<Handed>, String> {
+        let text: Vec<&str> = rest
+            .iter()
+            .map(|a| a.to_str().ok_or("non-UTF-8 shim argument"))
+            .collect::<Result<_, _>>()?;
+        match text.as_slice() {
+            [] => Ok(None),
+            ["--agent", pid, "--started-ms", started] => Ok(Some(Handed::Agent {
+                pid: pid.parse().map_err(|_| format!("bad --agent {pid:?}"))?,
+                started_ms: started
+                    .parse()
+                    .map_err(|_| format!("bad --started-ms {started:?}"))?,
+            })),
+            ["--launch-error", message] => Ok(Some(Handed::LaunchError(message.to_string()))),
+            other => Err(format!("unexpected shim arguments {other:?}")),
+        }
+    }
+
+    /// The agent handed over by [`launch_for_exec`]: its descriptors are this process's now
+    /// (close-on-exec again).
+    pub fn take_over(pid: i32, started_ms: u64) -> Result<Handoff, String> {
+        let adopt = |fd: RawFd| {
+            crate::sys::adopt_fd(fd).map_err(|e| format!("no handed-over descriptor {fd}: {e}"))
+        };
+        Ok(Handoff {
+            agent: ForkedAgent {
+                pid,
+                report: adopt(HANDOFF_REPORT_FD)?,
+            },
+            output: adopt(HANDOFF_OUTPUT_FD)?,
+            started_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn shim_arguments_parse_or_say_what_is_wrong() {
+        assert_eq!(Handed::parse(&[]), Ok(None));
+        assert_eq!(
+            Handed::parse(&args(&["--agent", "2", "--started-ms", "17"])),
+            Ok(Some(Handed::Agent {
+                pid: 2,
+                started_ms: 17
+            }))
+        );
+        assert_eq!(
+            Handed::parse(&args(&["--launch-error", "no pipe"])),
+            Ok(Some(Handed::LaunchError("no pipe".into())))
+        );
+        assert!(Handed::parse(&args(&["--agent", "x", "--started-ms", "1"]))
+            .unwrap_err()
+            .contains("bad --agent"));
+        assert!(Handed::parse(&args(&["--agent", "2"]))
+            .unwrap_err()
+            .contains("unexpected"));
+    }
+
+    #[test]
+    fn the_exec_arguments_carry_the_agent_or_the_error() {
+        // A launch whose cgroup cannot be joined fails before any fork.
+        let spec = AttemptSpec {
+            unit: "t".into(),
+            generation: 1,
+            attempt: 1,
+            argv: vec!["/bin/true".into()],
+            env: Vec::new(),
+            cwd: "/".into(),
+            run_dir: "/nonexistent".into(),
+            log_max_bytes: 1,
+            log_keep: 1,
+            sandbox: None,
+            cgroup_v1_procs: vec!["/nonexistent/keel-test/cgroup.procs".into()],
+        };
+        let launch = Launch::new(&spec, Vec::new()).unwrap();
+        let (extra, pid) = launch_for_exec(&launch);
+        assert_eq!(pid, None);
+        assert_eq!(extra[0].to_str().unwrap(), "--launch-error");
+        assert!(
+            extra[1].to_str().unwrap().contains("cannot join"),
+            "{extra:?}"
+        );
+    }
+}
