@@ -5,9 +5,12 @@
 //! the agent's exit included).
 //!
 //! (a) bare fork+exec (std's Command: clone + exec + wait);
-//! (b) keel's sandboxed start, as the daemon does it: clone3(CLONE_PIDFD|CLONE_NEWPID) of the
-//!     shim from the daemon's image, which forks the agent's child (mount namespace, mounts,
-//!     privileges, seccomp, exec) before it execs `keel shim` itself; spawn through reap;
+//! (b) keel's sandboxed start, as a daemon with a task running does it: clone3(CLONE_PIDFD|
+//!     CLONE_NEWPID) of the shim from the daemon's image, which forks the agent's child before
+//!     it execs `keel shim` itself; the child copies the sandbox template (setns + unshare),
+//!     mounts the attempt's own parts, drops privileges, installs seccomp and execs;
+//! (g) (b) with the whole mount plan built for the attempt (no template: a daemon's first
+//!     start after an idle spell builds the template, which costs about this, then (b));
 //! (f) (b) with the task's cgroup, as the daemon starts an attempt: the cgroup created with its
 //!     limits, the shim spawned into it (CLONE_INTO_CGROUP), the v1 controllers joined (hybrid
 //!     hosts), and after the reap the cgroup killed and removed;
@@ -21,6 +24,7 @@
 //! figures are the sandbox's, not the disk's fsyncs.
 
 use keel::daemon::{attempt_spec, spawn_shim_program, AttemptContext};
+use keel::sandbox::templates::SandboxTemplates;
 use keel::state::StateDir;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -35,6 +39,7 @@ struct Row {
 }
 
 fn main() {
+    keel::logger::init("bench");
     let rounds: usize = std::env::args()
         .nth(1)
         .and_then(|n| n.parse().ok())
@@ -50,12 +55,17 @@ fn main() {
         .expect("examples dir")
         .to_path_buf();
     let keel_bin = examples.parent().expect("target dir").join("keel");
-    let stamp = examples.join("exec_stamp");
+    let built_stamp = examples.join("exec_stamp");
     assert!(keel_bin.exists(), "build keel first: cargo build --release");
     assert!(
-        stamp.exists(),
+        built_stamp.exists(),
         "build the agent first: cargo build --release --example exec_stamp"
     );
+    // Where every sandbox sees it: the task's sandbox has /work, /tmp and /dev of its own.
+    let stamp_dir = PathBuf::from(format!("/var/tmp/keel-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&stamp_dir).expect("/var/tmp");
+    let stamp = stamp_dir.join("exec_stamp");
+    std::fs::copy(&built_stamp, &stamp).expect("copy the agent");
     let unit = keel::unit::parse_unit(
         Path::new("bench.ron"),
         &format!("Unit(command: [{:?}], restart: Never)", stamp.display()),
@@ -65,8 +75,9 @@ fn main() {
     let output_log = dirs.run_dir("bench").join("output.log");
     let have_bwrap = Command::new("bwrap").arg("--version").output().is_ok();
 
-    let [mut bare, mut keel, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only] =
+    let [mut bare, mut keel, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full] =
         std::array::from_fn(|_| Row::default());
+    let mut templates = SandboxTemplates::new(scratch.join("state/templates"));
     // keel's cgroup tree, as the daemon sets it up (this process moves into its leaf).
     let tree_name = format!("keel-bench-{}", std::process::id());
     let tree = keel::cgroup::detect(&tree_name)
@@ -95,12 +106,30 @@ fn main() {
             last_progress: None,
         };
         let mut spec = attempt_spec(&dirs, &unit, &ctx);
-        keel.time(|| run_shim(&spec, &keel_bin, &dirs, None, &output_log));
+        keel.time(|| {
+            run_shim(
+                &spec,
+                &keel_bin,
+                &dirs,
+                None,
+                Some(&mut templates),
+                &output_log,
+            )
+        });
+        full.time(|| run_shim(&spec, &keel_bin, &dirs, None, None, &output_log));
         keel_cgroup.time(|| {
             slice.create(&limits).expect("create the task cgroup");
             let dir = slice.open_v2_dir().expect("open the task cgroup");
             spec.cgroup_v1_procs = slice.v1_procs_files();
-            let out = run_shim(&spec, &keel_bin, &dirs, Some(dir.as_fd()), &output_log);
+            let templates = Some(&mut templates);
+            let out = run_shim(
+                &spec,
+                &keel_bin,
+                &dirs,
+                Some(dir.as_fd()),
+                templates,
+                &output_log,
+            );
             slice.kill().expect("cgroup.kill");
             slice
                 .remove_blocking(Duration::from_secs(5))
@@ -110,7 +139,7 @@ fn main() {
         // (e) the same shim with its sandbox off: what the shim itself costs.
         let mut bare_spec = attempt_spec(&dirs, &unit, &ctx);
         bare_spec.sandbox = None;
-        shim_only.time(|| run_shim(&bare_spec, &keel_bin, &dirs, None, &output_log));
+        shim_only.time(|| run_shim(&bare_spec, &keel_bin, &dirs, None, None, &output_log));
         if have_bwrap {
             let args = [
                 "--ro-bind",
@@ -142,6 +171,7 @@ fn main() {
         ("(d) unshare -mpf --mount-proc", &unshare),
         ("(e) keel's shim, sandbox off", &shim_only),
         ("(f) keel sandboxed start + its cgroup", &keel_cgroup),
+        ("(g) keel sandboxed start, no template", &full),
     ];
     for (title, pick) in [
         ("start → agent running", 0),
@@ -181,10 +211,17 @@ fn main() {
             );
         }
     }
+    assert_eq!(
+        templates.len(),
+        1,
+        "one template for every start of (b) and (f)"
+    );
+    drop(templates);
     if let Err(e) = tree.teardown() {
         eprintln!("cgroup teardown: {e}");
     }
     let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&stamp_dir);
 }
 
 impl Row {
@@ -211,9 +248,10 @@ fn run_shim(
     keel_bin: &Path,
     dirs: &StateDir,
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+    templates: Option<&mut SandboxTemplates>,
     output_log: &Path,
 ) -> String {
-    let (pid, _pidfd) = spawn_shim_program(spec, keel_bin, cgroup).expect("spawn shim");
+    let (pid, _pidfd) = spawn_shim_program(spec, keel_bin, cgroup, templates).expect("spawn shim");
     let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
     if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
         let log =

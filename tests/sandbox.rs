@@ -468,3 +468,60 @@ fn an_unknown_user_fails_the_spawn_before_anything_runs() {
     );
     assert!(!out.contains("ran"), "the agent must not run: {out}");
 }
+
+/// The mount table an agent sees, without what differs between two daemons by construction
+/// (mount ids, bind roots, the scratch directory's name): mount point, mount options,
+/// filesystem type and its options, sorted.
+fn mount_table(d: &Daemon, unit: &str, extra: &str) -> Vec<String> {
+    let script = "cat /proc/self/mountinfo";
+    let (task, out) = run_agent(d, unit, script, extra);
+    assert_eq!(task["state"], "succeeded", "{out}");
+    let scratch = d.scratch.dir.display().to_string();
+    let mut lines: Vec<String> = out
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let dash = fields.iter().position(|f| *f == "-").unwrap();
+            let super_opts = fields.get(dash + 3).copied().unwrap_or("");
+            format!(
+                "{} {} {} {}",
+                fields[4].replace(&scratch, "<scratch>"),
+                fields[5],
+                fields[dash + 1],
+                super_opts
+            )
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_sandbox_on_a_template_is_the_sandbox_built_in_full() {
+    if !require_root("a_sandbox_on_a_template_is_the_sandbox_built_in_full") {
+        return;
+    }
+    let templated = Daemon::start("sb-tpl");
+    let mut full = Daemon::prepare("sb-full");
+    full.env
+        .push(("KEEL_NO_SANDBOX_TEMPLATES".into(), "1".into()));
+    full.spawn();
+    let network = r#"sandbox: Sandbox(network: None)"#;
+    for (unit, extra) in [("plain", ""), ("isolated", network)] {
+        let a = mount_table(&templated, unit, extra);
+        let b = mount_table(&full, unit, extra);
+        assert!(a.len() > 20, "{a:#?}");
+        assert_eq!(a, b, "{unit}: template vs full plan");
+    }
+    assert!(
+        templated.daemon_log().contains("sandbox template"),
+        "the templated daemon built none:\n{}",
+        templated.daemon_log()
+    );
+    assert!(!full.daemon_log().contains("sandbox template"));
+    // Nothing runs now: no template pins the host's mounts, none is left on disk.
+    assert!(
+        !templated.state().join("templates").exists(),
+        "templates kept while idle"
+    );
+}

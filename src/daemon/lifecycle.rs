@@ -276,7 +276,8 @@ impl Daemon {
             }
         };
         attempt_spec.cgroup_v1_procs = slice.v1_procs.clone();
-        match spawn::spawn_shim(&attempt_spec, Some(slice.v2_dir.as_fd())) {
+        let templates = Some(&mut self.templates);
+        match spawn::spawn_shim(&attempt_spec, Some(slice.v2_dir.as_fd()), templates) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");
                 let shim = self.register_shim(unit, pid, pidfd);
@@ -383,6 +384,10 @@ impl Daemon {
 
     /// Apply the restart policy (or the pending intent) to an ended attempt.
     pub(crate) fn settle(&mut self, unit: &str, mut ending: Ending) {
+        if !self.templates.is_empty() && !self.tasks.values().any(|t| t.shim.is_some()) {
+            // Nothing runs: no template may keep the host's filesystems busy.
+            self.templates.clear();
+        }
         let jitter = jitter();
         // An OOM event that came in the same round as the exit: journal it first.
         self.check_oom(unit, false);

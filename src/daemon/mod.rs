@@ -190,6 +190,8 @@ pub struct Daemon {
     notifier: crate::notify::Notifier,
     /// What `keel rm` did with a removed task's files, for the client waiting on it.
     removal_notes: HashMap<String, String>,
+    /// Read-only host views copied by each sandboxed start (dropped while nothing runs).
+    templates: crate::sandbox::templates::SandboxTemplates,
     /// The task counts may have changed this round (for systemd's `STATUS=`).
     summary_dirty: bool,
     _lock: InstanceLock,
@@ -231,6 +233,8 @@ impl Daemon {
     /// the control socket, inotify and the signal pipe.
     pub fn new(options: Options) -> Result<Self, DaemonError> {
         let dirs = StateDir::new(&options.state_dir);
+        let templates =
+            crate::sandbox::templates::SandboxTemplates::new(dirs.root.join("templates"));
         dirs.create()?;
         let lock = InstanceLock::acquire(&dirs.lock_path())?;
         if options.units_dir_explicit && !options.units_dir.is_dir() {
@@ -346,6 +350,7 @@ impl Daemon {
             notifier: crate::notify::Notifier::from_env(),
             summary_dirty: true,
             removal_notes: HashMap::new(),
+            templates,
             _lock: lock,
         })
     }

@@ -3,6 +3,7 @@
 
 use crate::sandbox::launch::{launch_for_exec, Launch};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
+use crate::sandbox::templates::SandboxTemplates;
 use crate::state::{StateDir, StateError};
 use crate::unit::Unit;
 use std::ffi::CString;
@@ -179,9 +180,10 @@ fn take_attempt_lock(run_dir: &Path) -> Result<File, SpawnError> {
 pub fn spawn_shim(
     spec: &AttemptSpec,
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+    templates: Option<&mut SandboxTemplates>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
     // /proc/self/exe: this very binary, even if an upgrade replaced the file on disk.
-    spawn_shim_program(spec, Path::new("/proc/self/exe"), cgroup)
+    spawn_shim_program(spec, Path::new("/proc/self/exe"), cgroup, templates)
 }
 
 /// [`spawn_shim`] with another `keel` binary as the shim (benchmarks link the library into a
@@ -189,10 +191,14 @@ pub fn spawn_shim(
 ///
 /// `cgroup`: the attempt's v2 cgroup directory; the shim starts in it (`CLONE_INTO_CGROUP`), so
 /// the agent and everything it starts are confined from their first instruction.
+///
+/// `templates`: build the sandbox on a copy of a template of its shape when there is one
+/// (or one can be built); `None`: the whole mount plan, every time.
 pub fn spawn_shim_program(
     spec: &AttemptSpec,
     keel: &Path,
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+    templates: Option<&mut SandboxTemplates>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
     let lock = take_attempt_lock(&spec.run_dir)?;
     prepare_sandbox_sources(&spec.run_dir)
@@ -200,7 +206,10 @@ pub fn spawn_shim_program(
     // The agent's start, resolved here on the host (its user, $HOME, the host's /); the
     // shim's clone forks it before its own exec (crate::sandbox::launch).
     let shim_env = || std::env::vars_os().filter(|(k, _)| k != "KEEL_CRASH_AT");
-    let launch = Launch::new(spec, shim_env()).map_err(SpawnError::Launch)?;
+    let mut launch = Launch::new(spec, shim_env()).map_err(SpawnError::Launch)?;
+    if let Some(templates) = templates {
+        launch.use_template(templates);
+    }
     let spec_path = spec::attempt_path(&spec.run_dir);
     // Read by the shim at its start; after a power cut the attempt is lost whatever it says.
     crate::state::write_ron_volatile(&spec_path, spec).map_err(SpawnError::WriteSpec)?;

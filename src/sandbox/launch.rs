@@ -61,6 +61,16 @@ impl Launch {
     }
 }
 
+impl Launch {
+    /// Build the sandbox on one of `templates` when its shape allows (see
+    /// [`crate::sandbox::templates`]).
+    pub fn use_template(&mut self, templates: &mut crate::sandbox::templates::SandboxTemplates) {
+        if let Some(sandbox) = self.sandbox.as_mut() {
+            sandbox.use_template(templates);
+        }
+    }
+}
+
 /// A started agent: its pid and exec report, the read end of its output pipe, and when it
 /// started (ms since the epoch).
 pub struct Handoff {
@@ -107,6 +117,10 @@ pub fn launch_for_exec(launch: &Launch) -> (Vec<CString>, Option<i32>) {
     let arg = |s: String| CString::new(s).unwrap_or_default();
     let handoff = start_agent(launch).and_then(|handoff| {
         let pid = handoff.agent.pid;
+        // Let the agent's child have the CPU until it has exec'd (or failed): on a busy host
+        // the 4 MB exec of the shim beside it would delay the agent, which is what a user
+        // waits for. The report is left unread for the shim (poll(2) consumes nothing).
+        process::wait_readable(handoff.agent.report.as_fd());
         crate::sys::install_fds(vec![
             (handoff.output, HANDOFF_OUTPUT_FD),
             (handoff.agent.report, HANDOFF_REPORT_FD),

@@ -9,3 +9,4 @@ pub mod privileges;
 pub mod seccomp;
 pub mod shim;
 pub mod spec;
+pub mod templates;

@@ -27,6 +27,7 @@ mod error;
 mod kernel;
 mod overlay;
 mod planner;
+pub mod template;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -101,7 +102,7 @@ pub enum RootEntryKind {
 
 /// One step of the mount plan. Before [`MountOp::PivotRoot`] every target is under
 /// `new_root` (sources are host paths); after it, paths are the sandbox's own.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum MountOp {
     /// `mount(NULL, "/", NULL, MS_REC|MS_PRIVATE)`: nothing we mount propagates back to the
     /// host's namespace (mount_namespaces(7)).

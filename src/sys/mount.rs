@@ -14,7 +14,7 @@ use nix::fcntl::OFlag;
 use nix::mount::{MntFlags, MsFlags};
 
 /// `MOUNT_ATTR_*` bits of mount_setattr(2), printable as `rdonly|nosuid|nodev`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct MountAttrs(pub u64);
 
 impl MountAttrs {
@@ -131,24 +131,35 @@ pub fn mount_setattr(
     clear: MountAttrs,
 ) -> io::Result<()> {
     let path = c_path(path)?;
+    raw_mount_setattr(libc::AT_FDCWD, &path, 0, recursive, set, clear)
+}
+
+/// mount_setattr(2) at `dirfd`/`path` with `flags` (plus `AT_RECURSIVE` for `recursive`).
+fn raw_mount_setattr(
+    dirfd: RawFd,
+    path: &std::ffi::CStr,
+    flags: libc::c_uint,
+    recursive: bool,
+    set: MountAttrs,
+    clear: MountAttrs,
+) -> io::Result<()> {
     let attr = libc::mount_attr {
         attr_set: set.0,
         attr_clr: clear.0,
         propagation: 0,
         userns_fd: 0,
     };
-    let flags: libc::c_uint = if recursive {
-        libc::AT_RECURSIVE as libc::c_uint
-    } else {
-        0
-    };
+    let mut flags = flags;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
     // SAFETY: `path` is a NUL-terminated string and `attr` a fully initialised mount_attr,
     // both alive for the duration of the call; the size passed is that of the struct
     // (MOUNT_ATTR_SIZE_VER0). The kernel only reads them.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
             flags,
             &attr as *const libc::mount_attr,
@@ -239,4 +250,61 @@ pub fn fd_path(fd: &OwnedFd) -> PathBuf {
 pub fn is_tmpfs(fd: &OwnedFd) -> io::Result<bool> {
     let stat = nix::sys::statfs::fstatfs(fd).map_err(errno)?;
     Ok(stat.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+}
+
+/// open_tree(2) with `OPEN_TREE_CLONE` of the mount at descriptor `source` (an O_PATH fd of a
+/// directory or file): a detached copy of that one mount (a bind mount not yet attached
+/// anywhere), which survives a change of mount namespace and is attached with
+/// [`move_mount_to`]. Linux ≥ 5.2.
+pub fn open_tree_clone(source: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let empty = c"";
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32;
+    // SAFETY: `source` is a live descriptor, `empty` a NUL-terminated string; the kernel
+    // returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            source.as_raw_fd(),
+            empty.as_ptr(),
+            flags,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: open_tree returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// mount_setattr(2) on the (detached or attached) mount `mount` itself (`AT_EMPTY_PATH`), or
+/// on the whole tree below it with `recursive` (`AT_RECURSIVE`).
+pub fn mount_setattr_fd(
+    mount: BorrowedFd<'_>,
+    recursive: bool,
+    set: MountAttrs,
+    clear: MountAttrs,
+) -> io::Result<()> {
+    let flags = libc::AT_EMPTY_PATH as libc::c_uint;
+    raw_mount_setattr(mount.as_raw_fd(), c"", flags, recursive, set, clear)
+}
+
+/// move_mount(2) of the detached mount `mount` onto `target` (in the current namespace).
+pub fn move_mount_to(mount: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
+    let target = c_path(target)?;
+    let empty = c"";
+    // SAFETY: a live descriptor and two NUL-terminated strings alive for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            mount.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -394,6 +394,79 @@ pub fn reset_signal_dispositions(max_signal: libc::c_int, default_action: &[u64;
     }
 }
 
+/// Run `work` in a forked child of this (single-threaded) process and, once it succeeded and
+/// while the child still lives, `then(child's pid)` here (to open its namespaces, say); the
+/// child then exits. `work`'s error message comes back as the `Err`. Signals are blocked
+/// across the fork and reset to default in the child, so no handler of ours runs there.
+pub fn run_in_child<T>(
+    work: &dyn Fn() -> Result<(), String>,
+    then: &dyn Fn(i32) -> io::Result<T>,
+) -> Result<T, String> {
+    let (result_read, result_write) = pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (go_read, go_write) = pipe().map_err(|e| format!("pipe: {e}"))?;
+    let max_signal = libc::SIGRTMAX();
+    let mut all = empty_sigset();
+    let mut old = empty_sigset();
+    // SAFETY: sigfillset and sigprocmask work on sets on our stack.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: the caller is single-threaded (keel's daemon is), so the child is a faithful
+    // copy; it resets signal dispositions, runs `work` (ordinary code: no other thread can
+    // hold a lock), reports and _exits without returning.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        drop(result_read);
+        drop(go_write);
+        reset_signal_dispositions(max_signal, &[0; 8]);
+        let report = match work() {
+            Ok(()) => Vec::new(),
+            Err(message) => message.into_bytes(),
+        };
+        let mut byte = [0u8; 1];
+        // SAFETY: writes of a live buffer to our pipe, a blocking read, then _exit.
+        unsafe {
+            libc::write(
+                result_write.as_raw_fd(),
+                [u8::from(!report.is_empty())].as_ptr().cast(),
+                1,
+            );
+            libc::write(
+                result_write.as_raw_fd(),
+                report.as_ptr().cast(),
+                report.len().min(MAX_REPORT_MESSAGE as usize),
+            );
+            drop(result_write);
+            // Wait for the parent's `then` (EOF when it closes its end, or dies).
+            libc::read(go_read.as_raw_fd(), byte.as_mut_ptr().cast(), 1);
+            libc::_exit(0)
+        }
+    }
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    if pid < 0 {
+        return Err(format!("fork: {}", io::Error::last_os_error()));
+    }
+    drop(result_write);
+    drop(go_read);
+    let mut text = Vec::new();
+    {
+        use std::io::Read;
+        let _ = std::fs::File::from(result_read)
+            .take(MAX_REPORT_MESSAGE + 1)
+            .read_to_end(&mut text);
+    }
+    let outcome = match text.split_first() {
+        Some((0, _)) => then(pid).map_err(|e| e.to_string()),
+        Some((_, message)) => Err(String::from_utf8_lossy(message).into_owned()),
+        None => Err("the child died before reporting".to_string()),
+    };
+    drop(go_write);
+    let _ = wait_for(pid);
+    outcome
+}
+
 /// Longest sandbox failure message passed from the child.
 const MAX_REPORT_MESSAGE: u64 = 4096;
 
@@ -604,6 +677,23 @@ pub fn grow_pipe(fd: BorrowedFd<'_>, bytes: i32) -> usize {
     fcntl(fd, FcntlArg::F_GETPIPE_SZ)
         .map(|n| n.max(0) as usize)
         .unwrap_or(65536)
+}
+
+/// Block until `fd` is readable or its writers are gone (poll(2) `POLLIN`; hang-up counts);
+/// nothing is read. Interrupted waits are resumed; an error returns at once.
+pub fn wait_readable(fd: BorrowedFd<'_>) {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one pollfd on our stack, for the duration of the call.
+        let rc = unsafe { libc::poll(&mut poll, 1, -1) };
+        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
 }
 
 /// `pipe2(O_CLOEXEC)`: (read end, write end).

@@ -119,6 +119,23 @@ impl KernelMounter {
     }
 
     /// The path to give a syscall for `target`, before or after the pivot.
+    /// mount_setattr(2) on the mount at `target`. After the pivot, on the descriptor itself
+    /// (`AT_EMPTY_PATH`): a sandbox template has no /proc for a `/proc/self/fd` path.
+    fn set_attributes(
+        &mut self,
+        target: &Path,
+        recursive: bool,
+        set: sys::MountAttrs,
+        clear: sys::MountAttrs,
+    ) -> io::Result<()> {
+        if self.pivoted {
+            let fd = sys::open_no_symlinks(target)?;
+            return sys::mount_setattr_fd(fd.as_fd(), recursive, set, clear);
+        }
+        let place = self.place(target)?;
+        sys::mount_setattr(&place.path, recursive, set, clear)
+    }
+
     fn place(&mut self, target: &Path) -> io::Result<Place> {
         if self.pivoted {
             // After the pivot the agent's earlier attempts may have left symlinks in writable
@@ -291,21 +308,8 @@ impl Mounter for KernelMounter {
             MountOp::MakeRootPrivate => {
                 sys::set_propagation(Path::new("/"), MsFlags::MS_REC | MsFlags::MS_PRIVATE)
             }
-            MountOp::Tmpfs {
-                target,
-                size,
-                mode,
-                noexec,
-                owner,
-            } => {
-                let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-                if *noexec {
-                    flags |= MsFlags::MS_NOEXEC;
-                }
-                let data = tmpfs_data(*size, *mode, *owner);
-                self.mount_on(target, Known::Tmpfs, |at| {
-                    sys::mount_fs("tmpfs", at, "tmpfs", flags, Some(&data))
-                })
+            MountOp::Tmpfs { target, .. } => {
+                self.mount_on(target, Known::Tmpfs, |at| mount_fresh(op, at, false))
             }
             MountOp::MakeUnbindable { target } => {
                 let place = self.place(target)?;
@@ -352,22 +356,8 @@ impl Mounter for KernelMounter {
                     sys::mount_fs("overlay", at, "overlay", flags, Some(&data))
                 })
             }
-            MountOp::Proc { target } => {
-                let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-                // hidepid=ptraceable (proc(5)): a process the reader may not ptrace is not
-                // listed. The agent, without capabilities, may not ptrace its shim (which has
-                // them, and stays in the host's mount namespace): /proc/1 — its mountinfo,
-                // cmdline and root — is out of the agent's sight, its own processes are not.
-                self.mount_on(target, Known::Mount, |at| {
-                    sys::mount_fs("proc", at, "proc", flags, Some("hidepid=ptraceable"))
-                })
-            }
-            MountOp::Devpts { target } => {
-                let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
-                let data = "newinstance,ptmxmode=0666,mode=620";
-                self.mount_on(target, Known::Mount, |at| {
-                    sys::mount_fs("devpts", at, "devpts", flags, Some(data))
-                })
+            MountOp::Proc { target } | MountOp::Devpts { target } => {
+                self.mount_on(target, Known::Mount, |at| mount_fresh(op, at, false))
             }
             MountOp::Hide { target } => self.hide(target),
             MountOp::PivotRoot { new_root } => {
@@ -379,15 +369,54 @@ impl Mounter for KernelMounter {
                 Ok(())
             }
             MountOp::SetAttrRecursive { target, set, clear } => {
-                let place = self.place(target)?;
-                sys::mount_setattr(&place.path, true, *set, *clear)
+                self.set_attributes(target, true, *set, *clear)
             }
             MountOp::SetAttr { target, set, clear } => {
-                let place = self.place(target)?;
-                sys::mount_setattr(&place.path, false, *set, *clear)
+                self.set_attributes(target, false, *set, *clear)
             }
         }
     }
+}
+
+/// Mount the new filesystem instance of `op` (tmpfs, proc or devpts) at `at`, with the flags
+/// the plan gives it; `read_only`: then make that mount (not its filesystem) read-only, as
+/// the plan's recursive setattr leaves a proc mounted before it (a sandbox template's attempt
+/// mounts its proc after). Other operations: `EINVAL`.
+pub(super) fn mount_fresh(op: &MountOp, at: &Path, read_only: bool) -> io::Result<()> {
+    match op {
+        MountOp::Tmpfs {
+            size,
+            mode,
+            noexec,
+            owner,
+            ..
+        } => {
+            let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+            if *noexec {
+                flags |= MsFlags::MS_NOEXEC;
+            }
+            let data = tmpfs_data(*size, *mode, *owner);
+            sys::mount_fs("tmpfs", at, "tmpfs", flags, Some(&data))?;
+        }
+        MountOp::Proc { .. } => {
+            let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            // hidepid=ptraceable (proc(5)): a process the reader may not ptrace is not
+            // listed. The agent, without capabilities, may not ptrace its shim (which has
+            // them, and stays in the host's mount namespace): /proc/1 — its mountinfo,
+            // cmdline and root — is out of the agent's sight, its own processes are not.
+            sys::mount_fs("proc", at, "proc", flags, Some("hidepid=ptraceable"))?;
+        }
+        MountOp::Devpts { .. } => {
+            let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+            let data = "newinstance,ptmxmode=0666,mode=620";
+            sys::mount_fs("devpts", at, "devpts", flags, Some(data))?;
+        }
+        _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    }
+    if read_only {
+        sys::mount_setattr(at, false, sys::MountAttrs::RDONLY, sys::MountAttrs::NONE)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,451 @@
+//! Sandbox templates: the read-only host view built once, copied per attempt.
+//!
+//! Most of a sandbox is the same for every attempt of every task of one shape (same
+//! `workdir`, `$HOME`, hidden, writable and read-only paths, over the same host): the root
+//! tmpfs with the host's directories bound in, `/dev`, the hidden paths, all read-only. Built
+//! per attempt that is ~60 mount operations (~2 ms). A template is that part, built once in a
+//! mount namespace of its own that the daemon keeps open; an attempt joins it (setns(2)),
+//! copies it (unshare(2) `CLONE_NEWNS` copies every mount of the namespace in one call, as a
+//! private copy: mount_namespaces(7)), and mounts only what is its own: a fresh `/proc` for its
+//! PID namespace, fresh `/tmp`, `$HOME`, `/dev/shm`, a new devpts instance, and its work
+//! directory, progress file and checkpoint directory (cloned from the host with open_tree(2)
+//! before the setns, attached with move_mount(2) after it). The result is the same mount table
+//! the full plan builds: [`attempt_on_template`] compares the two plans operation by
+//! operation and refuses a layout where they differ (a checkout, a writable path inside
+//! `$HOME`, a hidden path inside the work directory) — those take the full plan.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use super::error::Step;
+use super::kernel::mount_fresh;
+use super::planner::{plan_steps, under};
+use super::{KernelMounter, MountAttrs, MountOp, Mounter, RootEntry, SandboxLayout};
+use crate::sys::mount as sys;
+
+/// The per-task sources a template leaves out, as placeholders in its layout.
+const PLACEHOLDER_WORK: &str = "work";
+const PLACEHOLDER_PROGRESS: &str = "progress";
+const PLACEHOLDER_CHECKPOINT: &str = "checkpoint";
+
+/// What an attempt mounts itself on a copy of its template, in sandbox paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptOnTemplate {
+    /// A key naming the template's shape (equal layouts but for the per-attempt parts, over
+    /// the same host): attempts with equal keys share a template.
+    pub key: u64,
+    /// Fresh filesystems (proc, tmpfs, devpts), in plan order, at sandbox paths.
+    fresh: Vec<MountOp>,
+    /// Host sources bound at sandbox paths (the work directory, progress file, checkpoint).
+    binds: Vec<(PathBuf, PathBuf)>,
+}
+
+/// The layout a template of `layout`'s shape is built from, in `dir` (its root and
+/// placeholders for the per-task sources).
+pub fn template_layout(layout: &SandboxLayout, dir: &Path) -> SandboxLayout {
+    SandboxLayout {
+        new_root: dir.join("root"),
+        work_source: dir.join(PLACEHOLDER_WORK),
+        progress_file: dir.join(PLACEHOLDER_PROGRESS),
+        checkpoint_source: dir.join(PLACEHOLDER_CHECKPOINT),
+        ..layout.clone()
+    }
+}
+
+/// How `layout`'s attempt goes on a template, or `None` when it cannot (its plan differs from
+/// the template's in more than the per-attempt mounts). `host_mounts`: the host's mount table
+/// (`/proc/self/mountinfo`), part of the key — a template is a snapshot of the host.
+pub fn attempt_on_template(
+    layout: &SandboxLayout,
+    host_root: &[RootEntry],
+    host_mounts: &str,
+) -> Option<AttemptOnTemplate> {
+    if layout.checkout.is_some() || super::validate::validate(layout, host_root).is_err() {
+        return None;
+    }
+    let probe_dir = Path::new("/keel-template");
+    let template = template_layout(layout, probe_dir);
+    let attempt_plan = plan_steps(layout, host_root);
+    let template_plan = plan_steps(&template, host_root);
+    let own_sources = [
+        &layout.work_source,
+        &layout.progress_file,
+        &layout.checkpoint_source,
+    ];
+    let (attempt_rest, fresh, binds) = split(&attempt_plan, &layout.new_root, &own_sources)?;
+    let template_sources = [
+        &template.work_source,
+        &template.progress_file,
+        &template.checkpoint_source,
+    ];
+    let (template_rest, _, template_binds) =
+        split(&template_plan, &template.new_root, &template_sources)?;
+    // The same mount table but for what each attempt mounts itself.
+    let same = attempt_rest.len() == template_rest.len()
+        && attempt_rest
+            .iter()
+            .zip(&template_rest)
+            .all(|(a, t)| a.1 == t.1)
+        && binds
+            .iter()
+            .map(|b| &b.1)
+            .eq(template_binds.iter().map(|b| &b.1));
+    if !same {
+        return None;
+    }
+    let mut hasher = DefaultHasher::new();
+    template_rest
+        .iter()
+        .for_each(|(_, op)| op.hash(&mut hasher));
+    host_mounts.hash(&mut hasher);
+    Some(AttemptOnTemplate {
+        key: hasher.finish(),
+        fresh,
+        binds,
+    })
+}
+
+/// `op` with `map` applied to every path it mounts on or creates (not to sources).
+fn with_targets(op: &MountOp, map: impl Fn(&PathBuf) -> PathBuf) -> MountOp {
+    let mut op = op.clone();
+    match &mut op {
+        MountOp::Tmpfs { target, .. }
+        | MountOp::MakeUnbindable { target }
+        | MountOp::Proc { target }
+        | MountOp::Devpts { target }
+        | MountOp::Hide { target }
+        | MountOp::SetAttrRecursive { target, .. }
+        | MountOp::SetAttr { target, .. }
+        | MountOp::BindRecursive { target, .. }
+        | MountOp::Bind { target, .. }
+        | MountOp::Overlay { target, .. } => *target = map(target),
+        MountOp::Mkdir { path, .. }
+        | MountOp::MkFile { path }
+        | MountOp::Mountpoint { path, .. } => *path = map(path),
+        MountOp::Symlink { link, .. } => *link = map(link),
+        MountOp::PivotRoot { new_root } => *new_root = map(new_root),
+        MountOp::MakeRootPrivate => {}
+    }
+    op
+}
+
+/// An operation with its target as the sandbox will see it: before the pivot, targets under
+/// `new_root` are mapped to `/…`.
+fn in_sandbox(op: &MountOp, new_root: &Path, pivoted: bool) -> MountOp {
+    if pivoted {
+        return op.clone();
+    }
+    with_targets(op, |p| match p.strip_prefix(new_root) {
+        Ok(rel) => Path::new("/").join(rel),
+        Err(_) => p.clone(),
+    })
+}
+
+type Split = (Vec<(Step, MountOp)>, Vec<MountOp>, Vec<(PathBuf, PathBuf)>);
+
+/// Split a plan into what a template holds (sandbox paths), the fresh filesystems and the
+/// per-task binds (`own_sources`); `None` when something else lies below one of those (it
+/// would need the per-attempt mount under it).
+fn split(plan: &[(Step, MountOp)], new_root: &Path, own_sources: &[&PathBuf]) -> Option<Split> {
+    let mut rest = Vec::new();
+    let mut fresh = Vec::new();
+    let mut binds = Vec::new();
+    let mut pivoted = false;
+    for (step, op) in plan {
+        let mapped = in_sandbox(op, new_root, pivoted);
+        match &mapped {
+            MountOp::PivotRoot { .. } => pivoted = true,
+            MountOp::Tmpfs { target, .. } if target != Path::new("/") => {
+                fresh.push(mapped.clone());
+                continue;
+            }
+            MountOp::Proc { .. } | MountOp::Devpts { .. } => {
+                fresh.push(mapped.clone());
+                continue;
+            }
+            MountOp::Bind { source, target } if own_sources.contains(&source) => {
+                binds.push((source.clone(), target.clone()));
+                continue;
+            }
+            _ => {}
+        }
+        rest.push((step.clone(), mapped));
+    }
+    let own_targets: Vec<PathBuf> = fresh
+        .iter()
+        .filter_map(|op| op.target().map(Path::to_path_buf))
+        .chain(binds.iter().map(|(_, t)| t.clone()))
+        .collect();
+    let creates = |op: &MountOp| {
+        matches!(
+            op,
+            MountOp::Mkdir { .. }
+                | MountOp::MkFile { .. }
+                | MountOp::Mountpoint { .. }
+                | MountOp::Symlink { .. }
+        )
+    };
+    let mut kept = Vec::new();
+    for (step, op) in rest {
+        let Some(target) = op.target() else {
+            kept.push((step, op));
+            continue;
+        };
+        let at_own = own_targets.iter().any(|t| t == target);
+        let below_own = own_targets.iter().any(|t| t != target && under(target, t));
+        if below_own {
+            return None;
+        }
+        // The mountpoints stay in the template; the setattr clearing `rdonly` on a
+        // per-attempt mount is done by mounting it writable.
+        if at_own && !creates(&op) {
+            continue;
+        }
+        kept.push((step, op));
+    }
+    Some((kept, fresh, binds))
+}
+
+/// Build the template for `attempt`'s shape in `dir`: a mount namespace of its own, returned
+/// as a descriptor (`/proc/<pid>/ns/mnt` of the child that built it). The child is a fork of
+/// the caller, which must be single-threaded.
+pub fn build_template(
+    layout: &SandboxLayout,
+    host_root: &[RootEntry],
+    dir: &Path,
+) -> Result<OwnedFd, String> {
+    let template = template_layout(layout, dir);
+    for sub in [
+        &template.new_root,
+        &template.work_source,
+        &template.checkpoint_source,
+    ] {
+        std::fs::create_dir_all(sub).map_err(|e| format!("{}: {e}", sub.display()))?;
+    }
+    std::fs::write(&template.progress_file, b"")
+        .map_err(|e| format!("{}: {e}", template.progress_file.display()))?;
+    let sources = [
+        &template.work_source,
+        &template.progress_file,
+        &template.checkpoint_source,
+    ];
+    let plan = plan_steps(&template, host_root);
+    let (kept, _, _) = split(&plan, &template.new_root, &sources)
+        .ok_or_else(|| "this sandbox cannot be templated".to_string())?;
+    // Back to paths the kernel mounter expects (under the new root before the pivot).
+    let mut pivoted = false;
+    let ops: Vec<MountOp> = kept
+        .into_iter()
+        .map(|(_, op)| {
+            let out = if pivoted {
+                op.clone()
+            } else {
+                on_host(&op, &template.new_root)
+            };
+            if matches!(op, MountOp::PivotRoot { .. }) {
+                pivoted = true;
+            }
+            out
+        })
+        .collect();
+    let new_root = template.new_root.clone();
+    crate::sys::process::run_in_child(
+        &|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+                .map_err(|e| format!("unshare: {e}"))?;
+            let mut mounter = KernelMounter::new(&new_root);
+            for op in &ops {
+                mounter.apply(op).map_err(|e| format!("{op}: {e}"))?;
+            }
+            Ok(())
+        },
+        &|pid| std::fs::File::open(format!("/proc/{pid}/ns/mnt")).map(OwnedFd::from),
+    )
+}
+
+/// The inverse of [`in_sandbox`] before the pivot: sandbox paths back under `new_root`.
+fn on_host(op: &MountOp, new_root: &Path) -> MountOp {
+    with_targets(op, |p| {
+        let rel = p.strip_prefix("/").unwrap_or(p);
+        if rel.as_os_str().is_empty() {
+            new_root.to_path_buf()
+        } else {
+            new_root.join(rel)
+        }
+    })
+}
+
+impl AttemptOnTemplate {
+    /// In the agent's child: clone the per-task sources from the host, join and copy the
+    /// template `ns`, mount the fresh filesystems and attach the clones. On success the
+    /// caller's root is the sandbox (cwd `/`).
+    pub fn enter(&self, ns: BorrowedFd<'_>, network_none: bool) -> Result<(), String> {
+        let mut clones = Vec::with_capacity(self.binds.len());
+        for (source, target) in &self.binds {
+            let what = |e: io::Error| {
+                format!(
+                    "cannot bind {} at {}: {e}",
+                    source.display(),
+                    target.display()
+                )
+            };
+            let opened = sys::open_no_symlinks(source).map_err(what)?;
+            let clone = sys::open_tree_clone(opened.as_fd()).map_err(what)?;
+            // What the full plan leaves on them: writable, nosuid, nodev.
+            let set = MountAttrs::NOSUID.union(MountAttrs::NODEV);
+            sys::mount_setattr_fd(clone.as_fd(), false, set, MountAttrs::RDONLY).map_err(what)?;
+            clones.push((clone, target));
+        }
+        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNS)
+            .map_err(|e| format!("cannot join the sandbox template (setns: {e})"))?;
+        let mut flags = nix::sched::CloneFlags::CLONE_NEWNS;
+        if network_none {
+            flags |= nix::sched::CloneFlags::CLONE_NEWNET;
+        }
+        nix::sched::unshare(flags).map_err(|e| {
+            format!("cannot create the task's mount namespace (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN")
+        })?;
+        sys::chdir(Path::new("/")).map_err(|e| format!("chdir /: {e}"))?;
+        for op in &self.fresh {
+            let Some(target) = op.target() else { continue };
+            // proc stays read-only, as the full plan's recursive setattr leaves it.
+            let read_only = matches!(op, MountOp::Proc { .. });
+            mount_fresh(op, target, read_only).map_err(|e| format!("{op}: {e}"))?;
+        }
+        for (clone, target) in &clones {
+            sys::move_mount_to(clone.as_fd(), target)
+                .map_err(|e| format!("cannot attach the bind at {}: {e}", target.display()))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{host, layout, p};
+    use super::*;
+
+    const MOUNTS: &str = "22 1 8:1 / / rw - ext4 /dev/vda rw\n";
+
+    #[test]
+    fn an_attempt_on_a_template_mounts_only_its_own_parts() {
+        let l = layout();
+        let a = attempt_on_template(&l, &host(), MOUNTS).expect("the default shape");
+        let fresh: Vec<String> = a.fresh.iter().map(|op| op.to_string()).collect();
+        assert_eq!(
+            fresh,
+            [
+                "devpts        /dev/pts newinstance,ptmxmode=0666,mode=620",
+                "tmpfs         /dev/shm size=512M mode=1777 nosuid,nodev,noexec",
+                "proc          /proc",
+                "tmpfs         /tmp size=512M mode=1777 nosuid,nodev",
+                "tmpfs         /root size=256M mode=0700 nosuid,nodev",
+            ]
+        );
+        assert_eq!(
+            a.binds,
+            [
+                (l.progress_file.clone(), p("/run/keel/progress")),
+                (l.checkpoint_source.clone(), p("/run/keel/checkpoint")),
+                (l.work_source.clone(), p("/work")),
+            ]
+        );
+    }
+
+    #[test]
+    fn tasks_of_one_shape_share_a_template_and_other_shapes_do_not() {
+        let a = layout();
+        let mut b = layout();
+        b.work_source = p("/var/lib/keel/tasks/other/work");
+        b.progress_file = p("/var/lib/keel/tasks/other/run/progress");
+        b.checkpoint_source = p("/var/lib/keel/tasks/other/checkpoint");
+        b.new_root = p("/var/lib/keel/tasks/other/run/root");
+        b.tmp_size = 1 << 30;
+        b.home_owner = Some((1000, 1000));
+        let key =
+            |l: &SandboxLayout, mounts: &str| attempt_on_template(l, &host(), mounts).unwrap().key;
+        assert_eq!(key(&a, MOUNTS), key(&b, MOUNTS));
+        let mut hidden = layout();
+        hidden.hidden.push(p("/etc/secrets"));
+        assert_ne!(key(&a, MOUNTS), key(&hidden, MOUNTS));
+        let mut writable = layout();
+        writable.writable.push(p("/srv/cache"));
+        assert_ne!(key(&a, MOUNTS), key(&writable, MOUNTS));
+        // A new mount on the host: a new snapshot.
+        let more = format!("{MOUNTS}23 22 0:5 / /mnt rw - tmpfs tmpfs rw\n");
+        assert_ne!(key(&a, MOUNTS), key(&a, &more));
+    }
+
+    #[test]
+    fn shapes_with_per_task_parts_below_the_fresh_mounts_take_the_full_plan() {
+        // A writable path inside $HOME needs a mountpoint in the attempt's own tmpfs.
+        let mut in_home = layout();
+        in_home.writable.push(p("/root/.cache"));
+        assert_eq!(attempt_on_template(&in_home, &host(), MOUNTS), None);
+        // A hidden path inside the work directory is hidden on the attempt's bind.
+        let mut in_work = layout();
+        in_work.work_source = p("/srv/work");
+        in_work.hidden.push(p("/srv/work/secret"));
+        assert_eq!(attempt_on_template(&in_work, &host(), MOUNTS), None);
+        // (One inside the hidden state directory is no different: nothing shows it.)
+        let mut under_state = layout();
+        under_state
+            .hidden
+            .push(p("/var/lib/keel/tasks/demo/work/secret"));
+        assert!(attempt_on_template(&under_state, &host(), MOUNTS).is_some());
+        // A workdir inside $HOME is bound inside the attempt's own tmpfs.
+        let mut work_in_home = layout();
+        work_in_home.workdir = p("/root/src");
+        assert_eq!(attempt_on_template(&work_in_home, &host(), MOUNTS), None);
+    }
+
+    #[test]
+    fn the_template_plan_keeps_mountpoints_and_drops_per_attempt_mounts() {
+        let t = template_layout(&layout(), Path::new("/t"));
+        let sources = [&t.work_source, &t.progress_file, &t.checkpoint_source];
+        let (kept, _, _) = split(&plan_steps(&t, &host()), &t.new_root, &sources).unwrap();
+        let printed: Vec<String> = kept.iter().map(|(_, op)| op.to_string()).collect();
+        for gone in [
+            "proc          ",
+            "devpts        ",
+            "tmpfs         /tmp",
+            "bind          /t/",
+        ] {
+            assert!(
+                !printed.iter().any(|l| l.starts_with(gone)),
+                "{gone} kept: {printed:#?}"
+            );
+        }
+        for kept in [
+            "mkdir         /proc",
+            "mkdir         /tmp",
+            "mkdir         /work",
+            "mkfile        /run/keel/progress",
+            "setattr -R    /",
+        ] {
+            assert!(
+                printed.iter().any(|l| l.starts_with(kept)),
+                "{kept} missing: {printed:#?}"
+            );
+        }
+        // No setattr aims at a per-attempt mount (it would hit the template's root instead).
+        for own in [
+            "/tmp",
+            "/root",
+            "/dev/shm",
+            "/dev/pts",
+            "/work",
+            "/run/keel/progress",
+        ] {
+            assert!(
+                !printed
+                    .iter()
+                    .any(|l| l.starts_with("setattr ") && l.split_whitespace().nth(1) == Some(own)),
+                "setattr on {own}: {printed:#?}"
+            );
+        }
+    }
+}

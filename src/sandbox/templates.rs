@@ -1,0 +1,132 @@
+//! The daemon's sandbox templates (see [`crate::sandbox::mounts::template`]): a few mount
+//! namespaces, each the read-only host view of one sandbox shape, kept open between starts.
+//!
+//! A template is a snapshot of the host's mounts: its key covers the host's mount table and
+//! `/`, so a change there builds a new one. It pins what it binds (a filesystem unmounted on
+//! the host stays busy while a template holds it), so the daemon drops them all whenever no
+//! task is running ([`SandboxTemplates::clear`]), and keeps at most [`MAX_TEMPLATES`].
+
+use crate::sandbox::mounts::template::{build_template, AttemptOnTemplate};
+use crate::sandbox::mounts::{RootEntry, SandboxLayout};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Templates kept at once (shapes differ by `workdir`, `$HOME`, hidden and writable paths).
+pub const MAX_TEMPLATES: usize = 4;
+
+struct Entry {
+    key: u64,
+    ns: OwnedFd,
+    dir: PathBuf,
+    used: Instant,
+}
+
+/// The templates of one daemon, built on demand in `dir` (under keel's state directory,
+/// which every sandbox hides).
+pub struct SandboxTemplates {
+    dir: PathBuf,
+    entries: Vec<Entry>,
+    /// Keys whose build failed: not tried again until [`SandboxTemplates::clear`].
+    failed: Vec<u64>,
+    /// `KEEL_NO_SANDBOX_TEMPLATES=1` (tests, and a way out): every sandbox built in full.
+    disabled: bool,
+}
+
+impl SandboxTemplates {
+    pub fn new(dir: PathBuf) -> SandboxTemplates {
+        // What an earlier daemon left: empty placeholders (its namespaces died with it).
+        remove_dir(&dir);
+        SandboxTemplates {
+            dir,
+            entries: Vec::new(),
+            failed: Vec::new(),
+            disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1"),
+        }
+    }
+
+    /// The template namespace for `attempt` (a descriptor of its own, for the spawn), built
+    /// now if there is none of its key. `None` when the build failed (logged once; the
+    /// attempt then takes the full plan, which reports any real problem as its own).
+    pub fn get(
+        &mut self,
+        attempt: &AttemptOnTemplate,
+        layout: &SandboxLayout,
+        host_root: &[RootEntry],
+    ) -> Option<OwnedFd> {
+        if self.disabled {
+            return None;
+        }
+        if let Some(entry) = self.entries.iter_mut().find(|e| e.key == attempt.key) {
+            entry.used = Instant::now();
+            return entry.ns.as_fd().try_clone_to_owned().ok();
+        }
+        if self.failed.contains(&attempt.key) {
+            return None;
+        }
+        if self.entries.len() >= MAX_TEMPLATES {
+            let oldest = (0..self.entries.len()).min_by_key(|&i| self.entries[i].used)?;
+            let entry = self.entries.swap_remove(oldest);
+            remove_dir(&entry.dir);
+        }
+        let dir = self.dir.join(format!("{:016x}", attempt.key));
+        let started = Instant::now();
+        match build_template(layout, host_root, &dir) {
+            Ok(ns) => {
+                log::info!(
+                    "sandbox template {:016x} built in {} µs",
+                    attempt.key,
+                    started.elapsed().as_micros()
+                );
+                let copy = ns.as_fd().try_clone_to_owned().ok();
+                self.entries.push(Entry {
+                    key: attempt.key,
+                    ns,
+                    dir,
+                    used: Instant::now(),
+                });
+                copy
+            }
+            Err(e) => {
+                log::warn!("no sandbox template ({e}): sandboxes are built in full");
+                self.failed.push(attempt.key);
+                remove_dir(&dir);
+                None
+            }
+        }
+    }
+
+    /// Drop every template (their namespaces go with the last descriptor).
+    pub fn clear(&mut self) {
+        for entry in self.entries.drain(..) {
+            remove_dir(&entry.dir);
+        }
+        // Made again with the next template.
+        let _ = std::fs::remove_dir(&self.dir);
+        self.failed.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl Drop for SandboxTemplates {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// A template's directory on the host holds only empty placeholders: its mounts live in the
+/// template's namespace alone.
+fn remove_dir(dir: &std::path::Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            log::warn!("cannot remove {}: {e}", dir.display());
+        }
+    }
+}
