@@ -43,11 +43,19 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         cgroup_name: Option<String>,
     },
-    /// One line per task: state, attempt, pid, last exit, progress.
+    /// One line per task, what needs you coloured; with UNIT, that task in full.
     Status {
         unit: Option<String>,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Redraw in place every SECS seconds (default 2) until Ctrl-C.
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2",
+              value_parser = parse_watch)]
+        watch: Option<std::time::Duration>,
+        /// Colours: `auto` (on a terminal, unless NO_COLOR is set), `always` or `never`.
+        #[arg(long, value_name = "WHEN", default_value = "auto",
+              value_parser = ["auto", "always", "never"])]
+        color: String,
     },
     /// Validate a unit file and install it into the daemon's units directory.
     Add { file: PathBuf },
@@ -170,7 +178,20 @@ fn main() {
             keel::logger::init("shim");
             std::process::exit(keel::sandbox::shim::run(&spec, None));
         }
-        Command::Status { unit, json } => cli::status::run(&state_dir, unit.as_deref(), json),
+        Command::Status {
+            unit,
+            json,
+            watch,
+            color,
+        } => cli::status::run(
+            &state_dir,
+            &cli::status::Options {
+                unit: unit.as_deref(),
+                json,
+                watch,
+                colour: &color,
+            },
+        ),
         Command::Add { file } => cli::add::run(&state_dir, &file),
         Command::Rm { unit, force } => cli::rm::run(&state_dir, &unit, force),
         Command::Harvest { unit } => cli::simple::run(&state_dir, Request::Harvest { unit }),
@@ -214,5 +235,20 @@ fn main() {
     if let Err(e) = result {
         eprintln!("keel: {e}");
         std::process::exit(1);
+    }
+}
+
+/// `--watch SECS`: a period of at least 0.1 s.
+fn parse_watch(text: &str) -> Result<std::time::Duration, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if (0.1..=86_400.0).contains(&secs) => {
+            Ok(std::time::Duration::from_secs_f64(secs))
+        }
+        Ok(_) => Err(format!(
+            "{text}: the period is in seconds, from 0.1 to 86400"
+        )),
+        Err(_) => Err(format!(
+            "{text:?} is not a number of seconds (a unit goes first: `keel status UNIT --watch`)"
+        )),
     }
 }

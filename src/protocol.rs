@@ -138,4 +138,107 @@ pub struct TaskInfo {
     /// When the progress file's content last changed during this attempt (unix ms).
     #[serde(default)]
     pub progress_changed_ms: Option<u64>,
+    /// Branches of this task's checkout kept in the main repository because a harvest could
+    /// not fast-forward (`<branch>@<attempt>`): work waiting for a person to merge it.
+    #[serde(default)]
+    pub kept_branches: Vec<String>,
+    /// Only when one unit is asked for (`keel status UNIT`): the task in full.
+    #[serde(default)]
+    pub detail: Option<TaskDetail>,
+}
+
+/// One task in full, for `keel status UNIT`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TaskDetail {
+    pub unit_file: String,
+    /// The command of the current unit file (`None`: no valid unit file).
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// The captured stdout and stderr (`keel logs UNIT`).
+    pub log_path: String,
+    /// When the current (or last) attempt started (unix ms).
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    /// The last few ended attempts, oldest first.
+    #[serde(default)]
+    pub recent_exits: Vec<ExitInfo>,
+    #[serde(default)]
+    pub restart: Option<RestartInfo>,
+    #[serde(default)]
+    pub checkout: Option<CheckoutInfo>,
+    #[serde(default)]
+    pub liveness: Option<LivenessInfo>,
+    /// The unit's resources, which are the cgroup's limits: CPU cores, memory (bytes),
+    /// processes (`pids.max`).
+    #[serde(default)]
+    pub cpu_limit: Option<f64>,
+    #[serde(default)]
+    pub memory_limit_bytes: Option<u64>,
+    #[serde(default)]
+    pub pids_limit: Option<u64>,
+    /// The processes in the live attempt's cgroup (host pids: the shim, the agent, its
+    /// children).
+    #[serde(default)]
+    pub processes: Vec<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExitInfo {
+    pub attempt: u32,
+    /// As `last_exit`: `exit:N`, `signal:NAME`, `oom`, `stalled`, `lost`, `spawn-failed`.
+    pub exit: String,
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    pub ended_ms: u64,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// The restart policy and where the task stands against it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RestartInfo {
+    /// `Always`, `OnFailure` or `Never`.
+    pub policy: String,
+    /// `restart_limit`: at most `limit` restarts within `window_ms`.
+    pub limit: u32,
+    pub window_ms: u64,
+    pub consecutive_failures: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CheckoutInfo {
+    /// The checkout's directory in the state directory (mounted as the agent's workdir).
+    pub path: String,
+    pub repo: String,
+    pub branch: String,
+    /// `repo.base` as written in the unit, and the commit it was.
+    pub base: String,
+    pub base_commit: String,
+}
+
+/// The liveness watch of the live attempt: each signal's last evidence (unix ms), whether
+/// it counts, and the deadlines.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LivenessInfo {
+    pub verdict: String,
+    pub signals: Vec<SignalInfo>,
+    pub heartbeat_timeout_ms: u64,
+    pub progress_timeout_ms: u64,
+    pub startup_grace_ms: u64,
+    /// `Restart`, `Kill` or `Report`.
+    pub on_stall: String,
+    /// When the task is judged stalled if nothing more is seen (unix ms).
+    pub stall_at_ms: u64,
+    /// When it is judged without progress if the progress file does not change.
+    #[serde(default)]
+    pub no_progress_at_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SignalInfo {
+    /// `heartbeat`, `progress`, `output` or `cpu`.
+    pub kind: String,
+    pub counted: bool,
+    #[serde(default)]
+    pub last_ms: Option<u64>,
 }

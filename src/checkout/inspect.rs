@@ -262,6 +262,21 @@ fn unharvested(git: &Path, record: &CheckoutRecord) -> Result<Vec<String>, Check
     Ok(losses(git, record)?.into_iter().map(|l| l.label).collect())
 }
 
+/// The task's branches kept in the main repository by harvests that could not fast-forward
+/// (`<branch>@<attempt>`, see [`harvest::kept_name`]): work that waits for a person.
+pub fn kept_branches(record: &CheckoutRecord) -> Result<Vec<String>, CheckoutError> {
+    let main = resolve::open_main(&record.repo)?;
+    let listing = |e| CheckoutError::git("listing the kept branches", &record.repo, e);
+    let mut kept: Vec<String> = main
+        .references_glob(&format!("refs/heads/{}@*", record.branch))
+        .map_err(listing)?
+        .flatten()
+        .filter_map(|r| r.shorthand().ok().map(str::to_string))
+        .collect();
+    kept.sort();
+    Ok(kept)
+}
+
 /// `refs/keel/kept/<unit>`: where a forced removal keeps the task's unharvested refs (a unit
 /// name a ref cannot carry is spelled in hex, as in [`resolve::pin_ref`]).
 pub(crate) fn kept_prefix(unit: &str) -> String {

@@ -57,7 +57,9 @@ pub use create::{prepare, PrepareOptions, Prepared};
 pub use error::CheckoutError;
 pub use files::disk_bytes;
 pub use harvest::{harvest, Harvest};
-pub use inspect::{disk_usage, prune_bases, remove, state, CheckoutState, DiskUsage, Removed};
+pub use inspect::{
+    disk_usage, kept_branches, prune_bases, remove, state, CheckoutState, DiskUsage, Removed,
+};
 pub use record::{checkout_dir, CheckoutRecord, Files};
 pub use resolve::{default_branch, pin_ref, validate, Resolved};
 

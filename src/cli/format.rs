@@ -52,9 +52,121 @@ pub fn fit(text: &str, width: usize) -> String {
     cut
 }
 
+/// What a state's colour says: fine, worth a look, needs a person, or nothing going on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    Good,
+    Warn,
+    Bad,
+    Quiet,
+}
+
+/// `text` in the tone's colour (ANSI SGR) when `colour`, else as is.
+pub fn paint(text: &str, tone: Tone, colour: bool) -> String {
+    if !colour {
+        return text.to_string();
+    }
+    let code = match tone {
+        Tone::Good => "32",
+        Tone::Warn => "33",
+        Tone::Bad => "1;31",
+        Tone::Quiet => "2",
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
+
+/// `--color`: `always`, `never`, or `auto` (colours on a terminal unless `NO_COLOR` is set to
+/// something: <https://no-color.org>).
+pub fn use_colour(choice: &str, is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    match choice {
+        "always" => true,
+        "never" => false,
+        _ => is_terminal && no_color.is_none_or(|v| v.is_empty()),
+    }
+}
+
+/// The text without its ANSI escape sequences (CSI: `ESC [ … letter`).
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // Skip `[` and the parameters up to the final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// [`fit`] for text that may hold ANSI colours: only visible characters count, and a cut line
+/// ends with a reset so that the colour does not leak into the next.
+pub fn fit_visible(text: &str, width: usize) -> String {
+    if strip_ansi(text).chars().count() <= width {
+        return text.to_string();
+    }
+    let (mut out, mut seen, mut chars) = (String::new(), 0, text.chars());
+    let mut coloured = false;
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            out.push(c);
+            coloured = true;
+            for c in chars.by_ref() {
+                out.push(c);
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+            continue;
+        }
+        if seen + 1 == width {
+            break;
+        }
+        out.push(c);
+        seen += 1;
+    }
+    out.push('…');
+    if coloured {
+        out.push_str("\x1b[0m");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colours_only_when_asked_or_on_a_terminal_without_no_color() {
+        let set = Some(std::ffi::OsStr::new("1"));
+        let empty = Some(std::ffi::OsStr::new(""));
+        assert!(use_colour("auto", true, None));
+        assert!(
+            use_colour("auto", true, empty),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!use_colour("auto", true, set));
+        assert!(!use_colour("auto", false, None));
+        assert!(use_colour("always", false, set));
+        assert!(!use_colour("never", true, None));
+        assert_eq!(paint("failed", Tone::Bad, false), "failed");
+        assert_eq!(paint("failed", Tone::Bad, true), "\x1b[1;31mfailed\x1b[0m");
+    }
+
+    #[test]
+    fn a_coloured_line_is_cut_on_what_shows() {
+        let line = format!("ab {} cd", paint("running", Tone::Good, true));
+        assert_eq!(fit_visible(&line, 100), line);
+        let cut = fit_visible(&line, 6);
+        assert_eq!(strip_ansi(&cut), "ab ru…");
+        assert!(cut.ends_with("\x1b[0m"), "{cut:?}");
+        assert_eq!(fit_visible("abcdef", 4), fit("abcdef", 4));
+    }
 
     #[test]
     fn durations_read_naturally() {

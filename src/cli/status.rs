@@ -1,7 +1,8 @@
-//! `keel status [UNIT] [--json]`: one line a task, read at a glance; `--json` is the stable
-//! [`crate::protocol::StatusReport`].
+//! `keel status [UNIT] [--json] [--watch [SECS]] [--color WHEN]`: one line a task, read at a
+//! glance (a state's colour says whether it needs a person); with UNIT, that task in full
+//! ([`super::status_detail`]); `--json` is the stable [`crate::protocol::StatusReport`].
 
-use super::format::{ago, duration_precise, fit};
+use super::format::{ago, duration_precise, fit, fit_visible, paint, Tone};
 use super::{request, CliError, CliResult};
 use crate::daemon::queue::format_bytes;
 use crate::protocol::{Request, Response, StatusReport, TaskInfo};
@@ -9,35 +10,87 @@ use crate::state::now_ms;
 use std::path::Path;
 use std::time::Duration;
 
-pub fn run(state_dir: &Path, unit: Option<&str>, json: bool) -> CliResult {
-    let response = request(
-        state_dir,
-        &Request::Status {
-            unit: unit.map(str::to_string),
-        },
-        Some(Duration::from_secs(30)),
-    )?;
-    let report = match response {
-        Response::Status(report) => report,
-        Response::Error { message } => return Err(CliError(message)),
-        other => return Err(CliError(format!("unexpected answer: {other:?}"))),
-    };
-    if json {
+/// Every line of the table fits this many columns.
+pub const WIDTH: usize = 100;
+
+pub struct Options<'a> {
+    pub unit: Option<&'a str>,
+    pub json: bool,
+    /// `--watch`: redraw every this often.
+    pub watch: Option<Duration>,
+    /// `--color`: `always`, `never` or `auto`.
+    pub colour: &'a str,
+}
+
+pub fn run(state_dir: &Path, options: &Options<'_>) -> CliResult {
+    use std::io::IsTerminal;
+    let terminal = std::io::stdout().is_terminal();
+    let colour = super::format::use_colour(
+        options.colour,
+        terminal,
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
+    if let Some(every) = options.watch {
+        return super::watch::run(state_dir, options.unit, every, colour, terminal);
+    }
+    let report = fetch(state_dir, options.unit, Duration::from_secs(30))?;
+    if options.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&report).map_err(|e| CliError(e.to_string()))?
         );
     } else {
-        print!("{}", render(&report, now_ms()));
+        print!("{}", render(&report, now_ms(), colour));
     }
     Ok(())
 }
 
-/// The table, at most 100 columns wide.
-pub fn render(report: &StatusReport, now: u64) -> String {
+/// One status request (`unit`: that task in full), answered within `timeout`.
+pub fn fetch(
+    state_dir: &Path,
+    unit: Option<&str>,
+    timeout: Duration,
+) -> Result<StatusReport, CliError> {
+    fetch_report(state_dir, unit, timeout)?.map_err(CliError)
+}
+
+/// [`fetch`], telling a daemon that cannot be reached (the outer error) from one that answers
+/// with a refusal (the inner one: an unknown unit).
+pub fn fetch_report(
+    state_dir: &Path,
+    unit: Option<&str>,
+    timeout: Duration,
+) -> Result<Result<StatusReport, String>, CliError> {
+    let response = request(
+        state_dir,
+        &Request::Status {
+            unit: unit.map(str::to_string),
+        },
+        Some(timeout),
+    )?;
+    match response {
+        Response::Status(report) => Ok(Ok(report)),
+        Response::Error { message } => Ok(Err(message)),
+        other => Err(CliError(format!("unexpected answer: {other:?}"))),
+    }
+}
+
+/// The table, or one task in full when the report holds its detail.
+pub fn render(report: &StatusReport, now: u64, colour: bool) -> String {
+    if let [task] = report.tasks.as_slice() {
+        if let Some(detail) = &task.detail {
+            return super::status_detail::render(task, detail, now, colour);
+        }
+    }
+    render_table(report, now, colour)
+}
+
+/// The table: the daemon, a summary of what needs attention, one line a task; at most
+/// [`WIDTH`] columns whatever the names, reasons and figures.
+pub fn render_table(report: &StatusReport, now: u64, colour: bool) -> String {
     let d = &report.daemon;
-    let mut out = format!(
-        "daemon pid {} up {} · state {} · cgroups {}{}\n",
+    let mut lines = vec![format!(
+        "daemon pid {} up {} · state {} · cgroups {}{}",
         d.pid,
         ago(Some(d.started_ms), now).trim_end_matches(" ago"),
         d.state_dir,
@@ -47,45 +100,143 @@ pub fn render(report: &StatusReport, now: u64) -> String {
         } else {
             ""
         }
-    );
-    out.push_str(&format!(
-        "{:<18} {:<9} {:>3} {:>7} {:>5} {:>6} {:>7} {:<14} {}\n",
+    )];
+    if !report.tasks.is_empty() {
+        lines.push(summary(&report.tasks, colour));
+    }
+    lines.push(format!(
+        "{:<18} {:<9} {:>4} {:>7} {:>5} {:>6} {:>5} {:<14} {}",
         "UNIT", "STATE", "TRY", "PID", "CPU", "MEM", "SINCE", "LAST EXIT", "NOTE"
     ));
     for task in &report.tasks {
-        out.push_str(&fit(&row(task, now), 100));
-        out.push('\n');
+        lines.push(row(task, now, colour));
     }
     if report.tasks.is_empty() {
-        out.push_str("(no units: add one with `keel add FILE.ron`)\n");
+        lines.push("(no units: add one with `keel add FILE.ron`)".into());
     }
     for invalid in &report.invalid_units {
-        out.push_str(&fit(&format!("invalid: {invalid}"), 100));
+        lines.push(format!(
+            "{} {invalid}",
+            paint("invalid:", Tone::Bad, colour)
+        ));
+    }
+    let mut out = String::new();
+    for line in lines {
+        out.push_str(&fit_visible(&line, WIDTH));
         out.push('\n');
     }
     out
 }
 
-fn row(task: &TaskInfo, now: u64) -> String {
-    let note = note(task, now);
+/// Whether a task needs a person (`Bad`), is worth a look (`Warn`), is fine (`Good`), or has
+/// nothing going on (`Quiet`).
+pub fn tone(task: &TaskInfo) -> Tone {
+    if matches!(task.state.as_str(), "failed" | "stalled") {
+        return Tone::Bad;
+    }
+    let waiting = task.state == "queued" && task.reason.is_some();
+    if waiting
+        || matches!(task.state.as_str(), "backoff" | "stopping")
+        || task.liveness.as_deref() == Some("no-progress")
+        || task.unit_file_missing
+        || !task.kept_branches.is_empty()
+        || task.restarts >= RESTART_LOOP
+    {
+        return Tone::Warn;
+    }
+    match task.state.as_str() {
+        "running" | "starting" | "succeeded" => Tone::Good,
+        _ => Tone::Quiet,
+    }
+}
+
+/// This many restarts counted toward the limit look like a loop.
+const RESTART_LOOP: usize = 3;
+
+/// `1 needs attention, 2 worth a look · 5 tasks: 1 failed, 2 running, …`.
+fn summary(tasks: &[TaskInfo], colour: bool) -> String {
+    const ORDER: [&str; 9] = [
+        "failed",
+        "stalled",
+        "backoff",
+        "stopping",
+        "queued",
+        "starting",
+        "running",
+        "succeeded",
+        "stopped",
+    ];
+    let mut parts = Vec::new();
+    for state in ORDER {
+        let of_state: Vec<&TaskInfo> = tasks.iter().filter(|t| t.state == state).collect();
+        let worst = of_state.iter().map(|t| tone(t)).min_by_key(|t| rank(*t));
+        if let Some(worst) = worst {
+            let words = format!("{} {state}", of_state.len());
+            parts.push(paint(&words, worst, colour));
+        }
+    }
+    let bad = tasks.iter().filter(|t| tone(t) == Tone::Bad).count();
+    let warn = tasks.iter().filter(|t| tone(t) == Tone::Warn).count();
+    let need = |b: usize| {
+        let verb = if b == 1 { "needs" } else { "need" };
+        paint(&format!("{b} {verb} attention"), Tone::Bad, colour)
+    };
+    let look = |w: usize| paint(&format!("{w} worth a look"), Tone::Warn, colour);
+    let verdict = match (bad, warn) {
+        (0, 0) => paint("all fine", Tone::Good, colour),
+        (0, w) => look(w),
+        (b, 0) => need(b),
+        (b, w) => format!("{}, {}", need(b), look(w)),
+    };
+    // The verdict first: a narrow cut loses the counts, never it.
     format!(
-        "{:<18} {:<9} {:>3} {:>7} {:>5} {:>6} {:>7} {:<14} {}",
-        fit(&task.unit, 18),
-        task.state,
-        task.attempt,
-        task.pid.map_or("-".to_string(), |p| p.to_string()),
-        task.cpu_percent
-            .map_or("-".to_string(), |p| format!("{p:.0}%")),
-        task.memory_bytes
-            .map_or("-".to_string(), |m| format_bytes(m, false)),
-        ago(task.since_ms, now).trim_end_matches(" ago"),
-        fit(task.last_exit.as_deref().unwrap_or("-"), 14),
-        note
+        "{verdict} · {} task{}: {}",
+        tasks.len(),
+        if tasks.len() == 1 { "" } else { "s" },
+        parts.join(", ")
     )
 }
 
-fn note(task: &TaskInfo, now: u64) -> String {
+/// The most alarming tone first.
+fn rank(tone: Tone) -> u8 {
+    match tone {
+        Tone::Bad => 0,
+        Tone::Warn => 1,
+        Tone::Good => 2,
+        Tone::Quiet => 3,
+    }
+}
+
+fn row(task: &TaskInfo, now: u64, colour: bool) -> String {
+    let state = paint(&format!("{:<9}", fit(&task.state, 9)), tone(task), colour);
+    let dash = || "-".to_string();
+    let line = format!(
+        "{:<18} {state} {:>4} {:>7} {:>5} {:>6} {:>5} {:<14} {}",
+        fit(&task.unit, 18),
+        fit(&task.attempt.to_string(), 4),
+        task.pid.map_or_else(dash, |p| p.to_string()),
+        task.cpu_percent
+            .map_or_else(dash, |p| fit(&format!("{p:.0}%"), 5)),
+        task.memory_bytes
+            .map_or_else(dash, |m| fit(&format_bytes(m, false), 6)),
+        fit(ago(task.since_ms, now).trim_end_matches(" ago"), 5),
+        fit(task.last_exit.as_deref().unwrap_or("-"), 14),
+        note(task, now, colour)
+    );
+    line.trim_end().to_string()
+}
+
+/// What the person should know beyond the figures, the most important first (the line is cut
+/// at [`WIDTH`]).
+fn note(task: &TaskInfo, now: u64, colour: bool) -> String {
     let mut parts = Vec::new();
+    if task.unit_file_missing {
+        parts.push(paint(
+            "unit file missing (keel rm forgets the task)",
+            Tone::Warn,
+            colour,
+        ));
+    }
     if let Some(until) = task.backoff_until_ms {
         parts.push(format!(
             "restart in {}",
@@ -96,7 +247,21 @@ fn note(task: &TaskInfo, now: u64) -> String {
         parts.push(reason.clone());
     }
     if task.liveness.as_deref() == Some("no-progress") {
-        parts.push("no progress".into());
+        parts.push(paint("no progress", Tone::Warn, colour));
+    }
+    if !task.kept_branches.is_empty() {
+        parts.push(paint(
+            &format!("kept {}", task.kept_branches.join(", ")),
+            Tone::Warn,
+            colour,
+        ));
+    }
+    if task.restarts >= RESTART_LOOP {
+        parts.push(paint(
+            &format!("{} restarts", task.restarts),
+            Tone::Warn,
+            colour,
+        ));
     }
     if let (Some(at), Some(kind)) = (task.last_activity_ms, &task.last_activity_kind) {
         // The last evidence of work: `heartbeat 12s ago` (short: the note is ~25 columns).
@@ -110,87 +275,9 @@ fn note(task: &TaskInfo, now: u64) -> String {
     if task.unit_changed {
         parts.push("unit edited: applies at next start".into());
     }
-    if task.unit_file_missing {
-        parts.push("unit file missing (keel rm forgets the task)".into());
-    }
     parts.join(" · ")
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::DaemonInfo;
-
-    #[test]
-    fn table_fits_100_columns() {
-        let task = TaskInfo {
-            unit: "a-very-long-unit-name-that-goes-on-and-on".into(),
-            state: "backoff".into(),
-            attempt: 12,
-            generation: 12,
-            pid: Some(4_194_303),
-            since_ms: Some(0),
-            backoff_until_ms: Some(5_000),
-            last_exit: Some("signal:SIGKILL".into()),
-            restarts: 3,
-            reason: Some("a long reason ".repeat(10)),
-            progress: Some("step 3 of 9".into()),
-            unit_changed: false,
-            unit_file_missing: false,
-            cpu_usec: Some(12_345_678),
-            cpu_percent: Some(187.4),
-            memory_bytes: Some(3 << 30),
-            memory_peak_bytes: Some(4 << 30),
-            pids: Some(42),
-            checkout_bytes: Some(860_000),
-            last_activity_ms: Some(988),
-            last_activity_kind: Some("heartbeat".into()),
-            liveness: Some("running".into()),
-            progress_changed_ms: None,
-        };
-        let report = StatusReport {
-            daemon: DaemonInfo {
-                pid: 1,
-                started_ms: 0,
-                state_dir: "/var/lib/keel".into(),
-                units_dir: "/var/lib/keel/units".into(),
-                cgroup_mode: "none".into(),
-                under_init: false,
-            },
-            tasks: vec![task],
-            invalid_units: vec!["x.ron:1:1: bad".into()],
-        };
-        let text = render(&report, 1_000);
-        for line in text.lines() {
-            assert!(line.chars().count() <= 100, "too wide: {line}");
-        }
-        assert!(text.contains("backoff"));
-        assert!(text.contains("restart in 4.0s"));
-        assert!(text.contains(" 187% "), "{text}");
-        assert!(text.contains("3G"), "{text}");
-        assert!(text.contains("invalid: x.ron:1:1: bad"));
-    }
-
-    #[test]
-    fn a_running_task_shows_its_last_activity_and_a_missing_progress() {
-        let task: TaskInfo = serde_json::from_value(serde_json::json!({
-            "unit": "a", "state": "stalled", "attempt": 1, "generation": 1, "pid": 9,
-            "since_ms": 0, "backoff_until_ms": null, "last_exit": null, "restarts": 0,
-            "reason": null, "progress": "step 3", "unit_changed": false,
-            "last_activity_ms": 88_000, "last_activity_kind": "heartbeat",
-            "liveness": "no-progress",
-        }))
-        .unwrap();
-        assert_eq!(
-            note(&task, 100_000),
-            "no progress · heartbeat 12s ago · “step 3”"
-        );
-        let quiet = TaskInfo {
-            last_activity_ms: None,
-            last_activity_kind: None,
-            liveness: Some("running".into()),
-            ..task
-        };
-        assert_eq!(note(&quiet, 100_000), "no activity yet · “step 3”");
-    }
-}
+#[path = "status_tests.rs"]
+mod tests;

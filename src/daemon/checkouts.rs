@@ -57,6 +57,9 @@ impl Daemon {
         }
         match checkout::harvest(&self.dirs, unit, attempt) {
             Ok(harvest) => {
+                if let Some(task) = self.tasks.get(unit) {
+                    task.kept_branches.take();
+                }
                 let detail = harvest.to_string();
                 log::info!("{unit}: harvest: {detail}");
                 self.journal_event(unit, attempt, generation, "harvest", &detail);
@@ -89,6 +92,9 @@ impl Daemon {
         }
         match checkout::harvest(&self.dirs, unit, attempt) {
             Ok(harvest) => {
+                if let Some(task) = self.tasks.get(unit) {
+                    task.kept_branches.take();
+                }
                 let detail = harvest.to_string();
                 self.journal_event(unit, attempt, generation, "harvest", &detail);
                 Response::Ok {
@@ -200,9 +206,35 @@ impl Daemon {
             .set(Some((bytes, std::time::Instant::now())));
         Some(bytes)
     }
+
+    /// The task's branches kept in the main repository by harvests that could not
+    /// fast-forward. Listed at most once a minute, and again after each harvest.
+    pub(crate) fn kept_branches(&self, unit: &str) -> Vec<String> {
+        let Some(task) = self.tasks.get(unit) else {
+            return Vec::new();
+        };
+        if let Some((kept, at)) = task.kept_branches.borrow().as_ref() {
+            if at.elapsed() < CHECKOUT_BYTES_TTL {
+                return kept.clone();
+            }
+        }
+        let kept = match checkout::record(&self.dirs, unit) {
+            Ok(Some(record)) => checkout::kept_branches(&record).unwrap_or_else(|e| {
+                log::warn!("{unit}: cannot list the kept branches: {e}");
+                Vec::new()
+            }),
+            Ok(None) => Vec::new(),
+            Err(e) => {
+                log::warn!("{unit}: cannot list the kept branches: {e}");
+                Vec::new()
+            }
+        };
+        *task.kept_branches.borrow_mut() = Some((kept.clone(), std::time::Instant::now()));
+        kept
+    }
 }
 
-/// How long `keel status` reuses a checkout's disk use.
+/// How long `keel status` reuses a checkout's disk use and its list of kept branches.
 const CHECKOUT_BYTES_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The uid and gid the agent runs as (`sandbox.user`), who must own its checkout's files.

@@ -5,7 +5,7 @@
 use super::record::{Intent, TaskState};
 use super::timers::Timer;
 use super::{Daemon, DaemonError, Shutdown, Source};
-use crate::protocol::{DaemonInfo, Request, Response, StatusReport, TaskInfo};
+use crate::protocol::{Request, Response};
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Token};
 use std::io::{Read, Write};
@@ -275,7 +275,7 @@ impl Daemon {
         }
     }
 
-    fn known(&self, unit: &str) -> Result<(), Box<Response>> {
+    pub(super) fn known(&self, unit: &str) -> Result<(), Box<Response>> {
         if self.tasks.contains_key(unit) {
             Ok(())
         } else {
@@ -495,71 +495,5 @@ impl Daemon {
         Response::Ok {
             message: format!("{name}: installed as {}", path.display()),
         }
-    }
-
-    fn status(&self, only: Option<&str>) -> Response {
-        if let Some(unit) = only {
-            if let Err(e) = self.known(unit) {
-                return *e;
-            }
-        }
-        let tasks = self
-            .tasks
-            .values()
-            .filter(|t| only.is_none_or(|u| u == t.name))
-            .map(|t| {
-                let r = &t.record;
-                let figures = self.slice_figures(&t.name);
-                let live = self.liveness_view(&t.name);
-                let since_ms = match r.state {
-                    s if s.is_final() => r.finished_ms,
-                    TaskState::Queued => r.finished_ms.or(Some(r.submitted_ms)),
-                    TaskState::Backoff => r.finished_ms,
-                    _ => r.started_ms,
-                };
-                TaskInfo {
-                    unit: t.name.clone(),
-                    state: r.state.to_string(),
-                    attempt: r.attempt,
-                    generation: r.generation,
-                    pid: t.shim.as_ref().map(|s| s.pid),
-                    since_ms,
-                    backoff_until_ms: r.backoff_until_ms,
-                    last_exit: r.last_exit.map(|e| e.to_string()),
-                    restarts: r.restarts.len(),
-                    reason: match (&t.waiting, r.state) {
-                        (Some(waiting), TaskState::Queued) => Some(waiting.clone()),
-                        _ => r.reason.clone(),
-                    },
-                    progress: super::last_progress_line(&self.dirs.run_dir(&t.name)),
-                    unit_changed: r.state.has_attempt() && t.accepted_text != t.unit_text,
-                    unit_file_missing: !t.seen_file,
-                    cpu_usec: figures.map(|f| f.cpu_usec),
-                    cpu_percent: figures.and_then(|f| f.cpu_percent),
-                    memory_bytes: figures.map(|f| f.memory),
-                    memory_peak_bytes: figures.and_then(|f| f.memory_peak),
-                    pids: figures.map(|f| f.pids),
-                    checkout_bytes: self.checkout_bytes(&t.name),
-                    last_activity_ms: live.as_ref().and_then(|l| l.last_activity.map(|a| a.0)),
-                    last_activity_kind: live
-                        .as_ref()
-                        .and_then(|l| l.last_activity.map(|a| a.1.to_string())),
-                    liveness: live.as_ref().map(|l| l.verdict.to_string()),
-                    progress_changed_ms: live.and_then(|l| l.progress_changed_ms),
-                }
-            })
-            .collect();
-        Response::Status(StatusReport {
-            daemon: DaemonInfo {
-                pid: std::process::id() as i32,
-                started_ms: self.started_ms,
-                state_dir: self.dirs.root.display().to_string(),
-                units_dir: self.units_dir.display().to_string(),
-                cgroup_mode: self.cgroup_mode(),
-                under_init: self.under_init.is_some(),
-            },
-            tasks,
-            invalid_units: self.invalid_units.values().cloned().collect(),
-        })
     }
 }

@@ -426,6 +426,16 @@ impl Daemon {
         let stall = super::liveness::take_stall(&mut task.record, &mut ending);
         let exit = ending.exit;
         task.record.last_exit = Some(exit);
+        task.record.remember_exit(super::record::PastExit {
+            attempt,
+            exit,
+            started_ms: task.record.started_ms,
+            ended_ms: ending.ended_ms.unwrap_or_else(now_ms),
+            note: stall
+                .as_ref()
+                .map(|s| s.reason.clone())
+                .or(ending.note.clone()),
+        });
         task.record.shim = None;
         task.record.stop_started_ms = None;
         task.record.finished_ms = Some(now_ms());

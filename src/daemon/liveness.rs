@@ -71,6 +71,13 @@ pub(crate) struct LivenessView {
     pub verdict: &'static str,
     /// Unix ms of the last change of the progress file during this attempt.
     pub progress_changed_ms: Option<u64>,
+    /// Each signal: its name, whether it counts, its last evidence (unix ms).
+    pub signals: [(&'static str, bool, Option<u64>); 4],
+    pub settings: Settings,
+    pub on_stall: OnStall,
+    /// When the verdict turns stalled / no-progress if nothing more is seen (unix ms).
+    pub stall_at_ms: u64,
+    pub no_progress_at_ms: Option<u64>,
 }
 
 impl Watches {
@@ -103,8 +110,9 @@ fn mono_of_wall(wall_ms: u64, now: Ms, now_wall: u64) -> Ms {
     now.saturating_sub(now_wall.saturating_sub(wall_ms))
 }
 
+/// A monotonic instant on the wall clock, past or future.
 fn wall_of_mono(at: Ms, now: Ms, now_wall: u64) -> u64 {
-    now_wall.saturating_sub(now.saturating_sub(at))
+    now_wall.saturating_add(at).saturating_sub(now)
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -503,10 +511,25 @@ impl Daemon {
             evidence.output = evidence.output.max(seen);
         }
         let last = liveness::last_activity(&watch.settings, &evidence);
+        let wall = |at: Ms| wall_of_mono(at, now, now_wall);
+        let (s, judged) = (
+            watch.settings,
+            liveness::judge(&watch.settings, &evidence, now),
+        );
         Some(LivenessView {
-            last_activity: last.map(|(at, kind)| (wall_of_mono(at, now, now_wall), kind.as_str())),
+            last_activity: last.map(|(at, kind)| (wall(at), kind.as_str())),
             verdict: watch.verdict.as_str(),
-            progress_changed_ms: evidence.progress.map(|at| wall_of_mono(at, now, now_wall)),
+            progress_changed_ms: evidence.progress.map(wall),
+            signals: [
+                ("heartbeat", s.heartbeat, evidence.heartbeat.map(wall)),
+                ("progress", s.heartbeat, evidence.progress.map(wall)),
+                ("output", s.output, evidence.output.map(wall)),
+                ("cpu", s.cpu, evidence.cpu.map(wall)),
+            ],
+            settings: s,
+            on_stall: watch.on_stall,
+            stall_at_ms: wall(judged.stall_at),
+            no_progress_at_ms: judged.no_progress_at.map(wall),
         })
     }
 }
@@ -519,6 +542,7 @@ mod tests {
     fn wall_times_map_onto_the_monotonic_clock_and_back() {
         assert_eq!(mono_of_wall(9_000, 500_000, 10_000), 499_000);
         assert_eq!(wall_of_mono(499_000, 500_000, 10_000), 9_000);
+        assert_eq!(wall_of_mono(501_000, 500_000, 10_000), 11_000);
         // A file time in the future (a skewed clock) is taken as now.
         assert_eq!(mono_of_wall(11_000, 500_000, 10_000), 500_000);
         // Before the monotonic clock began: its start.

@@ -13,6 +13,7 @@ mod recovery;
 mod settings;
 mod slices;
 pub mod spawn;
+mod status;
 mod stopping;
 mod systemd;
 pub mod timers;
@@ -97,6 +98,8 @@ pub(crate) struct Task {
     pub force_remove: bool,
     /// The checkout's disk use and when it was measured (for `keel status`).
     pub checkout_bytes: std::cell::Cell<Option<(u64, Instant)>>,
+    /// The branches kept in the main repository and when they were listed (`keel status`).
+    pub kept_branches: std::cell::RefCell<Option<(Vec<String>, Instant)>>,
     /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
     pub cpu_samples: std::cell::Cell<(Option<slices::CpuSample>, Option<slices::CpuSample>)>,
 }
@@ -129,6 +132,7 @@ impl Task {
             keel_kill_ms: None,
             force_remove: false,
             checkout_bytes: std::cell::Cell::new(None),
+            kept_branches: std::cell::RefCell::new(None),
             cpu_samples: std::cell::Cell::new((None, None)),
         }
     }

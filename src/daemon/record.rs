@@ -165,6 +165,34 @@ pub struct TaskRecord {
     /// The liveness watch judged the attempt stalled and is stopping it: it ends as `stalled`.
     #[serde(default)]
     pub stall: Option<StallStop>,
+    /// The last [`RECENT_EXITS`] attempts' ends, oldest first (for `keel status UNIT`).
+    #[serde(default)]
+    pub recent_exits: Vec<PastExit>,
+}
+
+/// How many ended attempts a record remembers.
+pub const RECENT_EXITS: usize = 5;
+
+/// One ended attempt, as `keel status UNIT` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PastExit {
+    pub attempt: u32,
+    pub exit: LastExit,
+    /// Unix ms; `None` when the start is unknown.
+    pub started_ms: Option<u64>,
+    pub ended_ms: u64,
+    /// What else is known of the end (`shim killed by SIGKILL`, a stall's words).
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl TaskRecord {
+    /// Remember an ended attempt, forgetting the oldest past [`RECENT_EXITS`].
+    pub fn remember_exit(&mut self, past: PastExit) {
+        self.recent_exits.push(past);
+        let excess = self.recent_exits.len().saturating_sub(RECENT_EXITS);
+        self.recent_exits.drain(..excess);
+    }
 }
 
 /// A stop decided by the liveness watch (`on_stall: Restart` or `Kill`), persisted with the
@@ -196,6 +224,7 @@ impl TaskRecord {
             finished_ms: None,
             stop_started_ms: None,
             stall: None,
+            recent_exits: Vec::new(),
         }
     }
 }
@@ -217,6 +246,26 @@ mod tests {
         let text = ron::to_string(&record).unwrap();
         let back: TaskRecord = ron::from_str(&text).unwrap();
         assert_eq!(back, record);
+    }
+
+    #[test]
+    fn a_record_remembers_the_last_five_exits_and_reads_without_them() {
+        let mut record = TaskRecord::new("a", 5);
+        for attempt in 1..=7 {
+            record.remember_exit(PastExit {
+                attempt,
+                exit: LastExit::Lost,
+                started_ms: None,
+                ended_ms: u64::from(attempt),
+                note: None,
+            });
+        }
+        let attempts: Vec<u32> = record.recent_exits.iter().map(|e| e.attempt).collect();
+        assert_eq!(attempts, [3, 4, 5, 6, 7]);
+        // A record written before the field existed still reads.
+        let old = "(unit: \"a\", state: Queued, attempt: 0, generation: 0, submitted_ms: 1)";
+        let back: TaskRecord = ron::from_str(old).unwrap();
+        assert!(back.recent_exits.is_empty());
     }
 
     #[test]

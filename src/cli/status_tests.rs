@@ -1,0 +1,280 @@
+use super::*;
+use crate::cli::format::strip_ansi;
+use crate::protocol::{
+    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, RestartInfo, SignalInfo, TaskDetail,
+};
+
+fn task(unit: &str, state: &str) -> TaskInfo {
+    serde_json::from_value(serde_json::json!({
+        "unit": unit, "state": state, "attempt": 1, "generation": 1,
+        "restarts": 0, "unit_changed": false,
+    }))
+    .unwrap()
+}
+
+fn report(tasks: Vec<TaskInfo>) -> StatusReport {
+    StatusReport {
+        daemon: DaemonInfo {
+            pid: 1,
+            started_ms: 0,
+            state_dir: "/var/lib/keel".into(),
+            units_dir: "/var/lib/keel/units".into(),
+            cgroup_mode: "v2".into(),
+            under_init: false,
+        },
+        tasks,
+        invalid_units: vec!["x.ron:1:1: bad".into()],
+    }
+}
+
+/// Every line of both renderings within [`WIDTH`], and the coloured one is the plain one
+/// with colours.
+fn both(report: &StatusReport, now: u64) -> (String, String) {
+    let plain = render(report, now, false);
+    let coloured = render(report, now, true);
+    assert!(!plain.contains('\x1b'), "colour without asking: {plain}");
+    assert!(
+        coloured.contains('\x1b'),
+        "no colour when asked: {coloured}"
+    );
+    assert_eq!(strip_ansi(&coloured), plain);
+    for line in plain.lines() {
+        assert!(line.chars().count() <= WIDTH, "too wide: {line}");
+    }
+    (plain, coloured)
+}
+
+#[test]
+fn the_table_fits_100_columns_whatever_the_names_reasons_and_figures() {
+    let mut big = task(&"a-very-long-unit-name-".repeat(5), "backoff");
+    big.attempt = u32::MAX;
+    big.pid = Some(4_194_303);
+    big.since_ms = Some(0);
+    big.backoff_until_ms = Some(5_000);
+    big.last_exit = Some("signal:SIGRTMIN+12".into());
+    big.restarts = 4;
+    big.reason = Some("a long reason ".repeat(10));
+    big.cpu_percent = Some(12_345.6);
+    big.memory_bytes = Some(u64::MAX);
+    big.kept_branches = vec!["keel/a@2".into()];
+    let mut running = task("worker", "running");
+    running.cpu_percent = Some(187.4);
+    running.memory_bytes = Some(3 << 30);
+    let (plain, _) = both(&report(vec![big, running]), 1_000);
+    assert!(plain.contains("restart in 4.0s"), "{plain}");
+    assert!(plain.contains(" 187% "), "{plain}");
+    assert!(plain.contains("    3G "), "{plain}");
+    assert!(plain.contains("invalid: x.ron:1:1: bad"), "{plain}");
+    let row = plain.lines().find(|l| l.starts_with("a-very")).unwrap();
+    assert!(row.ends_with('…'), "a long note is cut: {row}");
+    // The columns stay in place: the state of each row starts at the same column.
+    let worker = plain.lines().find(|l| l.starts_with("worker")).unwrap();
+    assert_eq!(worker.find("running"), Some(19), "{worker}");
+    assert_eq!(row.chars().skip(19).take(7).collect::<String>(), "backoff");
+}
+
+#[test]
+fn a_states_colour_says_whether_it_needs_a_person() {
+    let failed = task("f", "failed");
+    let mut no_progress = task("n", "running");
+    no_progress.liveness = Some("no-progress".into());
+    let running = task("r", "running");
+    let stopped = task("s", "stopped");
+    let mut waiting = task("w", "queued");
+    waiting.reason = Some("needs 4 CPU, 1.5 free".into());
+    let mut looping = task("l", "running");
+    looping.restarts = 3;
+    let mut kept = task("k", "succeeded");
+    kept.kept_branches = vec!["keel/k@1".into()];
+    assert_eq!(tone(&failed), Tone::Bad);
+    assert_eq!(tone(&task("x", "stalled")), Tone::Bad);
+    assert_eq!(tone(&no_progress), Tone::Warn);
+    assert_eq!(tone(&waiting), Tone::Warn);
+    assert_eq!(tone(&looping), Tone::Warn);
+    assert_eq!(tone(&kept), Tone::Warn);
+    assert_eq!(tone(&task("b", "backoff")), Tone::Warn);
+    assert_eq!(tone(&running), Tone::Good);
+    assert_eq!(tone(&task("d", "succeeded")), Tone::Good);
+    assert_eq!(tone(&stopped), Tone::Quiet);
+    assert_eq!(tone(&task("q", "queued")), Tone::Quiet);
+    let all = vec![
+        failed,
+        no_progress,
+        running,
+        stopped,
+        waiting,
+        looping,
+        kept,
+    ];
+    let (plain, coloured) = both(&report(all), 1_000);
+    assert!(
+        coloured.contains("\x1b[1;31mfailed   \x1b[0m"),
+        "{coloured}"
+    );
+    assert!(coloured.contains("\x1b[32mrunning  \x1b[0m"), "{coloured}");
+    let summary = plain.lines().nth(1).unwrap();
+    assert_eq!(
+        summary,
+        "1 needs attention, 4 worth a look · 7 tasks: 1 failed, 1 queued, 3 running, \
+         1 succeeded, 1 stopped"
+    );
+    assert!(plain.contains("kept keel/k@1"), "{plain}");
+    assert!(plain.contains("3 restarts"), "{plain}");
+    assert!(plain.contains("needs 4 CPU, 1.5 free"), "{plain}");
+}
+
+#[test]
+fn a_running_task_shows_its_last_activity_and_a_missing_progress() {
+    let mut task = task("a", "stalled");
+    task.progress = Some("step 3".into());
+    task.last_activity_ms = Some(88_000);
+    task.last_activity_kind = Some("heartbeat".into());
+    task.liveness = Some("no-progress".into());
+    assert_eq!(
+        note(&task, 100_000, false),
+        "no progress · heartbeat 12s ago · “step 3”"
+    );
+    let quiet = TaskInfo {
+        last_activity_ms: None,
+        last_activity_kind: None,
+        liveness: Some("running".into()),
+        ..task
+    };
+    assert_eq!(note(&quiet, 100_000, false), "no activity yet · “step 3”");
+}
+
+fn detailed() -> TaskInfo {
+    let mut t = task("worker", "running");
+    t.attempt = 3;
+    t.generation = 4;
+    t.pid = Some(4242);
+    t.since_ms = Some(40_000);
+    t.last_exit = Some("exit:1".into());
+    t.restarts = 2;
+    t.cpu_usec = Some(12_500_000);
+    t.cpu_percent = Some(50.0);
+    t.memory_bytes = Some(512 << 20);
+    t.memory_peak_bytes = Some(768 << 20);
+    t.pids = Some(7);
+    t.checkout_bytes = Some(860 << 10);
+    t.kept_branches = vec!["keel/worker@2".into()];
+    t.detail = Some(TaskDetail {
+        unit_file: "/u/worker.ron".into(),
+        command: Some(vec!["/bin/agent".into(), "--fix".into()]),
+        log_path: "/s/tasks/worker/run/output.log".into(),
+        started_ms: Some(40_000),
+        recent_exits: vec![
+            ExitInfo {
+                attempt: 1,
+                exit: "exit:0".into(),
+                started_ms: Some(1_000),
+                ended_ms: 4_000,
+                note: None,
+            },
+            ExitInfo {
+                attempt: 2,
+                exit: "signal:SIGKILL".into(),
+                started_ms: Some(10_000),
+                ended_ms: 30_000,
+                note: Some("stopped by keel".into()),
+            },
+        ],
+        restart: Some(RestartInfo {
+            policy: "OnFailure".into(),
+            limit: 5,
+            window_ms: 3_600_000,
+            consecutive_failures: 1,
+        }),
+        checkout: Some(CheckoutInfo {
+            path: "/s/tasks/worker/checkout".into(),
+            repo: "/src/app".into(),
+            branch: "keel/worker".into(),
+            base: "main".into(),
+            base_commit: "0123456789abcdef0123".into(),
+        }),
+        liveness: Some(LivenessInfo {
+            verdict: "running".into(),
+            signals: vec![
+                SignalInfo {
+                    kind: "heartbeat".into(),
+                    counted: true,
+                    last_ms: Some(88_000),
+                },
+                SignalInfo {
+                    kind: "cpu".into(),
+                    counted: false,
+                    last_ms: None,
+                },
+            ],
+            heartbeat_timeout_ms: 300_000,
+            progress_timeout_ms: 1_800_000,
+            startup_grace_ms: 120_000,
+            on_stall: "Restart".into(),
+            stall_at_ms: 388_000,
+            no_progress_at_ms: None,
+        }),
+        cpu_limit: Some(2.0),
+        memory_limit_bytes: Some(2 << 30),
+        pids_limit: Some(1024),
+        processes: vec![4242, 4250],
+    });
+    t
+}
+
+#[test]
+fn one_task_in_full_reads_as_a_block() {
+    let mut r = report(vec![detailed()]);
+    r.invalid_units.clear();
+    let (plain, coloured) = both(&r, 100_000);
+    let lines: Vec<&str> = plain.lines().collect();
+    assert_eq!(
+        lines[0],
+        "worker running since 1m ago · attempt 3 (generation 4) · shim pid 4242 · last exit exit:1"
+    );
+    for expected in [
+        "  unit file    /u/worker.ron",
+        "  command      /bin/agent --fix",
+        "checkout",
+        "  path         /s/tasks/worker/checkout",
+        "  branch       keel/worker from main at 0123456789ab",
+        "  disk         860K of its own (git dir and changes)",
+        "  kept         keel/worker@2  (a harvest could not fast-forward: merge by hand)",
+        "recent exits (newest first)",
+        "  #2    signal:SIGKILL ended 1m ago   ran 20.0s · stopped by keel",
+        "  #1    exit:0         ended 1m ago   ran 3.0s",
+        "liveness       running (on stall: Restart)",
+        "  heartbeat    12s ago",
+        "  cpu          not seen this attempt  (not counted)",
+        "  stalled      in 4m48s without evidence (heartbeat_timeout 5m0s, startup_grace 2m0s)",
+        "cgroup",
+        "  cpu          12.5s used, 50% of a core lately (limit 2 cores)",
+        "  memory       512M now of 2G (25%), peak 768M",
+        "  pids         7 of 1024 4242 4250",
+        "restart        OnFailure; 2 of 5 restarts used within 1h; 1 failures in a row",
+        "logs           /s/tasks/worker/run/output.log  (keel logs worker)",
+    ] {
+        assert!(
+            lines.contains(&expected),
+            "missing {expected:?} in:\n{plain}"
+        );
+    }
+    // Newest exit first.
+    let newest = plain.find("#2").unwrap();
+    assert!(newest < plain.find("#1").unwrap());
+    assert!(coloured.contains("\x1b[1;31msignal:SIGKILL"), "{coloured}");
+}
+
+#[test]
+fn a_task_never_started_says_so_and_a_table_without_detail_stays_a_table() {
+    let mut t = task("new", "queued");
+    t.detail = Some(TaskDetail {
+        unit_file: "/u/new.ron".into(),
+        log_path: "/s/new/output.log".into(),
+        ..TaskDetail::default()
+    });
+    let text = render(&report(vec![t.clone()]), 0, false);
+    assert!(text.contains("recent exits   none yet"), "{text}");
+    assert!(!text.contains("cgroup"), "{text}");
+    t.detail = None;
+    assert!(render(&report(vec![t]), 0, false).contains("UNIT "));
+}

@@ -1,0 +1,182 @@
+//! `keel status`: every task in a line's worth of figures, and one task in full
+//! ([`TaskDetail`]) when the client names it.
+
+use super::record::{PastExit, TaskState};
+use super::{Daemon, Task};
+use crate::checkout;
+use crate::protocol::{
+    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, Response, RestartInfo, SignalInfo,
+    StatusReport, TaskDetail, TaskInfo,
+};
+use crate::unit::Unit;
+
+impl Daemon {
+    pub(super) fn status(&self, only: Option<&str>) -> Response {
+        if let Some(unit) = only {
+            if let Err(e) = self.known(unit) {
+                return *e;
+            }
+        }
+        let tasks = self
+            .tasks
+            .values()
+            .filter(|t| only.is_none_or(|u| u == t.name))
+            .map(|t| {
+                let mut info = self.task_info(t);
+                if only.is_some() {
+                    info.detail = Some(self.task_detail(t));
+                }
+                info
+            })
+            .collect();
+        Response::Status(StatusReport {
+            daemon: DaemonInfo {
+                pid: std::process::id() as i32,
+                started_ms: self.started_ms,
+                state_dir: self.dirs.root.display().to_string(),
+                units_dir: self.units_dir.display().to_string(),
+                cgroup_mode: self.cgroup_mode(),
+                under_init: self.under_init.is_some(),
+            },
+            tasks,
+            invalid_units: self.invalid_units.values().cloned().collect(),
+        })
+    }
+
+    fn task_info(&self, t: &Task) -> TaskInfo {
+        let r = &t.record;
+        let figures = self.slice_figures(&t.name);
+        let live = self.liveness_view(&t.name);
+        let since_ms = match r.state {
+            s if s.is_final() => r.finished_ms,
+            TaskState::Queued => r.finished_ms.or(Some(r.submitted_ms)),
+            TaskState::Backoff => r.finished_ms,
+            _ => r.started_ms,
+        };
+        TaskInfo {
+            unit: t.name.clone(),
+            state: r.state.to_string(),
+            attempt: r.attempt,
+            generation: r.generation,
+            pid: t.shim.as_ref().map(|s| s.pid),
+            since_ms,
+            backoff_until_ms: r.backoff_until_ms,
+            last_exit: r.last_exit.map(|e| e.to_string()),
+            restarts: r.restarts.len(),
+            reason: match (&t.waiting, r.state) {
+                (Some(waiting), TaskState::Queued) => Some(waiting.clone()),
+                _ => r.reason.clone(),
+            },
+            progress: super::last_progress_line(&self.dirs.run_dir(&t.name)),
+            unit_changed: r.state.has_attempt() && t.accepted_text != t.unit_text,
+            unit_file_missing: !t.seen_file,
+            cpu_usec: figures.map(|f| f.cpu_usec),
+            cpu_percent: figures.and_then(|f| f.cpu_percent),
+            memory_bytes: figures.map(|f| f.memory),
+            memory_peak_bytes: figures.and_then(|f| f.memory_peak),
+            pids: figures.map(|f| f.pids),
+            checkout_bytes: self.checkout_bytes(&t.name),
+            last_activity_ms: live.as_ref().and_then(|l| l.last_activity.map(|a| a.0)),
+            last_activity_kind: live
+                .as_ref()
+                .and_then(|l| l.last_activity.map(|a| a.1.to_string())),
+            liveness: live.as_ref().map(|l| l.verdict.to_string()),
+            progress_changed_ms: live.and_then(|l| l.progress_changed_ms),
+            kept_branches: self.kept_branches(&t.name),
+            detail: None,
+        }
+    }
+
+    /// One task in full. Reads the checkout's record and lists the main repository's kept
+    /// branches: only for `keel status UNIT`, never for the table.
+    fn task_detail(&self, t: &Task) -> TaskDetail {
+        let r = &t.record;
+        // The limits of the live (or last) attempt are those of the unit it started with.
+        let accepted: Option<Unit> = t.accepted_text.as_deref().and_then(|text| {
+            crate::unit::parse_unit(&self.units_dir.join(format!("{}.ron", t.name)), text).ok()
+        });
+        let limits = accepted.as_ref().or(t.unit.as_ref());
+        TaskDetail {
+            unit_file: self
+                .units_dir
+                .join(format!("{}.ron", t.name))
+                .display()
+                .to_string(),
+            command: t.unit.as_ref().map(|u| u.command.0.clone()),
+            log_path: crate::sandbox::spec::output_log_path(&self.dirs.run_dir(&t.name))
+                .display()
+                .to_string(),
+            started_ms: r.started_ms,
+            recent_exits: r.recent_exits.iter().map(exit_info).collect(),
+            restart: t.unit.as_ref().map(|u| RestartInfo {
+                policy: format!("{:?}", u.restart),
+                limit: u.restart_limit.count,
+                window_ms: u.restart_limit.within.0.as_millis() as u64,
+                consecutive_failures: r.consecutive_failures,
+            }),
+            checkout: self.checkout_info(&t.name),
+            liveness: self.liveness_info(&t.name),
+            cpu_limit: limits.map(|u| u.resources.cpu),
+            memory_limit_bytes: limits.map(|u| u.resources.memory.0),
+            pids_limit: limits.map(|u| u64::from(u.resources.pids)),
+            processes: match r.state.has_attempt() {
+                true => self
+                    .slice(&t.name)
+                    .and_then(|s| s.pids().ok())
+                    .unwrap_or_default(),
+                false => Vec::new(),
+            },
+        }
+    }
+
+    fn checkout_info(&self, unit: &str) -> Option<CheckoutInfo> {
+        let record = match checkout::record(&self.dirs, unit) {
+            Ok(record) => record?,
+            Err(e) => {
+                log::warn!("{unit}: status: {e}");
+                return None;
+            }
+        };
+        Some(CheckoutInfo {
+            path: checkout::checkout_dir(&self.dirs, unit)
+                .display()
+                .to_string(),
+            repo: record.repo.display().to_string(),
+            branch: record.branch,
+            base: record.base,
+            base_commit: record.base_commit,
+        })
+    }
+
+    fn liveness_info(&self, unit: &str) -> Option<LivenessInfo> {
+        let view = self.liveness_view(unit)?;
+        Some(LivenessInfo {
+            verdict: view.verdict.to_string(),
+            signals: view
+                .signals
+                .iter()
+                .map(|&(kind, counted, last_ms)| SignalInfo {
+                    kind: kind.to_string(),
+                    counted,
+                    last_ms,
+                })
+                .collect(),
+            heartbeat_timeout_ms: view.settings.heartbeat_timeout,
+            progress_timeout_ms: view.settings.progress_timeout,
+            startup_grace_ms: view.settings.startup_grace,
+            on_stall: format!("{:?}", view.on_stall),
+            stall_at_ms: view.stall_at_ms,
+            no_progress_at_ms: view.no_progress_at_ms,
+        })
+    }
+}
+
+fn exit_info(past: &PastExit) -> ExitInfo {
+    ExitInfo {
+        attempt: past.attempt,
+        exit: past.exit.to_string(),
+        started_ms: past.started_ms,
+        ended_ms: past.ended_ms,
+        note: past.note.clone(),
+    }
+}
