@@ -187,13 +187,13 @@ fn status_unit_shows_a_real_tasks_exits_and_cgroup_figures() {
         "{text}"
     );
     assert!(text.contains("\n  #1    exit:3"), "{text}");
-    assert!(text.contains("(limit 0.5 cores)"), "{text}");
+    assert!(text.contains("(limit 0.5 CPU)"), "{text}");
     assert!(text.contains(" now of 256M ("), "{text}");
     let pids = lines
         .iter()
         .find(|l| l.starts_with("  pids "))
         .unwrap_or_else(|| panic!("no pids line:\n{text}"));
-    assert!(pids.contains(" of 64 "), "{text}");
+    assert!(pids.contains(" of 64: "), "{text}");
     assert!(
         text.contains("restart        OnFailure; 2 of 5 restarts used within 1h"),
         "{text}"

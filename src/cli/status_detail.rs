@@ -219,7 +219,7 @@ fn cgroup(out: &mut Block, task: &TaskInfo, d: &TaskDetail) {
         .map_or(String::new(), |p| format!(", {p:.0}% of a core lately"));
     let limit = d
         .cpu_limit
-        .map_or(String::new(), |c| format!(" (limit {c} cores)"));
+        .map_or(String::new(), |c| format!(" (limit {c} CPU)"));
     out.fit_field(
         "cpu",
         &format!(
@@ -238,9 +238,12 @@ fn cgroup(out: &mut Block, task: &TaskInfo, d: &TaskDetail) {
         &format!("{} now{of}{peak}", format_bytes(memory, true)),
     );
     let of = d.pids_limit.map_or(String::new(), |m| format!(" of {m}"));
-    let mut listed: Vec<String> = d.processes.iter().map(i32::to_string).collect();
-    listed.insert(0, format!("{pids}{of}"));
-    out.fit_field("pids", &listed.join(" "));
+    let listed: Vec<String> = d.processes.iter().map(i32::to_string).collect();
+    let listed = match listed.is_empty() {
+        true => String::new(),
+        false => format!(": {}", listed.join(" ")),
+    };
+    out.fit_field("pids", &format!("{pids}{of}{listed}"));
 }
 
 fn percent(part: u64, whole: u64) -> u64 {

@@ -247,9 +247,9 @@ fn one_task_in_full_reads_as_a_block() {
         "  cpu          not seen this attempt  (not counted)",
         "  stalled      in 4m48s without evidence (heartbeat_timeout 5m0s, startup_grace 2m0s)",
         "cgroup",
-        "  cpu          12.5s used, 50% of a core lately (limit 2 cores)",
+        "  cpu          12.5s used, 50% of a core lately (limit 2 CPU)",
         "  memory       512M now of 2G (25%), peak 768M",
-        "  pids         7 of 1024 4242 4250",
+        "  pids         7 of 1024: 4242 4250",
         "restart        OnFailure; 2 of 5 restarts used within 1h; 1 failures in a row",
         "logs           /s/tasks/worker/run/output.log  (keel logs worker)",
     ] {
