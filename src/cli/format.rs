@@ -52,6 +52,35 @@ pub fn fit(text: &str, width: usize) -> String {
     cut
 }
 
+/// Lines of at most `width` characters, broken at spaces (a longer word is broken where it
+/// must); continuation lines are indented by two spaces. For messages that must be read whole.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(8);
+    let (mut lines, mut line, mut fresh) = (Vec::new(), String::new(), true);
+    for word in text.split(' ') {
+        let mut rest: Vec<char> = word.chars().collect();
+        loop {
+            let used = line.chars().count();
+            if used + rest.len() + usize::from(!fresh) <= width {
+                if !fresh {
+                    line.push(' ');
+                }
+                line.extend(rest.iter());
+                fresh = false;
+                break;
+            }
+            if fresh {
+                // A word longer than a line: as much as fits, the rest on the next.
+                line.extend(rest.drain(..width - used));
+            }
+            lines.push(std::mem::replace(&mut line, "  ".into()));
+            fresh = true;
+        }
+    }
+    lines.push(line);
+    lines
+}
+
 /// What a state's colour says: fine, worth a look, needs a person, or nothing going on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tone {
@@ -156,6 +185,24 @@ mod tests {
         assert!(!use_colour("never", true, None));
         assert_eq!(paint("failed", Tone::Bad, false), "failed");
         assert_eq!(paint("failed", Tone::Bad, true), "\x1b[1;31mfailed\x1b[0m");
+    }
+
+    #[test]
+    fn long_messages_wrap_at_spaces_and_stay_whole() {
+        let text = "cgroups unavailable: cannot create /sys/fs/cgroup/keel (Permission denied)";
+        let lines = wrap(text, 30);
+        assert_eq!(
+            lines,
+            [
+                "cgroups unavailable: cannot",
+                "  create /sys/fs/cgroup/keel",
+                "  (Permission denied)"
+            ]
+        );
+        assert_eq!(wrap("short", 30), ["short"]);
+        let long = wrap(&"x".repeat(25), 10);
+        assert!(long.iter().all(|l| l.chars().count() <= 10), "{long:?}");
+        assert_eq!(long.concat().replace(' ', ""), "x".repeat(25));
     }
 
     #[test]

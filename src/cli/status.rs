@@ -2,7 +2,7 @@
 //! glance (a state's colour says whether it needs a person); with UNIT, that task in full
 //! ([`super::status_detail`]); `--json` is the stable [`crate::protocol::StatusReport`].
 
-use super::format::{ago, duration_precise, fit, fit_visible, paint, Tone};
+use super::format::{ago, duration_precise, fit, fit_visible, paint, wrap, Tone};
 use super::{request, CliError, CliResult};
 use crate::daemon::queue::format_bytes;
 use crate::protocol::{Request, Response, StatusReport, TaskInfo};
@@ -89,18 +89,22 @@ pub fn render(report: &StatusReport, now: u64, colour: bool) -> String {
 /// [`WIDTH`] columns whatever the names, reasons and figures.
 pub fn render_table(report: &StatusReport, now: u64, colour: bool) -> String {
     let d = &report.daemon;
-    let mut lines = vec![format!(
-        "daemon pid {} up {} · state {} · cgroups {}{}",
-        d.pid,
-        ago(Some(d.started_ms), now).trim_end_matches(" ago"),
-        d.state_dir,
-        d.cgroup_mode,
-        if d.under_init {
-            " · under keel init"
-        } else {
-            ""
-        }
-    )];
+    // Read whole: wrapped, not cut (a path, why cgroups are unavailable).
+    let mut lines = wrap(
+        &format!(
+            "daemon pid {} up {} · cgroups {}{} · state {}",
+            d.pid,
+            ago(Some(d.started_ms), now).trim_end_matches(" ago"),
+            d.cgroup_mode,
+            if d.under_init {
+                " · under keel init"
+            } else {
+                ""
+            },
+            d.state_dir,
+        ),
+        WIDTH,
+    );
     if !report.tasks.is_empty() {
         lines.push(summary(&report.tasks, colour));
     }
@@ -115,10 +119,9 @@ pub fn render_table(report: &StatusReport, now: u64, colour: bool) -> String {
         lines.push("(no units: add one with `keel add FILE.ron`)".into());
     }
     for invalid in &report.invalid_units {
-        lines.push(format!(
-            "{} {invalid}",
-            paint("invalid:", Tone::Bad, colour)
-        ));
+        let mut wrapped = wrap(&format!("invalid: {invalid}"), WIDTH);
+        wrapped[0] = wrapped[0].replacen("invalid:", &paint("invalid:", Tone::Bad, colour), 1);
+        lines.extend(wrapped);
     }
     let mut out = String::new();
     for line in lines {

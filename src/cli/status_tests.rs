@@ -60,11 +60,28 @@ fn the_table_fits_100_columns_whatever_the_names_reasons_and_figures() {
     let mut running = task("worker", "running");
     running.cpu_percent = Some(187.4);
     running.memory_bytes = Some(3 << 30);
-    let (plain, _) = both(&report(vec![big, running]), 1_000);
+    let mut r = report(vec![big, running]);
+    r.daemon.cgroup_mode = format!(
+        "unavailable: cannot create {}",
+        "/sys/fs/cgroup/x".repeat(8)
+    );
+    r.invalid_units[0] = format!("x.ron:1:1: {}", "a long message ".repeat(9));
+    let (plain, _) = both(&r, 1_000);
+    // Read whole, wrapped: why cgroups are unavailable, the state directory, a unit's error.
+    let squash = |t: &str| t.replace("\n  ", "").replace(' ', "");
+    let joined = squash(&plain);
+    assert!(
+        joined.contains(&squash(&format!("cgroups {}", r.daemon.cgroup_mode))),
+        "{plain}"
+    );
+    assert!(joined.contains("state/var/lib/keel"), "{plain}");
+    assert!(
+        joined.contains(&squash(&format!("invalid: {}", r.invalid_units[0]))),
+        "{plain}"
+    );
     assert!(plain.contains("restart in 4.0s"), "{plain}");
     assert!(plain.contains(" 187% "), "{plain}");
     assert!(plain.contains("    3G "), "{plain}");
-    assert!(plain.contains("invalid: x.ron:1:1: bad"), "{plain}");
     let row = plain.lines().find(|l| l.starts_with("a-very")).unwrap();
     assert!(row.ends_with('…'), "a long note is cut: {row}");
     // The columns stay in place: the state of each row starts at the same column.
