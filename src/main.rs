@@ -45,7 +45,9 @@ enum Command {
     },
     /// One line per task, what needs you coloured; with UNIT, that task in full.
     Status {
+        /// Show this task in full.
         unit: Option<String>,
+        /// The stable JSON structure (README, "Commands").
         #[arg(long, conflicts_with = "watch")]
         json: bool,
         /// Redraw in place every SECS seconds (default 2) until Ctrl-C.
