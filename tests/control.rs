@@ -376,13 +376,24 @@ fn check_lists_every_problem_of_a_file_and_passes_the_examples() {
     let err = stderr_of(&out);
     assert!(err.contains("many.ron:3:"), "{err}");
     assert!(err.contains("many.ron:4:"), "{err}");
-    // The example units shipped in units/ are valid.
-    let examples: Vec<_> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/units"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "ron"))
-        .collect();
+    // The units shipped in units/ (the tour) and units/examples/ (real agents) are valid.
+    let ron_files = |dir: &str| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "ron"))
+            .collect()
+    };
+    let mut examples = ron_files("units");
     assert!(examples.len() >= 3);
+    let agents = ron_files("units/examples");
+    for agent in ["claude-code", "codex", "aider", "shell-agent"] {
+        assert!(
+            agents.iter().any(|p| p.file_stem().unwrap() == agent),
+            "units/examples/{agent}.ron is missing"
+        );
+    }
+    examples.extend(agents);
     let out = std::process::Command::new(keel_bin())
         .arg("check")
         .args(&examples)
