@@ -64,6 +64,7 @@ pub fn run(state_dir: &Path, units_dir: Option<&Path>, cgroup_name: Option<&str>
     let pid1 = std::process::id() == 1;
     if pid1 {
         mount_proc_if_missing();
+        make_cgroups_writable();
     } else {
         // Not PID 1 (a test, or run under another init): orphans still come to us.
         if let Err(e) = crate::sys::set_child_subreaper() {
@@ -282,6 +283,42 @@ fn mount_proc_if_missing() {
         None::<&str>,
     ) {
         log::error!("cannot mount /proc: {e}");
+    }
+}
+
+/// Container engines mount `/sys/fs/cgroup` read-only in a container that is not privileged
+/// (with a private cgroup namespace on cgroup v2, it is the container's own subtree): keel's
+/// tree could not be created, and no task would start. PID 1 holding CAP_SYS_ADMIN may make
+/// its own mount writable again (a per-mount flag: the filesystem and every other mount of
+/// it are untouched).
+fn make_cgroups_writable() {
+    use nix::mount::MsFlags;
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    for (path, options) in crate::cgroup::read_only_cgroup_mounts(&mountinfo) {
+        let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
+        for option in &options {
+            flags |= match option.as_str() {
+                "nosuid" => MsFlags::MS_NOSUID,
+                "nodev" => MsFlags::MS_NODEV,
+                "noexec" => MsFlags::MS_NOEXEC,
+                "noatime" => MsFlags::MS_NOATIME,
+                "nodiratime" => MsFlags::MS_NODIRATIME,
+                "relatime" => MsFlags::MS_RELATIME,
+                _ => MsFlags::empty(),
+            };
+        }
+        match nix::mount::mount(None::<&str>, &path, None::<&str>, flags, None::<&str>) {
+            Ok(()) => log::info!(
+                "{} was mounted read-only (by the container engine): remounted read-write for keel's cgroups",
+                path.display()
+            ),
+            Err(e) => log::warn!(
+                "{} is mounted read-only and cannot be made writable ({e}): give the container CAP_SYS_ADMIN and an unconfined AppArmor profile, or Podman's --security-opt unmask=/sys/fs/cgroup",
+                path.display()
+            ),
+        }
     }
 }
 

@@ -31,12 +31,7 @@ fn init_in_pid_namespace(scratch: &Scratch) -> KillOnDrop {
 
 /// Run a `keel` client against the state directory of `scratch`.
 fn keel_cli(scratch: &Scratch, args: &[&str]) -> std::process::Output {
-    Command::new(keel_bin())
-        .arg("--state")
-        .arg(scratch.dir.join("state"))
-        .args(args)
-        .output()
-        .unwrap()
+    keel_at(&scratch.dir.join("state"), args)
 }
 
 fn write_unit(scratch: &Scratch, name: &str, text: &str) {
@@ -63,18 +58,7 @@ fn wait_exit(child: &mut Child, within: Duration, scratch: &Scratch) -> std::pro
 
 /// The host pid of `keel init` (the child of `unshare --fork`).
 fn init_pid(unshare: &Child) -> i32 {
-    let path = format!("/proc/{}/task/{}/children", unshare.id(), unshare.id());
-    let mut pid = 0;
-    wait_until(Duration::from_secs(5), "keel init forked", || {
-        pid = std::fs::read_to_string(&path)
-            .unwrap_or_default()
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
-        pid > 0
-    });
-    pid
+    forked_child(unshare)
 }
 
 #[test]
@@ -217,13 +201,7 @@ fn a_killed_daemon_is_respawned_and_tasks_keep_running() {
     let shim = status("worker")["pid"].clone();
     // The daemon's host pid: the child of keel init named `keel daemon`.
     let init = init_pid(&child);
-    let daemon: i32 = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let daemon = first_child(init).unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(daemon),
         nix::sys::signal::Signal::SIGKILL,

@@ -161,6 +161,21 @@ struct CgroupMount {
     mount_point: PathBuf,
     /// v1: the controllers of the hierarchy (from the super options).
     controllers: Vec<String>,
+    /// The mount (not the superblock) is read-only, as container engines mount
+    /// `/sys/fs/cgroup` for a container that is not privileged.
+    read_only: bool,
+    /// The per-mount options other than `ro`.
+    options: Vec<String>,
+}
+
+/// The mount points of the read-only cgroup mounts in a mountinfo text, with their other
+/// per-mount options (`nosuid`, `nodev`, …), for `keel init` to make them writable.
+pub fn read_only_cgroup_mounts(mountinfo: &str) -> Vec<(PathBuf, Vec<String>)> {
+    cgroup_mounts(mountinfo)
+        .into_iter()
+        .filter(|m| m.read_only)
+        .map(|m| (m.mount_point, m.options))
+        .collect()
 }
 
 /// The layout from the text of `/proc/self/mountinfo` and `/proc/self/cgroup` (proc(5)).
@@ -347,11 +362,17 @@ fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
                 .map(|opts| opts.split(',').map(str::to_string).collect())
                 .unwrap_or_default()
         };
+        let options: Vec<String> = left
+            .get(5)
+            .map(|o| o.split(',').map(str::to_string).collect())
+            .unwrap_or_default();
         mounts.push(CgroupMount {
             v2,
             root: unescape(left[3]),
             mount_point: PathBuf::from(unescape(left[4])),
             controllers,
+            read_only: options.iter().any(|o| o == "ro"),
+            options: options.into_iter().filter(|o| o != "ro").collect(),
         });
     }
     mounts

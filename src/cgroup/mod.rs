@@ -38,7 +38,9 @@ mod tests;
 #[cfg(test)]
 mod tests_plan;
 
-pub use detect::{detect, parse_cpu_max, parse_layout, Layout, Mode, V1Controller};
+pub use detect::{
+    detect, parse_cpu_max, parse_layout, read_only_cgroup_mounts, Layout, Mode, V1Controller,
+};
 pub use error::CgroupError;
 pub use fs::{CgroupFs, RealFs};
 pub use oom::OomWatch;

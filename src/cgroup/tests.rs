@@ -390,3 +390,43 @@ fn cpu_max_of_the_base() {
     assert_eq!(super::parse_cpu_max("50000"), Some((50_000, 100_000)));
     assert_eq!(super::parse_cpu_max(""), None);
 }
+
+#[test]
+fn read_only_cgroup_mounts_are_found_with_their_other_options() {
+    // A container engine's /sys/fs/cgroup (cgroup v2, a private cgroup namespace), read-only.
+    let engine = "\
+1010 1009 0:29 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate
+1011 1009 0:5 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
+";
+    assert_eq!(
+        read_only_cgroup_mounts(engine),
+        vec![(
+            p("/sys/fs/cgroup"),
+            vec![
+                "nosuid".to_string(),
+                "nodev".to_string(),
+                "noexec".to_string(),
+                "relatime".to_string()
+            ]
+        )]
+    );
+    // The superblock's "ro" (after " - ") is not the mount's: a writable mount of a
+    // read-only filesystem is not listed, nor is anything but cgroup and cgroup2.
+    let writable = "\
+1010 1009 0:29 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 ro\n\
+1012 1009 0:30 / /sys/fs/cgroup/unified ro,nosuid - tmpfs tmpfs ro\n";
+    assert!(read_only_cgroup_mounts(writable).is_empty());
+    // Every read-only hierarchy of a hybrid host, v1 included; the writable one is left out.
+    let hybrid = HYBRID_MOUNTINFO
+        .replace("/sys/fs/cgroup/memory rw,", "/sys/fs/cgroup/memory ro,")
+        .replace("/sys/fs/cgroup/unified rw,", "/sys/fs/cgroup/unified ro,");
+    let found: Vec<PathBuf> = read_only_cgroup_mounts(&hybrid)
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect();
+    assert_eq!(
+        found,
+        vec![p("/sys/fs/cgroup/memory"), p("/sys/fs/cgroup/unified")]
+    );
+    assert!(read_only_cgroup_mounts(HYBRID_MOUNTINFO).is_empty());
+}

@@ -38,10 +38,8 @@ pub fn ready(test: &str) -> bool {
         return false;
     }
     if Command::new("git").arg("--version").output().is_err() {
-        let required = std::env::var("CI").is_ok_and(|v| v == "true")
-            || std::env::var("KEEL_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1");
         assert!(
-            !required,
+            !super::common::privileged_required(),
             "{test}: needs the git command (apt-get install git)"
         );
         eprintln!("{test}: skipped: no git command");

@@ -19,13 +19,46 @@ pub fn require_root(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
-    let required = std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("KEEL_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1");
-    if required {
+    if privileged_required() {
         panic!("{test}: needs root (CAP_SYS_ADMIN for namespaces), and CI=true or KEEL_REQUIRE_PRIVILEGED=1 forbids skipping");
     }
     eprintln!("{test}: skipped: needs root");
     false
+}
+
+/// `CI=true` or `KEEL_REQUIRE_PRIVILEGED=1`: a missing privilege or tool fails the test.
+pub fn privileged_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("KEEL_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
+}
+
+/// Run a `keel` client against the daemon of state directory `state`.
+pub fn keel_at(state: &Path, args: &[&str]) -> Output {
+    Command::new(keel_bin())
+        .arg("--state")
+        .arg(state)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The host pid of the child of `unshare --fork` (PID 1 of its namespace).
+pub fn forked_child(unshare: &Child) -> i32 {
+    let mut pid = None;
+    wait_until(Duration::from_secs(5), "unshare forked", || {
+        pid = first_child(unshare.id() as i32);
+        pid.is_some()
+    });
+    pid.unwrap()
+}
+
+/// The first child of process `pid` (its main thread's), if it has one.
+pub fn first_child(pid: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
 }
 
 pub struct Scratch {
@@ -139,12 +172,7 @@ impl Daemon {
 
     /// Run a client command against this daemon.
     pub fn keel(&self, args: &[&str]) -> Output {
-        Command::new(keel_bin())
-            .arg("--state")
-            .arg(self.state())
-            .args(args)
-            .output()
-            .unwrap()
+        keel_at(&self.state(), args)
     }
 
     pub fn daemon_log(&self) -> String {
@@ -360,14 +388,17 @@ pub fn path_str(path: &Path) -> String {
 pub fn namespace_members(shim: i32) -> impl Fn() -> Vec<i32> {
     let ns = std::fs::read_link(format!("/proc/{shim}/ns/pid_for_children"))
         .expect("shim's pid namespace");
-    move || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-            .filter(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l == ns))
-            .collect()
-    }
+    move || pid_namespace_members(&ns)
+}
+
+/// Host pids of the processes in PID namespace `ns` (a `pid:[…]` link).
+pub fn pid_namespace_members(ns: &Path) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l == ns))
+        .collect()
 }
 
 /// A child process this test started, killed (by its pid) and reaped if the test ends — or
