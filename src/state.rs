@@ -416,9 +416,12 @@ impl Journal {
         })?;
         line.push('\n');
         self.rotate_if_full()?;
-        self.file
-            .write_all(line.as_bytes())
-            .map_err(io_err(&self.path))?;
+        if let Err(e) = self.file.write_all(line.as_bytes()) {
+            // A line cut short (a full disk mid-write) would run into the next one: take it
+            // back. Truncating frees space, so it works on a full disk.
+            let _ = self.file.set_len(self.size);
+            return Err(io_err(&self.path)(e));
+        }
         self.size += line.len() as u64;
         self.dirty = true;
         Ok(())

@@ -46,10 +46,12 @@ pub(super) fn bind(path: &Path) -> Result<UnixListener, DaemonError> {
     Ok(listener)
 }
 
-fn not_persisted(unit: &str) -> Response {
+fn not_persisted(unit: &str, state_dir: &Path) -> Response {
     Response::Error {
         message: format!(
-            "{unit}: cannot record the request in the state directory (disk full or read-only?); nothing was done"
+            "{unit}: cannot record the request in {}: {}; nothing was done",
+            state_dir.display(),
+            super::unwritable::why_unwritable(state_dir)
         ),
     }
 }
@@ -331,7 +333,7 @@ impl Daemon {
                     return Some(*e);
                 }
                 if !self.stop_task(&unit, Intent::Stop) {
-                    return Some(not_persisted(&unit));
+                    return Some(not_persisted(&unit, &self.dirs.root));
                 }
                 wait_for(self, &unit)
             }
@@ -340,7 +342,7 @@ impl Daemon {
                     return Some(*e);
                 }
                 if !self.stop_task(&unit, Intent::Restart) {
-                    return Some(not_persisted(&unit));
+                    return Some(not_persisted(&unit, &self.dirs.root));
                 }
                 Some(Response::Ok {
                     message: format!("{unit}: restarting"),
@@ -369,7 +371,7 @@ impl Daemon {
                     task.force_remove = force;
                 }
                 if !self.stop_task(&unit, Intent::Remove) {
-                    return Some(not_persisted(&unit));
+                    return Some(not_persisted(&unit, &self.dirs.root));
                 }
                 wait_for(self, &unit)
             }
@@ -445,7 +447,7 @@ impl Daemon {
             TaskState::Stopping => {
                 // A start during a stop: start again once it has stopped (unless removed).
                 if !self.stop_task(unit, Intent::Restart) {
-                    return not_persisted(unit);
+                    return not_persisted(unit, &self.dirs.root);
                 }
                 Response::Ok {
                     message: format!("{unit}: starts again once stopped"),

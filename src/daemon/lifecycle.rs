@@ -88,11 +88,18 @@ impl Daemon {
         task.record.state = to;
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         let persisted = self.persist(unit).is_ok();
-        self.journal_event(unit, attempt, generation, to.as_str(), detail);
-        if detail.is_empty() {
-            log::info!("{unit}: {to}");
+        let what = if detail.is_empty() {
+            to.to_string()
         } else {
-            log::info!("{unit}: {to} ({detail})");
+            format!("{to} ({detail})")
+        };
+        if persisted {
+            self.journal_event(unit, attempt, generation, to.as_str(), detail);
+            log::info!("{unit}: {what}");
+        } else {
+            // Not journaled either: the caller may take it back (a stop, a start), and the
+            // journal holds what the records held.
+            log::warn!("{unit}: {what}: not recorded in the state directory");
         }
         persisted
     }

@@ -18,6 +18,7 @@ mod stopping;
 mod systemd;
 pub mod timers;
 mod units_dir;
+mod unwritable;
 
 use crate::state::{now_ms, Event, InstanceLock, Journal, StateDir, StateError};
 use crate::unit::Unit;
@@ -102,6 +103,8 @@ pub(crate) struct Task {
     pub kept_branches: std::cell::RefCell<Option<(Vec<String>, Instant)>>,
     /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
     pub cpu_samples: std::cell::Cell<(Option<slices::CpuSample>, Option<slices::CpuSample>)>,
+    /// An orderly shutdown could not record its stop: left running for the next daemon.
+    pub left_running: bool,
 }
 
 impl Task {
@@ -134,6 +137,7 @@ impl Task {
             checkout_bytes: std::cell::Cell::new(None),
             kept_branches: std::cell::RefCell::new(None),
             cpu_samples: std::cell::Cell::new((None, None)),
+            left_running: false,
         }
     }
 }
@@ -601,7 +605,10 @@ impl Daemon {
             Shutdown::KeepTasks => Some(0),
             Shutdown::StopTasks { exit_code } => {
                 // Adopted or not: a live attempt keeps the daemon (and PID 1) alive.
-                let busy = self.tasks.values().any(|t| t.record.state.has_attempt());
+                let busy = self
+                    .tasks
+                    .values()
+                    .any(|t| t.record.state.has_attempt() && !t.left_running);
                 (!busy).then_some(exit_code)
             }
         }

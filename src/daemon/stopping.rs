@@ -88,6 +88,7 @@ impl Daemon {
                 task.record.intent = previous_intent;
                 task.record.stop_started_ms = None;
             }
+            log::warn!("{unit}: stop not carried out: it could not be recorded first; still {previous_state}");
             return false;
         }
         self.send_stop_signal(unit, signal);
@@ -120,8 +121,19 @@ impl Daemon {
             .tasks
             .get(unit)
             .is_some_and(|t| t.record.state.has_attempt())
+            && !self.stop_task(unit, Intent::Interrupt)
         {
-            self.stop_task(unit, Intent::Interrupt);
+            // Stopped unrecorded, it would count as a failure at the next start; left
+            // running, the next daemon re-adopts it (under keel init it ends with PID 1, and
+            // is then recorded as lost).
+            if let Some(task) = self.tasks.get_mut(unit) {
+                task.left_running = true;
+            }
+            log::warn!(
+                "{unit}: left running: its stop could not be recorded in {}: {}",
+                self.dirs.root.display(),
+                super::unwritable::why_unwritable(&self.dirs.root)
+            );
         }
     }
 

@@ -1,0 +1,232 @@
+//! keel on a full state disk: the state directory is a 2 MiB tmpfs, filled to the last byte
+//! while a task runs. Requests that must be recorded are refused with a message naming the
+//! state directory and the lack of space, nothing is done that was not recorded, the daemon
+//! keeps running, no torn or temporary file is left; once space returns, keel works again.
+
+mod common;
+use common::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A tmpfs of `size` over `path`, unmounted (lazily, so even a busy one goes) when dropped,
+/// whether the test passed or not.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(path: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(path).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            path,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(format!("size={size},mode=0700").as_str()),
+        )
+        .unwrap_or_else(|e| panic!("mount a tmpfs on {}: {e}", path.display()));
+        Tmpfs(path.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// The daemon is dropped (shut down, its shims and cgroups gone) before the tmpfs.
+struct Fixture {
+    daemon: Daemon,
+    _tmpfs: Tmpfs,
+}
+
+impl Fixture {
+    /// A daemon whose state directory is a 2 MiB tmpfs.
+    fn start(name: &str) -> Fixture {
+        let mut daemon = Daemon::prepare(name);
+        let tmpfs = Tmpfs::mount(&daemon.state(), "2m");
+        daemon.spawn();
+        Fixture {
+            daemon,
+            _tmpfs: tmpfs,
+        }
+    }
+}
+
+/// Fill the filesystem of `dir` with `dir/filler` until a write fails with ENOSPC.
+fn fill(dir: &Path) -> PathBuf {
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0u8; 4096];
+    loop {
+        if let Err(e) = file.write_all(&chunk) {
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+            return path;
+        }
+    }
+}
+
+/// Every file below `dir` whose name matches `select`.
+fn files(dir: &Path, select: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else if select(&entry.file_name().to_string_lossy()) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// No temporary file of an atomic write is left, every state file parses, every journal line
+/// is whole.
+fn assert_state_intact(state: &Path) {
+    let temps = files(state, &|n| n.starts_with('.') && n.contains(".tmp."));
+    assert!(temps.is_empty(), "temporary files left: {temps:?}");
+    let records = files(state, &|n| n.ends_with(".ron"));
+    assert!(records.len() >= 4, "{records:?}");
+    for record in records {
+        let text = std::fs::read_to_string(&record).unwrap();
+        ron::from_str::<ron::Value>(&text)
+            .unwrap_or_else(|e| panic!("{} does not parse: {e}\n{text}", record.display()));
+    }
+    let journal = std::fs::read_to_string(state.join("events.jsonl")).unwrap();
+    for line in journal.lines() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("torn journal line {line:?}: {e}"));
+    }
+}
+
+const STEADY: &str = r#"Unit(
+    command: ["/bin/sh", "-c", "while :; do echo tick; echo tick > $KEEL_PROGRESS; sleep 0.2; done"],
+    resources: Resources(cpu: 0.1, memory: "32M", pids: 16),
+    liveness: Liveness(heartbeat_timeout: "10m", startup_grace: "10m"),
+    stop: Stop(timeout: "5s"),
+)"#;
+const LATE: &str = r#"Unit(
+    command: ["/bin/sh", "-c", "echo late; exec sleep 600"],
+    resources: Resources(cpu: 0.1, memory: "32M", pids: 16),
+)"#;
+
+#[test]
+fn a_full_state_disk_is_refused_clearly_loses_nothing_and_recovers() {
+    if !require_root("a_full_state_disk_is_refused_clearly_loses_nothing_and_recovers") {
+        return;
+    }
+    let f = Fixture::start("full-disk");
+    let d = &f.daemon;
+    let state = d.state();
+    let state_name = path_str(&state);
+    d.write_unit("steady", STEADY);
+    let before = d.wait_state("steady", "running", Duration::from_secs(10));
+
+    let filler = fill(&state);
+    // A new unit: its start cannot be recorded, so it is not started; it waits and says why.
+    d.write_unit("late", LATE);
+    let mut reason = String::new();
+    wait_until(
+        Duration::from_secs(10),
+        "late deferred for want of space",
+        || {
+            reason = d
+                .task("late")
+                .map(|t| t["reason"].as_str().unwrap_or("").to_string())
+                .unwrap_or_default();
+            reason.contains("No space left on device")
+        },
+    );
+    assert!(reason.starts_with("start deferred"), "{reason}");
+    assert!(reason.contains(&state_name), "{reason}");
+    assert_eq!(d.task("late").unwrap()["state"], "queued");
+    // Journal appends on the full disk (each SIGHUP journals a reload): a line cut short at
+    // the last free byte is taken back, not left to run into the next line.
+    let pid = nix::unistd::Pid::from_raw(d.child.as_ref().unwrap().id() as i32);
+    for _ in 0..50 {
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A stop cannot be recorded: refused, with the state directory and the fix; the task runs on.
+    let out = d.keel(&["stop", "steady"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr_of(&out);
+    assert!(err.contains(&state_name), "{err}");
+    assert!(err.contains("no space left on its filesystem"), "{err}");
+    assert!(err.contains("nothing was done"), "{err}");
+    std::thread::sleep(Duration::from_millis(500));
+    let steady = d.task("steady").unwrap();
+    assert_eq!(steady["state"], "running");
+    assert_eq!(steady["pid"], before["pid"]);
+    // The daemon lives and says what happened, naming the file and the error.
+    assert!(d.keel(&["health"]).status.success());
+    let log = d.daemon_log();
+    assert!(
+        log.contains(&format!(
+            "{state_name}/tasks/late/state.ron: No space left on device"
+        )),
+        "{log}"
+    );
+    assert!(log.contains("steady: stop not carried out"), "{log}");
+    assert!(
+        !log.lines()
+            .any(|l| l.ends_with("steady: stopping (SIGTERM, SIGKILL after 5.0s)")),
+        "an unrecorded stop: {log}"
+    );
+    assert_state_intact(&state);
+
+    // Space returns: the deferred start goes through (retried every 5 s), requests work.
+    std::fs::remove_file(&filler).unwrap();
+    d.wait_state("late", "running", Duration::from_secs(15));
+    let out = d.keel(&["stop", "steady"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    d.wait_state("steady", "stopped", Duration::from_secs(10));
+    assert_state_intact(&state);
+    let late = d.task("late").unwrap();
+
+    // All of it is on disk: a restarted daemon finds both as they were.
+    let Fixture { mut daemon, _tmpfs } = f;
+    daemon.crash();
+    daemon.spawn();
+    let again = daemon.wait_state("late", "running", Duration::from_secs(10));
+    assert_eq!(again["pid"], late["pid"], "re-adopted, not restarted");
+    assert_eq!(daemon.task("steady").unwrap()["state"], "stopped");
+    drop(daemon);
+}
+
+#[test]
+fn a_shutdown_on_a_full_disk_leaves_tasks_to_the_next_daemon() {
+    if !require_root("a_shutdown_on_a_full_disk_leaves_tasks_to_the_next_daemon") {
+        return;
+    }
+    let mut f = Fixture::start("full-shutdown");
+    f.daemon.write_unit("steady", STEADY);
+    let before = f
+        .daemon
+        .wait_state("steady", "running", Duration::from_secs(10));
+    let shim = before["pid"].as_i64().unwrap() as i32;
+    let filler = fill(&f.daemon.state());
+    // The stop that would record the task as interrupted cannot be written: rather than wait
+    // forever (or stop it unrecorded), the daemon goes and leaves it running.
+    let status = f.daemon.shutdown().unwrap();
+    assert!(status.success(), "{status}\n{}", f.daemon.daemon_log());
+    let log = f.daemon.daemon_log();
+    assert!(
+        log.contains("steady: left running: its stop could not be recorded"),
+        "{log}"
+    );
+    assert!(log.contains("no space left on its filesystem"), "{log}");
+    assert!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(shim), None).is_ok());
+    assert_state_intact(&f.daemon.state());
+    // Space returns: the next daemon re-adopts it, the same attempt.
+    std::fs::remove_file(filler).unwrap();
+    f.daemon.spawn();
+    let again = f
+        .daemon
+        .wait_state("steady", "running", Duration::from_secs(10));
+    assert_eq!(again["pid"], before["pid"]);
+    assert_eq!(again["attempt"], 1);
+}
