@@ -9,8 +9,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// A tmpfs of `size` over `path`, unmounted (lazily, so even a busy one goes) when dropped,
-/// whether the test passed or not.
+/// A tmpfs of `size` over `path` (the state directory of a scratch directory), unmounted
+/// (lazily, so even a busy one goes) when dropped, whether the test passed or not.
 struct Tmpfs(PathBuf);
 
 impl Tmpfs {
@@ -31,6 +31,11 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        // The fixture's scratch directory, which it could not remove while this was mounted
+        // in it (the daemon's fixture is dropped first).
+        if let Some(scratch) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(scratch);
+        }
     }
 }
 
