@@ -252,3 +252,62 @@ fn kubectl_renders_the_kustomization_where_it_is_installed() {
         assert!(rendered.contains(kind), "{kind} missing from:\n{rendered}");
     }
 }
+
+/// The units directory as the kubelet keeps a ConfigMap volume: each key a symlink through
+/// `..data`, itself a symlink to a timestamped directory, an update swapping `..data` by a
+/// rename. keel follows it without a restart: new keys start, edits are noticed.
+#[test]
+fn a_configmap_volume_of_units_is_followed_as_the_kubelet_updates_it() {
+    if !require_root("a_configmap_volume_of_units_is_followed_as_the_kubelet_updates_it") {
+        return;
+    }
+    let d = Daemon::prepare("configmap");
+    let units = d.units();
+    let unit = |word: &str| {
+        format!(
+            r#"Unit(command: ["/bin/sh", "-c", "echo {word}; exec sleep 600"], resources: Resources(cpu: 0.1, memory: "32M", pids: 16))"#
+        )
+    };
+    let version = |name: &str, files: &[(&str, String)]| {
+        let dir = units.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        for (file, text) in files {
+            std::fs::write(dir.join(file), text).unwrap();
+        }
+    };
+    version("..2026_01_01_v1", &[("hello.ron", unit("v1"))]);
+    std::os::unix::fs::symlink("..2026_01_01_v1", units.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/hello.ron", units.join("hello.ron")).unwrap();
+    let mut d = d;
+    d.spawn();
+    let first = d.wait_state("hello", "running", std::time::Duration::from_secs(10));
+    // The kubelet's update: a new version, `..data` swapped by a rename, the new key linked,
+    // the old version removed.
+    version(
+        "..2026_01_02_v2",
+        &[("hello.ron", unit("v2")), ("new.ron", unit("new"))],
+    );
+    std::os::unix::fs::symlink("..2026_01_02_v2", units.join("..data_tmp")).unwrap();
+    std::fs::rename(units.join("..data_tmp"), units.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/new.ron", units.join("new.ron")).unwrap();
+    std::fs::remove_dir_all(units.join("..2026_01_01_v1")).unwrap();
+    d.wait_state("new", "running", std::time::Duration::from_secs(10));
+    wait_until(
+        std::time::Duration::from_secs(10),
+        "the edit noticed",
+        || d.task("hello").unwrap()["unit_changed"] == true,
+    );
+    let hello = d.task("hello").unwrap();
+    assert_eq!(
+        hello["pid"], first["pid"],
+        "an edit applies at the next start"
+    );
+    assert!(d.status()["invalid_units"].as_array().unwrap().is_empty());
+    let out = d.keel(&["restart", "hello"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    wait_until(std::time::Duration::from_secs(10), "v2 runs", || {
+        std::fs::read_to_string(d.task_dir("hello").join("run/output.log"))
+            .unwrap_or_default()
+            .contains("v2")
+    });
+}
