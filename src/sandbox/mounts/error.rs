@@ -199,6 +199,12 @@ impl fmt::Display for SandboxError {
             SandboxError::Layout { path, problem } => {
                 write!(f, "invalid sandbox: {}: {problem}", path.display())
             }
+            // EINVAL: "/" is no mount point, as in a plain chroot (engines pivot_root).
+            SandboxError::PrivateMounts { source } if is(source, libc::EINVAL) => write!(
+                f,
+                "cannot make mounts private: {source}: / is not a mount point (is keel in a \
+                 chroot?): run it in a container, or bind-mount its root onto itself first"
+            ),
             SandboxError::PrivateMounts { source } => write!(
                 f,
                 "cannot make mounts private (mount namespaces unavailable?): {source}: run keel \

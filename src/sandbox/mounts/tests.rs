@@ -434,6 +434,10 @@ fn messages_say_what_failed_and_what_to_do() {
     let message = fail(&|op| op == &MountOp::MakeRootPrivate, libc::EPERM);
     assert!(message.starts_with("cannot make mounts private (mount namespaces unavailable?)"));
     assert!(message.ends_with("run keel as root, or with CAP_SYS_ADMIN"));
+    // A plain chroot: "/" is no mount point.
+    let message = fail(&|op| op == &MountOp::MakeRootPrivate, libc::EINVAL);
+    assert!(message.contains("/ is not a mount point"), "{message}");
+    assert!(message.ends_with("bind-mount its root onto itself first"));
     let message = fail(
         &|op| matches!(op, MountOp::SetAttrRecursive { .. }),
         libc::ENOSYS,
