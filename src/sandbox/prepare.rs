@@ -4,7 +4,7 @@
 //! (and network) namespace, builds the mounts, drops privileges and installs the seccomp
 //! filter, in that order.
 
-use crate::sandbox::mounts::template::{attempt_on_template, AttemptOnTemplate};
+use crate::sandbox::mounts::template::{attempt_on_template, AttemptOnTemplate, EnterError};
 use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
 use crate::sandbox::spec::SandboxSpec;
@@ -87,7 +87,12 @@ impl Prepared {
     /// mounts used, so they come last).
     pub fn enter(&self) -> Result<(), String> {
         match &self.template {
-            Some((attempt, ns)) => attempt.enter(ns.as_fd(), self.network_none)?,
+            Some((attempt, ns)) => match attempt.enter(ns.as_fd(), self.network_none) {
+                Ok(()) => {}
+                // The host's view is still ours: the whole plan, as without a template.
+                Err(EnterError::Unjoined(_)) => self.build_in_full()?,
+                Err(EnterError::Failed(message)) => return Err(message),
+            },
             None => self.build_in_full()?,
         }
         privileges::apply(&self.privileges).map_err(|e| e.to_string())?;

@@ -41,7 +41,8 @@ impl SandboxTemplates {
             dir,
             entries: Vec::new(),
             failed: Vec::new(),
-            disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1"),
+            disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1")
+                || !can_join_mount_namespaces(),
         }
     }
 
@@ -119,6 +120,23 @@ impl Drop for SandboxTemplates {
     fn drop(&mut self) {
         self.clear();
     }
+}
+
+/// setns(2) into a mount namespace needs CAP_SYS_ADMIN and CAP_SYS_CHROOT; a container given
+/// only the first (the documented minimum) builds every sandbox in full, ~2 ms more a start.
+fn can_join_mount_namespaces() -> bool {
+    const CAP_SYS_CHROOT: u32 = 18;
+    const CAP_SYS_ADMIN: u32 = 21;
+    let Ok((effective, _, _)) = crate::sys::caps::current_caps() else {
+        return false;
+    };
+    let has = |cap: u32| effective & (1 << cap) != 0;
+    if has(CAP_SYS_ADMIN) && !has(CAP_SYS_CHROOT) {
+        log::info!(
+            "sandbox templates off: joining one needs CAP_SYS_CHROOT (setns(2)); every sandbox is built in full"
+        );
+    }
+    has(CAP_SYS_ADMIN) && has(CAP_SYS_CHROOT)
 }
 
 /// A template's directory on the host holds only empty placeholders: its mounts live in the

@@ -31,6 +31,15 @@ const PLACEHOLDER_WORK: &str = "work";
 const PLACEHOLDER_PROGRESS: &str = "progress";
 const PLACEHOLDER_CHECKPOINT: &str = "checkpoint";
 
+/// Why an attempt could not be built on its template.
+#[derive(Debug)]
+pub enum EnterError {
+    /// Before the setns: nothing changed.
+    Unjoined(String),
+    /// In the template's namespace: the child must not go on.
+    Failed(String),
+}
+
 /// What an attempt mounts itself on a copy of its template, in sandbox paths.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptOnTemplate {
@@ -282,7 +291,19 @@ impl AttemptOnTemplate {
     /// In the agent's child: clone the per-task sources from the host, join and copy the
     /// template `ns`, mount the fresh filesystems and attach the clones. On success the
     /// caller's root is the sandbox (cwd `/`).
-    pub fn enter(&self, ns: BorrowedFd<'_>, network_none: bool) -> Result<(), String> {
+    ///
+    /// `Err(Unjoined)`: nothing changed yet (the caller can still build the sandbox in full).
+    pub fn enter(&self, ns: BorrowedFd<'_>, network_none: bool) -> Result<(), EnterError> {
+        let clones = self.clone_sources().map_err(EnterError::Unjoined)?;
+        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNS).map_err(|e| {
+            EnterError::Unjoined(format!("cannot join the sandbox template (setns: {e})"))
+        })?;
+        self.finish(clones, network_none)
+            .map_err(EnterError::Failed)
+    }
+
+    /// The per-task sources, cloned from the host's view (before the setns).
+    fn clone_sources(&self) -> Result<Vec<(OwnedFd, &PathBuf)>, String> {
         let mut clones = Vec::with_capacity(self.binds.len());
         for (source, target) in &self.binds {
             let what = |e: io::Error| {
@@ -299,8 +320,11 @@ impl AttemptOnTemplate {
             sys::mount_setattr_fd(clone.as_fd(), false, set, MountAttrs::RDONLY).map_err(what)?;
             clones.push((clone, target));
         }
-        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNS)
-            .map_err(|e| format!("cannot join the sandbox template (setns: {e})"))?;
+        Ok(clones)
+    }
+
+    /// In the template's namespace: a copy of it, the fresh mounts, the clones attached.
+    fn finish(&self, clones: Vec<(OwnedFd, &PathBuf)>, network_none: bool) -> Result<(), String> {
         let mut flags = nix::sched::CloneFlags::CLONE_NEWNS;
         if network_none {
             flags |= nix::sched::CloneFlags::CLONE_NEWNET;
