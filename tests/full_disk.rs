@@ -88,6 +88,15 @@ fn files(dir: &Path, select: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
     found
 }
 
+/// `running` is recorded at the spawn; the shim writes `run/shim.ron` once it has exec'd (the
+/// agent runs by then). A disk filled before that would fail the shim's own set-up instead.
+fn shim_set_up(d: &Daemon, unit: &str) {
+    let record = d.task_dir(unit).join("run/shim.ron");
+    wait_until(Duration::from_secs(10), "the shim's record", || {
+        record.exists()
+    });
+}
+
 /// No temporary file of an atomic write is left, every state file parses, every journal line
 /// is whole.
 fn assert_state_intact(state: &Path) {
@@ -129,6 +138,7 @@ fn a_full_state_disk_is_refused_clearly_loses_nothing_and_recovers() {
     let state_name = path_str(&state);
     d.write_unit("steady", STEADY);
     let before = d.wait_state("steady", "running", Duration::from_secs(10));
+    shim_set_up(d, "steady");
 
     let filler = fill(&state);
     // A new unit: its start cannot be recorded, so it is not started; it waits and says why.
@@ -213,6 +223,7 @@ fn a_shutdown_on_a_full_disk_leaves_tasks_to_the_next_daemon() {
         .daemon
         .wait_state("steady", "running", Duration::from_secs(10));
     let shim = before["pid"].as_i64().unwrap() as i32;
+    shim_set_up(&f.daemon, "steady");
     let filler = fill(&f.daemon.state());
     // The stop that would record the task as interrupted cannot be written: rather than wait
     // forever (or stop it unrecorded), the daemon goes and leaves it running.
