@@ -470,8 +470,8 @@ fn an_unknown_user_fails_the_spawn_before_anything_runs() {
 }
 
 /// The mount table an agent sees, without what differs between two daemons by construction
-/// (mount ids, bind roots, the scratch directory's name): mount point, mount options,
-/// filesystem type and its options, sorted.
+/// (mount ids, peer group numbers, the scratch directory's name): mount point, root of the
+/// mount, mount options, propagation, filesystem type and its options, sorted.
 fn mount_table(d: &Daemon, unit: &str, extra: &str) -> Vec<String> {
     let script = "cat /proc/self/mountinfo";
     let (task, out) = run_agent(d, unit, script, extra);
@@ -483,11 +483,18 @@ fn mount_table(d: &Daemon, unit: &str, extra: &str) -> Vec<String> {
             let fields: Vec<&str> = line.split(' ').collect();
             let dash = fields.iter().position(|f| *f == "-").unwrap();
             let super_opts = fields.get(dash + 3).copied().unwrap_or("");
+            // Propagation (`shared:N`, `master:N`) by kind: the peer group numbers differ.
+            let propagation: Vec<&str> = fields[6..dash]
+                .iter()
+                .map(|f| f.split(':').next().unwrap_or(f))
+                .collect();
             format!(
-                "{} {} {} {}",
+                "{} {} {} {} [{}] {}",
                 fields[4].replace(&scratch, "<scratch>"),
+                fields[3].replace(&scratch, "<scratch>"),
                 fields[5],
                 fields[dash + 1],
+                propagation.join(","),
                 super_opts
             )
         })
@@ -524,4 +531,84 @@ fn a_sandbox_on_a_template_is_the_sandbox_built_in_full() {
         !templated.state().join("templates").exists(),
         "templates kept while idle"
     );
+}
+
+#[test]
+fn a_template_follows_changes_on_the_host() {
+    if !require_root("a_template_follows_changes_on_the_host") {
+        return;
+    }
+    let d = Daemon::start("sb-tpl-host");
+    // A running task keeps the templates (they go when nothing runs).
+    d.write_unit(
+        "keep",
+        r#"Unit(command: ["/bin/sh", "-c", "exec sleep 60"], restart: Never)"#,
+    );
+    d.wait_state("keep", "running", Duration::from_secs(10));
+    // Outside /tmp: a path there would lie in the sandbox's own /tmp, and take the full plan.
+    let host = HostDir::new("tpl-host");
+    let secret = host.0.join("secret");
+    let cache = host.0.join("cache");
+    std::fs::write(&secret, "OLDSECRET\n").unwrap();
+    std::fs::create_dir(&cache).unwrap();
+    let extra = format!(
+        "sandbox: Sandbox(writable: [{:?}], hidden: [{:?}])",
+        cache.display().to_string(),
+        secret.display().to_string()
+    );
+    let script = |name: &str| {
+        format!(
+            "cat {s} 2>&1; echo; touch {c}/{name} && echo wrote-{name}",
+            s = secret.display(),
+            c = cache.display()
+        )
+    };
+    let builds = || d.daemon_log().matches("sandbox template").count();
+    for name in ["a", "a2"] {
+        let (task, out) = run_agent(&d, name, &script(name), &extra);
+        assert_eq!(task["state"], "succeeded", "{out}");
+        assert!(
+            !out.contains("SECRET"),
+            "{name} read the hidden file: {out}"
+        );
+        assert!(out.contains(&format!("wrote-{name}")), "{out}");
+    }
+    // One template for "keep", one shared by "a" and "a2".
+    assert_eq!(builds(), 2, "{}", d.daemon_log());
+    // The host changes under the template: the hidden file replaced by rename (which detaches
+    // a bind on it everywhere), the writable directory deleted and made again.
+    let staged = host.0.join("secret.new");
+    std::fs::write(&staged, "NEWSECRET\n").unwrap();
+    std::fs::rename(&staged, &secret).unwrap();
+    std::fs::remove_dir_all(&cache).unwrap();
+    std::fs::create_dir(&cache).unwrap();
+    let (task, out) = run_agent(&d, "b", &script("b"), &extra);
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert!(!out.contains("SECRET"), "b read the hidden file: {out}");
+    assert!(out.contains("wrote-b"), "{out}");
+    assert!(
+        cache.join("b").exists(),
+        "b's write reached the new directory"
+    );
+    assert_eq!(builds(), 3, "a new template for the changed host");
+    d.keel(&["stop", "keep"]);
+}
+
+/// A directory of the test's own under /var/tmp, removed at the end.
+struct HostDir(std::path::PathBuf);
+
+impl HostDir {
+    fn new(name: &str) -> HostDir {
+        let dir =
+            std::path::PathBuf::from(format!("/var/tmp/keel-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        HostDir(dir)
+    }
+}
+
+impl Drop for HostDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

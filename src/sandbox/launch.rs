@@ -62,6 +62,11 @@ impl Launch {
 }
 
 impl Launch {
+    /// The descriptor of the sandbox template this start uses, if any.
+    fn template_fd(&self) -> Option<RawFd> {
+        self.sandbox.as_ref().and_then(|s| s.template_fd())
+    }
+
     /// Build the sandbox on one of `templates` when its shape allows (see
     /// [`crate::sandbox::templates`]).
     pub fn use_template(&mut self, templates: &mut crate::sandbox::templates::SandboxTemplates) {
@@ -115,7 +120,17 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
 /// shim records it as the attempt's setup failure.
 pub fn launch_for_exec(launch: &Launch) -> (Vec<CString>, Option<i32>) {
     let arg = |s: String| CString::new(s).unwrap_or_default();
-    let handoff = start_agent(launch).and_then(|handoff| {
+    // Nothing of the daemon's stays open here while the agent starts (its instance lock, its
+    // sockets, other tasks' pidfds): only stdio, the attempt lock and the sandbox template.
+    let mut keep = vec![crate::sys::ATTEMPT_LOCK_FD];
+    keep.extend(launch.template_fd());
+    crate::sys::close_fds_except(&keep);
+    // The attempt lock is the shim's alone: not the agent's, even where close_range(2) is not
+    // there to close it at the agent's exec. It is handed on across the shim's exec below.
+    process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    let started = start_agent(launch);
+    process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    let handoff = started.and_then(|handoff| {
         let pid = handoff.agent.pid;
         // Let the agent's child have the CPU until it has exec'd (or failed): on a busy host
         // the 4 MB exec of the shim beside it would delay the agent, which is what a user

@@ -4,7 +4,9 @@
 //! (and network) namespace, builds the mounts, drops privileges and installs the seccomp
 //! filter, in that order.
 
-use crate::sandbox::mounts::template::{attempt_on_template, AttemptOnTemplate, EnterError};
+use crate::sandbox::mounts::template::{
+    attempt_on_template, host_state, AttemptOnTemplate, EnterError,
+};
 use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
 use crate::sandbox::spec::SandboxSpec;
@@ -107,13 +109,19 @@ impl Prepared {
     /// Build on a template of this sandbox's shape when it has one (see
     /// [`crate::sandbox::templates`]): the agent's start then mounts a dozen things, not sixty.
     pub fn use_template(&mut self, templates: &mut SandboxTemplates) {
-        let host_mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let Some(attempt) = attempt_on_template(&self.layout, &self.host_root, &host_mounts) else {
+        let host = host_state(&self.layout, &self.host_root);
+        let Some(attempt) = attempt_on_template(&self.layout, &self.host_root, &host) else {
             return;
         };
         if let Some(ns) = templates.get(&attempt, &self.layout, &self.host_root) {
             self.template = Some((attempt, ns));
         }
+    }
+
+    /// The descriptor of the template namespace this sandbox is built on, if any.
+    pub fn template_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.template.as_ref().map(|(_, ns)| ns.as_raw_fd())
     }
 
     /// The whole mount plan, in a mount namespace copied from the caller's.

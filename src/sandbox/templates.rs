@@ -1,8 +1,9 @@
 //! The daemon's sandbox templates (see [`crate::sandbox::mounts::template`]): a few mount
 //! namespaces, each the read-only host view of one sandbox shape, kept open between starts.
 //!
-//! A template is a snapshot of the host's mounts: its key covers the host's mount table and
-//! `/`, so a change there builds a new one. It pins what it binds (a filesystem unmounted on
+//! A template is a snapshot of the host: its key covers the host's mount table and the
+//! identity of `/`'s entries and of every hidden, writable and read-only path, so a change
+//! there builds a new one (and drops the old ones). It pins what it binds (a filesystem unmounted on
 //! the host stays busy while a template holds it), so the daemon drops them all whenever no
 //! task is running ([`SandboxTemplates::clear`]), and keeps at most [`MAX_TEMPLATES`].
 
@@ -17,6 +18,7 @@ pub const MAX_TEMPLATES: usize = 4;
 
 struct Entry {
     key: u64,
+    host: u64,
     ns: OwnedFd,
     dir: PathBuf,
     used: Instant,
@@ -58,6 +60,12 @@ impl SandboxTemplates {
         if self.disabled {
             return None;
         }
+        // Snapshots of a host that has changed since: nothing will use them again, and they
+        // keep what they bound busy.
+        for stale in self.entries.iter().filter(|e| e.host != attempt.host) {
+            remove_dir(&stale.dir);
+        }
+        self.entries.retain(|e| e.host == attempt.host);
         if let Some(entry) = self.entries.iter_mut().find(|e| e.key == attempt.key) {
             entry.used = Instant::now();
             return entry.ns.as_fd().try_clone_to_owned().ok();
@@ -82,6 +90,7 @@ impl SandboxTemplates {
                 let copy = ns.as_fd().try_clone_to_owned().ok();
                 self.entries.push(Entry {
                     key: attempt.key,
+                    host: attempt.host,
                     ns,
                     dir,
                     used: Instant::now(),

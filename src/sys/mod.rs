@@ -187,7 +187,12 @@ fn child_exec(
     }
     if let Some(launch) = request.launch {
         process::reset_signal_dispositions(libc::SIGRTMAX(), &[0; 8]);
-        let (extra, agent) = launch();
+        // A panic must not unwind into the daemon's code (its destructors) in this child.
+        let launched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(launch));
+        let Ok((extra, agent)) = launched else {
+            // SAFETY: leave without running any of the parent's cleanup.
+            unsafe { libc::_exit(127) }
+        };
         let mut argv: Vec<*const libc::c_char> = argv[..argv.len() - 1].to_vec();
         argv.extend(extra.iter().map(|a| a.as_ptr()));
         argv.push(std::ptr::null());
@@ -232,6 +237,26 @@ fn block_all_signals() -> io::Result<libc::sigset_t> {
 fn restore_signal_mask(old: &libc::sigset_t) {
     // SAFETY: `old` is an initialised mask from block_all_signals; NULL old-set is allowed.
     unsafe { libc::sigprocmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+}
+
+/// Close every descriptor but 0–2 and those of `keep` (close_range(2) over the gaps): what a
+/// child of the daemon must not hold while it works before its exec (the daemon's instance
+/// lock, its sockets, other tasks' pidfds).
+pub fn close_fds_except(keep: &[RawFd]) {
+    let mut keep: Vec<u32> = keep
+        .iter()
+        .filter(|&&fd| fd > 2)
+        .map(|&fd| fd as u32)
+        .collect();
+    keep.sort_unstable();
+    let mut from = 3u32;
+    for fd in keep.into_iter().chain(std::iter::once(u32::MAX)) {
+        if fd > from {
+            // SAFETY: integer arguments only; closes descriptors of this process.
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32) };
+        }
+        from = fd.saturating_add(1);
+    }
 }
 
 /// Move each descriptor to its target number, without close-on-exec (dup2(2)); the originals

@@ -131,22 +131,22 @@ pub fn mount_setattr(
     clear: MountAttrs,
 ) -> io::Result<()> {
     let path = c_path(path)?;
-    raw_mount_setattr(libc::AT_FDCWD, &path, 0, recursive, set, clear)
+    raw_mount_setattr(libc::AT_FDCWD, &path, 0, recursive, (set, clear, 0))
 }
 
-/// mount_setattr(2) at `dirfd`/`path` with `flags` (plus `AT_RECURSIVE` for `recursive`).
+/// mount_setattr(2) at `dirfd`/`path` with `flags` (plus `AT_RECURSIVE` for `recursive`):
+/// attributes to set and clear, and a propagation type (`MS_PRIVATE`…, 0 to leave it).
 fn raw_mount_setattr(
     dirfd: RawFd,
     path: &std::ffi::CStr,
     flags: libc::c_uint,
     recursive: bool,
-    set: MountAttrs,
-    clear: MountAttrs,
+    (set, clear, propagation): (MountAttrs, MountAttrs, u64),
 ) -> io::Result<()> {
     let attr = libc::mount_attr {
         attr_set: set.0,
         attr_clr: clear.0,
-        propagation: 0,
+        propagation,
         userns_fd: 0,
     };
     let mut flags = flags;
@@ -255,7 +255,7 @@ pub fn is_tmpfs(fd: &OwnedFd) -> io::Result<bool> {
 /// open_tree(2) with `OPEN_TREE_CLONE` of the mount at descriptor `source` (an O_PATH fd of a
 /// directory or file): a detached copy of that one mount (a bind mount not yet attached
 /// anywhere), which survives a change of mount namespace and is attached with
-/// [`move_mount_to`]. Linux ≥ 5.2.
+/// [`move_mount_onto`]. Linux ≥ 5.2.
 pub fn open_tree_clone(source: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let empty = c"";
     let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32;
@@ -277,30 +277,39 @@ pub fn open_tree_clone(source: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 }
 
 /// mount_setattr(2) on the (detached or attached) mount `mount` itself (`AT_EMPTY_PATH`), or
-/// on the whole tree below it with `recursive` (`AT_RECURSIVE`).
+/// on the whole tree below it with `recursive` (`AT_RECURSIVE`); `private` also makes it
+/// `MS_PRIVATE` (a clone of a shared host mount would otherwise join its peer group, and
+/// mounts made on the host below it would show up in the sandbox: mount_namespaces(7)).
 pub fn mount_setattr_fd(
     mount: BorrowedFd<'_>,
     recursive: bool,
-    set: MountAttrs,
-    clear: MountAttrs,
+    (set, clear): (MountAttrs, MountAttrs),
+    private: bool,
 ) -> io::Result<()> {
     let flags = libc::AT_EMPTY_PATH as libc::c_uint;
-    raw_mount_setattr(mount.as_raw_fd(), c"", flags, recursive, set, clear)
+    let propagation = if private { libc::MS_PRIVATE } else { 0 };
+    raw_mount_setattr(
+        mount.as_raw_fd(),
+        c"",
+        flags,
+        recursive,
+        (set, clear, propagation),
+    )
 }
 
-/// move_mount(2) of the detached mount `mount` onto `target` (in the current namespace).
-pub fn move_mount_to(mount: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
-    let target = c_path(target)?;
+/// move_mount(2) of the detached mount `mount` onto the directory or file `target` (an O_PATH
+/// descriptor: no path is resolved again).
+pub fn move_mount_onto(mount: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
     let empty = c"";
-    // SAFETY: a live descriptor and two NUL-terminated strings alive for the call.
+    // SAFETY: two live descriptors and NUL-terminated empty strings alive for the call.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
             mount.as_raw_fd(),
             empty.as_ptr(),
-            libc::AT_FDCWD,
-            target.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH,
+            target.as_raw_fd(),
+            empty.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
         )
     };
     if rc < 0 {

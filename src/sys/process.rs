@@ -334,8 +334,11 @@ fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
             fail(ExecStage::Stdio, errno());
         }
         if let Some(prepare) = setup.prepare {
-            if let Err(message) = prepare() {
-                child_fail_with(report, &message);
+            // A panic must not unwind into the supervisor's code in this child.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare)) {
+                Ok(Ok(())) => {}
+                Ok(Err(message)) => child_fail_with(report, &message),
+                Err(_) => child_fail_with(report, "the sandbox set-up panicked"),
             }
         }
         if libc::chdir(setup.cwd) < 0 {
@@ -398,9 +401,12 @@ pub fn reset_signal_dispositions(max_signal: libc::c_int, default_action: &[u64;
 /// while the child still lives, `then(child's pid)` here (to open its namespaces, say); the
 /// child then exits. `work`'s error message comes back as the `Err`. Signals are blocked
 /// across the fork and reset to default in the child, so no handler of ours runs there.
+///
+/// `deadline_ms`: how long the child may take to report; past it, it is killed and `Err`.
 pub fn run_in_child<T>(
     work: &dyn Fn() -> Result<(), String>,
     then: &dyn Fn(i32) -> io::Result<T>,
+    deadline_ms: i32,
 ) -> Result<T, String> {
     let (result_read, result_write) = pipe().map_err(|e| format!("pipe: {e}"))?;
     let (go_read, go_write) = pipe().map_err(|e| format!("pipe: {e}"))?;
@@ -420,9 +426,11 @@ pub fn run_in_child<T>(
         drop(result_read);
         drop(go_write);
         reset_signal_dispositions(max_signal, &[0; 8]);
-        let report = match work() {
-            Ok(()) => Vec::new(),
-            Err(message) => message.into_bytes(),
+        // A panic must not unwind into the caller's code (its destructors) in this child.
+        let report = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+            Ok(Ok(())) => Vec::new(),
+            Ok(Err(message)) => message.into_bytes(),
+            Err(_) => b"panicked".to_vec(),
         };
         let mut byte = [0u8; 1];
         // SAFETY: writes of a live buffer to our pipe, a blocking read, then _exit.
@@ -450,6 +458,18 @@ pub fn run_in_child<T>(
     }
     drop(result_write);
     drop(go_read);
+    // Bounded: a host path that hangs (a dead NFS server) must not hang the caller's loop.
+    let mut poll = libc::pollfd {
+        fd: result_read.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on our stack, for the duration of the call.
+    if unsafe { libc::poll(&mut poll, 1, deadline_ms) } <= 0 {
+        // SAFETY: kill(2) of our own child; its zombie is reaped by whoever reaps ours.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        return Err(format!("no answer in {deadline_ms} ms (killed)"));
+    }
     let mut text = Vec::new();
     {
         use std::io::Read;
@@ -586,6 +606,16 @@ pub fn set_cloexec(fd: RawFd) {
     if flags >= 0 {
         // SAFETY: as above, on an fd that is open.
         unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+    }
+}
+
+/// Clear close-on-exec on `fd` if it is open (fcntl(2) F_SETFD).
+pub fn clear_cloexec(fd: RawFd) {
+    // SAFETY: fcntl(F_GETFD/F_SETFD) take integers; on a closed fd they fail with EBADF.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags >= 0 {
+        // SAFETY: as above, on an fd that is open.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) };
     }
 }
 

@@ -130,7 +130,7 @@ impl KernelMounter {
     ) -> io::Result<()> {
         if self.pivoted {
             let fd = sys::open_no_symlinks(target)?;
-            return sys::mount_setattr_fd(fd.as_fd(), recursive, set, clear);
+            return sys::mount_setattr_fd(fd.as_fd(), recursive, (set, clear), false);
         }
         let place = self.place(target)?;
         sys::mount_setattr(&place.path, recursive, set, clear)

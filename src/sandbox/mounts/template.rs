@@ -30,6 +30,9 @@ use crate::sys::mount as sys;
 const PLACEHOLDER_WORK: &str = "work";
 const PLACEHOLDER_PROGRESS: &str = "progress";
 const PLACEHOLDER_CHECKPOINT: &str = "checkpoint";
+/// A template build (~3 ms) that takes longer than this is given up (a hung host mount): the
+/// attempt builds its sandbox in full, in its own child.
+const BUILD_DEADLINE_MS: i32 = 2000;
 
 /// Why an attempt could not be built on its template.
 #[derive(Debug)]
@@ -46,6 +49,8 @@ pub struct AttemptOnTemplate {
     /// A key naming the template's shape (equal layouts but for the per-attempt parts, over
     /// the same host): attempts with equal keys share a template.
     pub key: u64,
+    /// The host's state alone (part of `key`): templates of another are out of date.
+    pub host: u64,
     /// Fresh filesystems (proc, tmpfs, devpts), in plan order, at sandbox paths.
     fresh: Vec<MountOp>,
     /// Host sources bound at sandbox paths (the work directory, progress file, checkpoint).
@@ -65,12 +70,13 @@ pub fn template_layout(layout: &SandboxLayout, dir: &Path) -> SandboxLayout {
 }
 
 /// How `layout`'s attempt goes on a template, or `None` when it cannot (its plan differs from
-/// the template's in more than the per-attempt mounts). `host_mounts`: the host's mount table
-/// (`/proc/self/mountinfo`), part of the key — a template is a snapshot of the host.
+/// the template's in more than the per-attempt mounts). `host_state`: what identifies the host
+/// view a template snapshots — its mount table and the identity of every path the plan binds
+/// or hides ([`host_state`]); part of the key.
 pub fn attempt_on_template(
     layout: &SandboxLayout,
     host_root: &[RootEntry],
-    host_mounts: &str,
+    host_state: &str,
 ) -> Option<AttemptOnTemplate> {
     if layout.checkout.is_some() || super::validate::validate(layout, host_root).is_err() {
         return None;
@@ -105,16 +111,52 @@ pub fn attempt_on_template(
     if !same {
         return None;
     }
+    let mut host = DefaultHasher::new();
+    host_state.hash(&mut host);
+    let host = host.finish();
     let mut hasher = DefaultHasher::new();
     template_rest
         .iter()
         .for_each(|(_, op)| op.hash(&mut hasher));
-    host_mounts.hash(&mut hasher);
+    host.hash(&mut hasher);
     Some(AttemptOnTemplate {
         key: hasher.finish(),
+        host,
         fresh,
         binds,
     })
+}
+
+/// The host's side of a template's key, read now: the mount table, and the identity (device,
+/// inode, type) — or absence — of each top-level entry of `/` and each hidden, writable and
+/// read-only path of `layout`. A hidden file replaced by rename(2) (passwd(1) does that to
+/// /etc/shadow) detaches the bind that hid it in every namespace; a hidden path created later,
+/// a writable directory deleted and made again: each changes the key, and the next attempt
+/// gets a template built afresh.
+pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry]) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut state = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let top = host_root.iter().map(|e| Path::new("/").join(&e.name));
+    let listed = layout
+        .hidden
+        .iter()
+        .chain(&layout.writable)
+        .chain(&layout.readonly)
+        .cloned();
+    for path in top.chain(listed) {
+        let line = match std::fs::symlink_metadata(&path) {
+            Ok(m) => format!(
+                "{} {} {} {:o}\n",
+                path.display(),
+                m.dev(),
+                m.ino(),
+                m.mode() & 0o170000
+            ),
+            Err(_) => format!("{} absent\n", path.display()),
+        };
+        state.push_str(&line);
+    }
+    state
 }
 
 /// `op` with `map` applied to every path it mounts on or creates (not to sources).
@@ -272,6 +314,7 @@ pub fn build_template(
             Ok(())
         },
         &|pid| std::fs::File::open(format!("/proc/{pid}/ns/mnt")).map(OwnedFd::from),
+        BUILD_DEADLINE_MS,
     )
 }
 
@@ -302,7 +345,8 @@ impl AttemptOnTemplate {
             .map_err(EnterError::Failed)
     }
 
-    /// The per-task sources, cloned from the host's view (before the setns).
+    /// The per-task sources, cloned from the host's view (before the setns): private,
+    /// writable, nosuid, nodev — what the full plan leaves on them.
     fn clone_sources(&self) -> Result<Vec<(OwnedFd, &PathBuf)>, String> {
         let mut clones = Vec::with_capacity(self.binds.len());
         for (source, target) in &self.binds {
@@ -315,15 +359,18 @@ impl AttemptOnTemplate {
             };
             let opened = sys::open_no_symlinks(source).map_err(what)?;
             let clone = sys::open_tree_clone(opened.as_fd()).map_err(what)?;
-            // What the full plan leaves on them: writable, nosuid, nodev.
-            let set = MountAttrs::NOSUID.union(MountAttrs::NODEV);
-            sys::mount_setattr_fd(clone.as_fd(), false, set, MountAttrs::RDONLY).map_err(what)?;
+            let attrs = (
+                MountAttrs::NOSUID.union(MountAttrs::NODEV),
+                MountAttrs::RDONLY,
+            );
+            sys::mount_setattr_fd(clone.as_fd(), false, attrs, true).map_err(what)?;
             clones.push((clone, target));
         }
         Ok(clones)
     }
 
     /// In the template's namespace: a copy of it, the fresh mounts, the clones attached.
+    /// Targets are opened without following symlinks, as the full plan's are.
     fn finish(&self, clones: Vec<(OwnedFd, &PathBuf)>, network_none: bool) -> Result<(), String> {
         let mut flags = nix::sched::CloneFlags::CLONE_NEWNS;
         if network_none {
@@ -333,15 +380,33 @@ impl AttemptOnTemplate {
             format!("cannot create the task's mount namespace (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN")
         })?;
         sys::chdir(Path::new("/")).map_err(|e| format!("chdir /: {e}"))?;
-        for op in &self.fresh {
+        // The copy's root is not unbindable as the template's was: again, as the full plan
+        // leaves it (no recursive bind of a host directory can copy the sandbox into itself).
+        sys::set_propagation(Path::new("/"), nix::mount::MsFlags::MS_UNBINDABLE)
+            .map_err(|e| format!("cannot make the root unbindable: {e}"))?;
+        // /proc first (a directory of keel's own read-only root): the other targets are then
+        // mounted on through /proc/self/fd.
+        let (proc, others): (Vec<&MountOp>, Vec<&MountOp>) = self
+            .fresh
+            .iter()
+            .partition(|op| matches!(op, MountOp::Proc { .. }));
+        for op in proc.into_iter().chain(others) {
             let Some(target) = op.target() else { continue };
-            // proc stays read-only, as the full plan's recursive setattr leaves it.
             let read_only = matches!(op, MountOp::Proc { .. });
-            mount_fresh(op, target, read_only).map_err(|e| format!("{op}: {e}"))?;
+            let place = if read_only {
+                None
+            } else {
+                Some(sys::open_no_symlinks(target).map_err(|e| format!("{op}: {e}"))?)
+            };
+            let at = place.as_ref().map_or(target.to_path_buf(), sys::fd_path);
+            mount_fresh(op, &at, read_only).map_err(|e| format!("{op}: {e}"))?;
         }
         for (clone, target) in &clones {
-            sys::move_mount_to(clone.as_fd(), target)
-                .map_err(|e| format!("cannot attach the bind at {}: {e}", target.display()))?;
+            let attach = || -> io::Result<()> {
+                let place = sys::open_no_symlinks(target)?;
+                sys::move_mount_onto(clone.as_fd(), place.as_fd())
+            };
+            attach().map_err(|e| format!("cannot attach the bind at {}: {e}", target.display()))?;
         }
         Ok(())
     }
