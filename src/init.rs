@@ -13,7 +13,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Signals passed on to the daemon.
@@ -65,10 +65,6 @@ pub fn run(state_dir: &Path, units_dir: Option<&Path>, cgroup_name: Option<&str>
     if pid1 {
         mount_proc_if_missing();
         make_cgroups_writable();
-        let name = cgroup_name
-            .map(str::to_string)
-            .unwrap_or_else(|| crate::daemon::default_cgroup_name(state_dir));
-        leave_the_base_cgroup(&name);
     } else {
         // Not PID 1 (a test, or run under another init): orphans still come to us.
         if let Err(e) = crate::sys::set_child_subreaper() {
@@ -326,62 +322,9 @@ fn make_cgroups_writable() {
     }
 }
 
-/// Where PID 1 must go on cgroup v2 before its daemon starts: the daemon enables controllers
-/// in its base cgroup, which may then hold no process ("no internal processes"; only the
-/// real root is exempt), and in a container PID 1 sits in the base — the container's own
-/// cgroup. In `<base>/<tree>/supervisor`, the daemon's own leaf, PID 1 leaves the base
-/// empty, its daemon starts where it belongs (an adopted tree), and the processes a runtime
-/// execs into the container (`kubectl exec … keel health`) join PID 1's cgroup when the base
-/// refuses them (runc, crun). `None` on hybrid hosts (nothing is enabled in v2) and when
-/// PID 1 is already there.
-fn init_leaf(layout: &crate::cgroup::Layout, tree_name: &str) -> Option<PathBuf> {
-    (layout.mode == crate::cgroup::Mode::V2 && !layout.adopted)
-        .then(|| layout.v2_base.join(tree_name).join("supervisor"))
-}
-
-fn leave_the_base_cgroup(tree_name: &str) {
-    let Ok(layout) = crate::cgroup::detect(tree_name) else {
-        return; // the daemon says why there are no cgroups
-    };
-    let Some(leaf) = init_leaf(&layout, tree_name) else {
-        return;
-    };
-    let moved = std::fs::create_dir_all(&leaf)
-        .and_then(|()| std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string()));
-    match moved {
-        Ok(()) => log::info!(
-            "moved into {} (cgroup v2: the daemon's base must hold no process)",
-            leaf.display()
-        ),
-        Err(e) => log::warn!(
-            "cannot move into {}: {e}: the daemon will not be able to enable controllers in {}",
-            leaf.display(),
-            layout.v2_base.display()
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pid_1_leaves_a_v2_base_for_the_daemons_leaf() {
-        use crate::cgroup::{Layout, Mode};
-        let layout = |mode, adopted| Layout {
-            mode,
-            v2_base: PathBuf::from("/sys/fs/cgroup"),
-            v1: Vec::new(),
-            adopted,
-        };
-        assert_eq!(
-            init_leaf(&layout(Mode::V2, false), "keel"),
-            Some(PathBuf::from("/sys/fs/cgroup/keel/supervisor"))
-        );
-        // Already there (a restarted init in the same cgroup), or nothing enabled in v2.
-        assert_eq!(init_leaf(&layout(Mode::V2, true), "keel"), None);
-        assert_eq!(init_leaf(&layout(Mode::Hybrid, false), "keel"), None);
-    }
 
     #[test]
     fn respawn_backs_off_then_gives_up() {

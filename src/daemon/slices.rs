@@ -394,16 +394,6 @@ impl Daemon {
             Err(CgroupError::TasksRemain { .. }) => {
                 log::info!("cgroups: tasks left running keep keel's tree")
             }
-            // On v2, keel init sits in the daemon's leaf (see init::init_leaf): the tree goes
-            // with the container.
-            Err(CgroupError::Remove { path, source })
-                if self.under_init.is_some() && source.raw_os_error() == Some(libc::EBUSY) =>
-            {
-                log::info!(
-                    "cgroups: {} holds keel init: left to the container",
-                    path.display()
-                )
-            }
             Err(e) => log::error!("cgroups: {e}"),
         }
     }
