@@ -42,6 +42,15 @@ enum Command {
         /// Name of the daemon's cgroup tree (see `keel daemon --help`).
         #[arg(long, value_name = "NAME")]
         cgroup_name: Option<String>,
+        /// A command to run next to the daemon, unsandboxed; when it exits, keel init shuts
+        /// down and exits with its status (a kernel command line cannot pass a second `--`:
+        /// the command may follow the options without one).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "COMMAND"
+        )]
+        command: Vec<std::ffi::OsString>,
     },
     /// One line per task, what needs you coloured; with UNIT, that task in full.
     Status {
@@ -167,14 +176,19 @@ fn main() {
                 Err(e) => Err(CliError(e.to_string())),
             }
         }
-        Command::Init { units, cgroup_name } => {
+        Command::Init {
+            units,
+            cgroup_name,
+            command,
+        } => {
             keel::logger::init("init");
             let units = units.map(|u| std::path::absolute(&u).unwrap_or(u));
-            std::process::exit(keel::init::run(
-                &state_dir,
-                units.as_deref(),
-                cgroup_name.as_deref(),
-            ));
+            std::process::exit(keel::init::run(&keel::init::Options {
+                state_dir: &state_dir,
+                units_dir: units.as_deref(),
+                cgroup_name: cgroup_name.as_deref(),
+                companion: &command,
+            }));
         }
         Command::Shim { spec } => {
             keel::logger::init("shim");

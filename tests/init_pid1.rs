@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 /// `keel init` as PID 1 of a new PID namespace. `--kill-child`: if the test dies, killing
 /// `unshare` (done by the guard) takes keel init, and with it the whole namespace.
 fn init_in_pid_namespace(scratch: &Scratch) -> KillOnDrop {
+    init_in_pid_namespace_with(scratch, &[])
+}
+
+/// The same, with `companion` as `keel init`'s command (after `--`).
+fn init_in_pid_namespace_with(scratch: &Scratch, companion: &[&str]) -> KillOnDrop {
     let log = std::fs::File::create(scratch.dir.join("init.log")).unwrap();
     let child = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
@@ -21,6 +26,12 @@ fn init_in_pid_namespace(scratch: &Scratch) -> KillOnDrop {
         .arg(scratch.dir.join("units"))
         .arg("--cgroup-name")
         .arg(scratch.cgroup_name())
+        .args(if companion.is_empty() {
+            &[][..]
+        } else {
+            &["--"][..]
+        })
+        .args(companion)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -382,4 +393,38 @@ fn orphans_reparented_to_pid_1_are_reaped_by_keel_init() {
     assert!(keel(&["shutdown"]).status.success());
     let status = wait_exit(&mut child, Duration::from_secs(30), &scratch);
     assert_eq!(status.code(), Some(0));
+}
+
+/// `keel init -- COMMAND`: the command runs next to the daemon; when it exits, the tasks are
+/// stopped in order and init exits with the command's status.
+#[test]
+fn a_companion_command_ends_init_with_its_status() {
+    if !require_root("a_companion_command_ends_init_with_its_status") {
+        return;
+    }
+    let scratch = Scratch::new("companion");
+    let note = scratch.dir.join("state/tasks/polite/work/note");
+    write_unit(
+        &scratch,
+        "polite",
+        r#"Unit(command: ["/bin/sh", "-c", "trap 'echo stopped-cleanly > /work/note; exit 0' TERM; echo up; while :; do sleep 0.1; done"], stop: Stop(timeout: "10s"))"#,
+    );
+    let log = scratch.dir.join("state/tasks/polite/run/output.log");
+    let script = format!(
+        "n=0; until grep -q up {log} 2>/dev/null; do n=$((n+1)); [ $n -lt 200 ] || exit 99; sleep 0.05; done; exit 7",
+        log = log.display()
+    );
+    let mut child = init_in_pid_namespace_with(&scratch, &["/bin/sh", "-c", &script]);
+    let status = wait_exit(&mut child, Duration::from_secs(30), &scratch);
+    let init_log = std::fs::read_to_string(scratch.dir.join("init.log")).unwrap_or_default();
+    assert_eq!(status.code(), Some(7), "{init_log}");
+    assert_eq!(
+        std::fs::read_to_string(&note).unwrap_or_default().trim(),
+        "stopped-cleanly",
+        "{init_log}"
+    );
+    assert!(
+        init_log.contains("companion command exited: status 7"),
+        "{init_log}"
+    );
 }

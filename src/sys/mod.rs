@@ -1,12 +1,13 @@
 //! The few raw syscalls keel needs that neither std nor nix wrap: pidfds, clone3, locks,
-//! capabilities (`caps`), mounts (`mount`), the shim's fork and exec (`process`), the
-//! terminal's size (`term`), and libgit2's global settings (`git`).
+//! capabilities (`caps`), mounts (`mount`), a machine's PID 1 (`machine`), the shim's fork
+//! and exec (`process`), the terminal's size (`term`), and libgit2's global settings (`git`).
 //!
 //! Every `unsafe` block of keel lives under `src/sys/`, each with a `// SAFETY:` line.
 //! Everything else in the crate goes through these functions or through nix.
 
 pub mod caps;
 pub mod git;
+pub mod machine;
 pub mod mount;
 pub mod process;
 pub mod seccomp;

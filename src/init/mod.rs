@@ -6,12 +6,24 @@
 //!
 //! How init tells a deliberate daemon exit from a crash: a daemon that exits on purpose first
 //! writes `state_dir/exit-status`; a daemon that died without writing it crashed.
+//!
+//! `keel init -- COMMAND...` also runs COMMAND next to the daemon, outside any sandbox, as
+//! init's own child (as tini runs a container's program): a container's entry script, a
+//! machine's boot check. When it exits, keel init shuts down in order (as on SIGTERM) and its
+//! status becomes keel init's (128 + signal for a signal). A COMMAND still running once the
+//! daemon has shut down gets SIGTERM and [`COMPANION_GRACE`] before SIGKILL.
+//!
+//! As the PID 1 of a machine (see [`machine`]), keel init mounts what the kernel did not and
+//! powers the machine off at the end instead of exiting.
+
+pub mod machine;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -31,6 +43,25 @@ const FORWARDED: [Signal; 5] = [
 /// cannot start at all is retried for about four minutes first.
 const MAX_CRASHES: usize = 12;
 const CRASH_WINDOW: Duration = Duration::from_secs(600);
+
+/// How long a companion command still running after the daemon's shutdown has between
+/// SIGTERM and SIGKILL; the same for every other process left on a machine before power-off.
+pub const COMPANION_GRACE: Duration = Duration::from_secs(5);
+
+/// The exit status of a process as a shell reports it: its code, or 128 + its signal.
+pub fn status_code(status: WaitStatus) -> Option<i32> {
+    match status {
+        WaitStatus::Exited(_, code) => Some(code),
+        WaitStatus::Signaled(_, signal, _) => Some(128 + signal as i32),
+        _ => None,
+    }
+}
+
+/// keel init's exit status once the daemon has exited on purpose with `daemon`: a companion
+/// command's status when there is one (it was given to report the outcome), else the daemon's.
+pub fn final_status(daemon: i32, companion: Option<i32>) -> i32 {
+    companion.unwrap_or(daemon)
+}
 
 /// The delay before respawning a daemon that crashed, given earlier crash times; `None` when
 /// the intensity limit is reached. Pure: unit-tested below.
@@ -58,10 +89,90 @@ struct Init<'a> {
     crashes: Vec<Instant>,
     respawn_at: Option<Instant>,
     shutting_down: bool,
+    /// The companion command (empty: none), its pid while it runs, its status once it ended.
+    companion: &'a [OsString],
+    companion_pid: Option<Pid>,
+    companion_status: Option<i32>,
+    /// The daemon exited on purpose with this status; init waits for the companion to end.
+    daemon_done: Option<i32>,
+    /// When a companion still running after the daemon's shutdown gets SIGKILL.
+    companion_kill_at: Option<Instant>,
 }
 
-pub fn run(state_dir: &Path, units_dir: Option<&Path>, cgroup_name: Option<&str>) -> i32 {
+/// What `keel init` was asked to run.
+pub struct Options<'a> {
+    pub state_dir: &'a Path,
+    pub units_dir: Option<&'a Path>,
+    pub cgroup_name: Option<&'a str>,
+    /// `-- COMMAND...`: run next to the daemon; its status becomes init's.
+    pub companion: &'a [OsString],
+}
+
+/// Run as init; returns the exit status — or, as the PID 1 of a machine, powers it off.
+pub fn run(options: &Options<'_>) -> i32 {
     let pid1 = std::process::id() == 1;
+    let machine = pid1 && is_machine();
+    if machine {
+        if std::env::var_os("PATH").is_none() {
+            // The kernel starts init with HOME and TERM only.
+            std::env::set_var(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            );
+        }
+        machine::prepare(|| std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
+    }
+    let code = supervise(options, pid1);
+    if machine {
+        power_off(code)
+    } else {
+        code
+    }
+}
+
+/// Whether this is the PID 1 of the machine rather than of a container's PID namespace.
+fn is_machine() -> bool {
+    mount_proc_if_missing();
+    match crate::sys::machine::pid_namespace_inode() {
+        Ok(inode) => inode == crate::sys::machine::PROC_PID_INIT_INO,
+        Err(e) => {
+            log::warn!("cannot read /proc/self/ns/pid ({e}): taken for a container");
+            false
+        }
+    }
+}
+
+/// The end of a machine's PID 1: every process left gets SIGTERM, then SIGKILL after
+/// [`COMPANION_GRACE`]; the filesystems are synced and the machine powered off. Returns only
+/// if the kernel refuses (then init exits with `code`).
+fn power_off(code: i32) -> i32 {
+    use crate::sys::machine::signal_all;
+    let deadline = Instant::now() + COMPANION_GRACE;
+    if signal_all(Signal::SIGTERM).unwrap_or(false) {
+        while Instant::now() < deadline {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Err(nix::errno::Errno::ECHILD) => break,
+                Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(20)),
+                _ => {}
+            }
+        }
+        if signal_all(Signal::SIGKILL).unwrap_or(false) {
+            while waitpid(Pid::from_raw(-1), None).is_ok() {}
+        }
+    }
+    eprintln!("{}", machine::power_off_line(code));
+    let e = crate::sys::machine::power_off();
+    log::error!("cannot power off: {e}");
+    code
+}
+
+fn supervise(options: &Options<'_>, pid1: bool) -> i32 {
+    let Options {
+        state_dir,
+        units_dir,
+        cgroup_name,
+        companion,
+    } = *options;
     if pid1 {
         mount_proc_if_missing();
         make_cgroups_writable();
@@ -105,7 +216,13 @@ pub fn run(state_dir: &Path, units_dir: Option<&Path>, cgroup_name: Option<&str>
         crashes: Vec::new(),
         respawn_at: Some(Instant::now()),
         shutting_down: false,
+        companion,
+        companion_pid: None,
+        companion_status: None,
+        daemon_done: None,
+        companion_kill_at: None,
     };
+    let mut companion_started = companion.is_empty();
     loop {
         if let Some(at) = init.respawn_at {
             if Instant::now() >= at {
@@ -115,7 +232,24 @@ pub fn run(state_dir: &Path, units_dir: Option<&Path>, cgroup_name: Option<&str>
                 }
             }
         }
-        let timeout = match init.respawn_at {
+        if !companion_started {
+            companion_started = true;
+            init.spawn_companion();
+        }
+        if let Some(code) = init.finished() {
+            return code;
+        }
+        if let Some(at) = init.companion_kill_at {
+            if Instant::now() >= at {
+                init.companion_kill_at = None;
+                init.signal_companion(Signal::SIGKILL);
+            }
+        }
+        let timeout = match [init.respawn_at, init.companion_kill_at]
+            .into_iter()
+            .flatten()
+            .min()
+        {
             Some(at) => {
                 let ms = at
                     .saturating_duration_since(Instant::now())
@@ -192,6 +326,47 @@ impl Init<'_> {
         }
     }
 
+    fn spawn_companion(&mut self) {
+        let Some((program, args)) = self.companion.split_first() else {
+            return;
+        };
+        let mut command = std::process::Command::new(program);
+        command.args(args).env_remove("KEEL_UNDER_INIT");
+        match command.spawn() {
+            Ok(child) => {
+                let pid = Pid::from_raw(child.id() as i32);
+                log::info!("{} started: pid {pid}", program.to_string_lossy());
+                // Reaped by our own waitpid(-1) loop, never through `child`.
+                std::mem::forget(child);
+                self.companion_pid = Some(pid);
+            }
+            Err(e) => {
+                log::error!("cannot run {}: {e}", program.to_string_lossy());
+                // As a shell reports a command it cannot run.
+                self.companion_status = Some(127);
+                self.forward(Signal::SIGTERM);
+            }
+        }
+    }
+
+    fn signal_companion(&self, signal: Signal) {
+        if let Some(pid) = self.companion_pid {
+            if let Err(e) = kill(pid, signal) {
+                log::warn!("sending {signal} to the companion command: {e}");
+            }
+        }
+    }
+
+    /// `Some(code)` once init is done: the daemon has exited on purpose and the companion
+    /// command, if any, has ended.
+    fn finished(&self) -> Option<i32> {
+        let daemon = self.daemon_done?;
+        if self.companion_pid.is_some() {
+            return None;
+        }
+        Some(final_status(daemon, self.companion_status))
+    }
+
     /// Reap every zombie. `Some(code)` when init should exit.
     fn reap(&mut self) -> Option<i32> {
         loop {
@@ -203,9 +378,23 @@ impl Init<'_> {
                         if let Some(code) = self.on_daemon_exit(status) {
                             return Some(code);
                         }
+                    } else if status.pid().is_some() && status.pid() == self.companion_pid {
+                        self.on_companion_exit(status);
                     }
                 }
             }
+        }
+    }
+
+    fn on_companion_exit(&mut self, status: WaitStatus) {
+        self.companion_pid = None;
+        self.companion_kill_at = None;
+        let code = status_code(status).unwrap_or(1);
+        log::info!("companion command exited: status {code}");
+        self.companion_status = Some(code);
+        if !self.shutting_down {
+            log::info!("shutting down: the companion command ended");
+            self.forward(Signal::SIGTERM);
         }
     }
 
@@ -217,7 +406,19 @@ impl Init<'_> {
         let _ = std::fs::remove_file(&path);
         if let Some(code) = chosen {
             log::info!("daemon exited on purpose: exit {code}");
-            return Some(code);
+            // Nothing respawns it now.
+            self.shutting_down = true;
+            if self.companion_pid.is_some() {
+                log::info!(
+                    "waiting up to {} for the companion command",
+                    crate::cli::format::duration(COMPANION_GRACE)
+                );
+                self.signal_companion(Signal::SIGTERM);
+                self.companion_kill_at = Some(Instant::now() + COMPANION_GRACE);
+                self.daemon_done = Some(code);
+                return None;
+            }
+            return Some(final_status(code, self.companion_status));
         }
         log::error!("daemon died ({status:?}); its tasks keep running");
         self.on_crash().err()
@@ -325,6 +526,27 @@ fn make_cgroups_writable() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_read_as_a_shell_reports_them() {
+        let pid = Pid::from_raw(7);
+        assert_eq!(status_code(WaitStatus::Exited(pid, 0)), Some(0));
+        assert_eq!(status_code(WaitStatus::Exited(pid, 42)), Some(42));
+        assert_eq!(
+            status_code(WaitStatus::Signaled(pid, Signal::SIGKILL, false)),
+            Some(137)
+        );
+        assert_eq!(status_code(WaitStatus::StillAlive), None);
+    }
+
+    #[test]
+    fn a_companion_decides_the_status() {
+        assert_eq!(final_status(0, None), 0);
+        assert_eq!(final_status(3, None), 3);
+        // An orderly shutdown after the companion failed reports the failure.
+        assert_eq!(final_status(0, Some(1)), 1);
+        assert_eq!(final_status(3, Some(0)), 0);
+    }
 
     #[test]
     fn respawn_backs_off_then_gives_up() {
