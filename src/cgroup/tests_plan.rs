@@ -526,6 +526,44 @@ fn adopted_tree_gives_back_the_base_controllers_only_when_alone() {
     }
 }
 
+/// A daemon respawned by `keel init` starts in init's cgroup (the base), not in `supervisor/`:
+/// the tree it finds there is adopted all the same, and gives the base's controllers back at
+/// teardown (found on a real v2 kernel: they stayed enabled in the root).
+#[test]
+fn a_tree_found_from_the_base_is_adopted_too() {
+    for (existing, expect_disabled) in [(true, true), (false, false)] {
+        let fs = RecordingFs::new();
+        fs.file("/cg/svc/cgroup.subtree_control", "cpu memory pids");
+        fs.dir("/cg/svc");
+        if existing {
+            fs.dir("/cg/svc/keel");
+            fs.dir("/cg/svc/keel/supervisor");
+            fs.dir("/cg/svc/keel/tasks");
+        }
+        let tree = setup(&fs, v2_layout());
+        fs.clear_ops();
+        tree.teardown().unwrap();
+        let base_disabled: Vec<(String, String)> = fs
+            .writes()
+            .into_iter()
+            .filter(|(path, _)| path == "/cg/svc/cgroup.subtree_control")
+            .collect();
+        if expect_disabled {
+            assert_eq!(
+                base_disabled,
+                [
+                    w("/cg/svc/cgroup.subtree_control", "-pids"),
+                    w("/cg/svc/cgroup.subtree_control", "-memory"),
+                    w("/cg/svc/cgroup.subtree_control", "-cpu"),
+                ]
+            );
+        } else {
+            // Enabled before this tree existed: someone else's.
+            assert_eq!(base_disabled, [], "existing: {existing}");
+        }
+    }
+}
+
 #[test]
 fn hybrid_teardown() {
     let fs = RecordingFs::new();

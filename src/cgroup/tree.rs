@@ -25,6 +25,10 @@ pub struct Tree {
     /// Controllers this tree enabled in `<v2 base>/cgroup.subtree_control`: the ones teardown
     /// disables again (those enabled before belong to someone else).
     enabled_in_base: Vec<&'static str>,
+    /// `<v2 base>/<name>` existed already: the tree of an earlier daemon, adopted — whether
+    /// this daemon started in its `supervisor/` ([`Layout::adopted`]) or, respawned by
+    /// `keel init`, in init's cgroup.
+    found: bool,
 }
 
 pub(super) fn mkdir_or_existing(fs: &dyn CgroupFs, path: &Path) -> io::Result<bool> {
@@ -80,8 +84,10 @@ impl Tree {
             name: name.to_string(),
             pid,
             enabled_in_base: Vec::new(),
+            found: false,
         };
         let fs = tree.fs.as_ref();
+        let v2_root = tree.v2_root();
         for (root, tasks) in tree.roots() {
             for dir in [root.clone(), root.join("supervisor"), tasks] {
                 // An existing directory is the tree of an earlier run: reuse it. An existing
@@ -90,6 +96,9 @@ impl Tree {
                     if created {
                         Ok(())
                     } else {
+                        if dir == v2_root {
+                            tree.found = true;
+                        }
                         fs.subdirs(&dir).map(drop)
                     }
                 });
@@ -243,7 +252,7 @@ impl Tree {
         let mut ours = self.enabled_in_base.clone();
         // An adopted tree (a restarted daemon) does not know who enabled the base's
         // controllers; when keel's tree is the base's only child, nothing else uses them.
-        if self.layout.adopted
+        if (self.layout.adopted || self.found)
             && fs
                 .subdirs(base)
                 .is_ok_and(|children| children == [self.name.clone()])
