@@ -55,7 +55,7 @@ says() { [ "$(task_field "$1" progress)" = "$2" ]; }
 # Zombies anywhere on the machine.
 zombies() { cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == "Z"' | wc -l; }
 
-say "check started; cgroup2: $(cat $CG/cgroup.controllers)"
+say "check started $(cut -d" " -f1 /proc/uptime) s after boot; cgroup2: $(cat $CG/cgroup.controllers)"
 answers() { keel health >/dev/null 2>&1; }
 wait_for 30 "the daemon to answer" answers
 [ "$(daemon_field cgroup_mode)" = v2 ] || fail "cgroup mode is '$(daemon_field cgroup_mode)', not v2"
