@@ -325,15 +325,31 @@ fn relative_to_root(root: &str, cgroup_path: &str) -> Option<PathBuf> {
 }
 
 /// A path ending in `<tree_name>/supervisor` is a restarted daemon's own leaf: its base is two
-/// levels up.
+/// levels up. One ending in [`INIT_LEAF`] is keel init's leaf (a daemon it started): its base
+/// is one level up.
 fn strip_supervisor(relative: PathBuf, tree_name: &str) -> (PathBuf, bool) {
     let parts: Vec<_> = relative.components().collect();
     let n = parts.len();
     if n >= 2 && parts[n - 1].as_os_str() == "supervisor" && parts[n - 2].as_os_str() == tree_name {
         (parts[..n - 2].iter().collect(), true)
+    } else if n >= 1 && parts[n - 1].as_os_str() == INIT_LEAF {
+        (parts[..n - 1].iter().collect(), false)
     } else {
         (relative, false)
     }
+}
+
+/// The leaf keel init moves into on v2 when its cgroup is not the hierarchy's root (a
+/// container's cgroup namespace): a cgroup that enables controllers for its children may hold
+/// no process (cgroup-v2.rst, "No Internal Process Constraint"; the root is exempt), and the
+/// daemon enables cpu, memory and pids in the cgroup keel init started in — its base.
+pub const INIT_LEAF: &str = "keel-init";
+
+/// Whether keel init must move into [`INIT_LEAF`] of its base: on v2, unless the base is the
+/// hierarchy's root (which has no `cgroup.type` file: cgroup-v2.rst, "exists on non-root
+/// cgroups"). Moving a process already in the leaf into it again changes nothing.
+pub fn init_needs_leaf(mode: Mode, base_has_type_file: bool) -> bool {
+    mode == Mode::V2 && base_has_type_file
 }
 
 /// The cgroup and cgroup2 mounts of a mountinfo text (proc(5): "36 35 98:0 /mnt1 /mnt2 rw,noatime

@@ -11,6 +11,9 @@
 //!
 //! (On v1 hierarchies the task directory is `units/`: v1 cgroups have a `tasks` file.)
 //!
+//! On v2, keel init in a non-root cgroup first moves into `<base>/keel-init` ([`INIT_LEAF`]),
+//! so that `<base>` holds no process when the daemon enables controllers there.
+//!
 //! On a pure v2 host `<base>` is the daemon's cgroup in the unified hierarchy and cpu, memory
 //! and pids are enabled down the path. On a hybrid host the same tree exists in the v2 mount
 //! (which has no controllers, but has `cgroup.kill`, `cgroup.freeze`, `cgroup.events`,
@@ -39,13 +42,14 @@ mod tests;
 mod tests_plan;
 
 pub use detect::{
-    detect, parse_cpu_max, parse_layout, read_only_cgroup_mounts, Layout, Mode, V1Controller,
+    detect, init_needs_leaf, parse_cpu_max, parse_layout, read_only_cgroup_mounts, Layout, Mode,
+    V1Controller, INIT_LEAF,
 };
 pub use error::CgroupError;
 pub use fs::{CgroupFs, RealFs};
 pub use oom::OomWatch;
 pub use task::{join_v1, TaskCgroup};
-pub use tree::{Tree, V1_TASKS, V2_TASKS};
+pub use tree::{enter_init_leaf, Tree, V1_TASKS, V2_TASKS};
 
 /// The period of the CFS bandwidth controller, in microseconds: 100 ms, the kernel's default
 /// (cgroup-v2.rst, "cpu.max"; cgroup-v1 sched-bwc.rst).

@@ -430,3 +430,24 @@ fn read_only_cgroup_mounts_are_found_with_their_other_options() {
     );
     assert!(read_only_cgroup_mounts(HYBRID_MOUNTINFO).is_empty());
 }
+
+/// A daemon started by keel init in its leaf (`<base>/keel-init`) takes the leaf's parent for
+/// its base; it is not an adopted tree.
+#[test]
+fn a_daemon_in_keel_inits_leaf_uses_the_parent() {
+    let layout = parse_layout(PURE_V2_MOUNTINFO, "0::/ctr/keel-init\n", "keel").unwrap();
+    assert_eq!(layout.v2_base, p("/sys/fs/cgroup/ctr"));
+    assert!(!layout.adopted);
+    let layout = parse_layout(PURE_V2_MOUNTINFO, "0::/keel-init\n", "keel-0a1b").unwrap();
+    assert_eq!(layout.v2_base, p("/sys/fs/cgroup"));
+    // A cgroup below such a leaf is just a cgroup.
+    let layout = parse_layout(PURE_V2_MOUNTINFO, "0::/keel-init/x\n", "keel").unwrap();
+    assert_eq!(layout.v2_base, p("/sys/fs/cgroup/keel-init/x"));
+}
+
+#[test]
+fn keel_init_needs_a_leaf_only_on_v2_below_the_root() {
+    assert!(init_needs_leaf(Mode::V2, true));
+    assert!(!init_needs_leaf(Mode::V2, false), "the root is exempt");
+    assert!(!init_needs_leaf(Mode::Hybrid, true), "no controllers on v2");
+}

@@ -564,6 +564,45 @@ fn a_tree_found_from_the_base_is_adopted_too() {
     }
 }
 
+/// keel init in a container's cgroup namespace (v2, not the root) moves into `keel-init`
+/// before anything enables controllers; at the root or on a hybrid host it stays put.
+#[test]
+fn keel_init_enters_its_leaf_only_below_a_v2_root() {
+    let fs = RecordingFs::new();
+    fs.dir("/cg/svc");
+    fs.file("/cg/svc/cgroup.type", "domain");
+    let leaf = enter_init_leaf(fs.as_ref(), &v2_layout(), 1).unwrap();
+    assert_eq!(leaf, Some(p("/cg/svc/keel-init")));
+    assert_eq!(
+        fs.ops(),
+        [
+            Op::Mkdir(p("/cg/svc/keel-init")),
+            Op::Write(p("/cg/svc/keel-init/cgroup.procs"), "1".into()),
+        ]
+    );
+    // The daemon's tree beside the leaf gives the base's controllers back when adopted: the
+    // leaf is keel's own.
+    fs.clear_ops();
+    fs.file("/cg/svc/cgroup.subtree_control", "cpu memory pids");
+    let mut layout = v2_layout();
+    layout.adopted = true;
+    let tree = setup(&fs, layout);
+    fs.clear_ops();
+    tree.teardown().unwrap();
+    assert!(fs
+        .writes()
+        .contains(&w("/cg/svc/cgroup.subtree_control", "-cpu")));
+
+    for (layout, type_file) in [(v2_layout(), false), (hybrid_layout(), true)] {
+        let fs = RecordingFs::new();
+        if type_file {
+            fs.file("/u/cgroup.type", "domain");
+        }
+        assert_eq!(enter_init_leaf(fs.as_ref(), &layout, 1).unwrap(), None);
+        assert_eq!(fs.ops(), []);
+    }
+}
+
 #[test]
 fn hybrid_teardown() {
     let fs = RecordingFs::new();

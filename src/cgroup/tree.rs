@@ -109,13 +109,7 @@ impl Tree {
         // hold processes itself (cgroup-v2.rst, "No Internal Process Constraint"), so the base
         // must be left before its subtree_control is written.
         for base in tree.layout.bases() {
-            let procs = base.join(name).join("supervisor").join("cgroup.procs");
-            fs.write(&procs, &pid.to_string())
-                .map_err(|source| CgroupError::MoveIn {
-                    path: procs,
-                    pid,
-                    source,
-                })?;
+            move_into(fs, &base.join(name).join("supervisor"), pid)?;
         }
         if tree.layout.mode == Mode::V2 {
             // Top-down: a controller can be enabled in a cgroup only if its parent enabled it
@@ -252,11 +246,15 @@ impl Tree {
         let mut ours = self.enabled_in_base.clone();
         // An adopted tree (a restarted daemon) does not know who enabled the base's
         // controllers; when keel's tree is the base's only child, nothing else uses them.
-        if (self.layout.adopted || self.found)
-            && fs
-                .subdirs(base)
-                .is_ok_and(|children| children == [self.name.clone()])
-        {
+        // keel init's leaf beside the tree is keel's too.
+        let alone = |children: Vec<String>| {
+            let others: Vec<String> = children
+                .into_iter()
+                .filter(|c| c != super::INIT_LEAF)
+                .collect();
+            others == [self.name.clone()]
+        };
+        if (self.layout.adopted || self.found) && fs.subdirs(base).is_ok_and(alone) {
             ours = CONTROLLERS.to_vec();
         }
         let present = enabled_controllers(fs, base);
@@ -264,6 +262,38 @@ impl Tree {
             ours.into_iter().filter(|c| present.contains(c)).collect();
         disable(fs, base, &to_disable)
     }
+}
+
+/// keel init on v2 in a non-root cgroup: move `pid` into `<base>/keel-init` (see
+/// [`super::INIT_LEAF`]); `Ok(None)` when nothing needs moving (hybrid, the root).
+pub fn enter_init_leaf(
+    fs: &dyn CgroupFs,
+    layout: &Layout,
+    pid: i32,
+) -> Result<Option<PathBuf>, CgroupError> {
+    let base = &layout.v2_base;
+    let has_type = fs.read(&base.join("cgroup.type")).is_ok();
+    if !super::init_needs_leaf(layout.mode, has_type) {
+        return Ok(None);
+    }
+    let leaf = base.join(super::INIT_LEAF);
+    mkdir_or_existing(fs, &leaf).map_err(|source| CgroupError::CreateTree {
+        path: leaf.clone(),
+        source,
+    })?;
+    move_into(fs, &leaf, pid)?;
+    Ok(Some(leaf))
+}
+
+/// Move `pid` into the cgroup `dir` (its `cgroup.procs`).
+fn move_into(fs: &dyn CgroupFs, dir: &Path, pid: i32) -> Result<(), CgroupError> {
+    let procs = dir.join("cgroup.procs");
+    fs.write(&procs, &pid.to_string())
+        .map_err(|source| CgroupError::MoveIn {
+            path: procs,
+            pid,
+            source,
+        })
 }
 
 /// Write `+controller` for each of cpu, memory, pids not yet enabled in `dir`; return the ones

@@ -201,6 +201,7 @@ fn supervise(options: &Options<'_>, pid1: bool) -> i32 {
             return 1;
         }
     };
+    enter_cgroup_leaf();
     let pid = std::process::id() as i32;
     let instance = format!(
         "{pid}:{}:{}",
@@ -466,6 +467,24 @@ impl Init<'_> {
             }
             None => {}
         }
+    }
+}
+
+/// On v2 in a cgroup that is not the root (a container's cgroup namespace), move into
+/// `<cgroup>/keel-init` before anything is spawned, so that the daemon may enable controllers
+/// in the cgroup init started in. The daemon and the companion are born in the leaf, and the
+/// daemon takes the leaf's parent for its base.
+fn enter_cgroup_leaf() {
+    let layout = match crate::cgroup::detect("keel") {
+        Ok(layout) => layout,
+        // No usable cgroups: the daemon says why in `keel status`.
+        Err(_) => return,
+    };
+    let pid = std::process::id() as i32;
+    match crate::cgroup::enter_init_leaf(&crate::cgroup::RealFs, &layout, pid) {
+        Ok(Some(leaf)) => log::info!("moved into the cgroup {}", leaf.display()),
+        Ok(None) => {}
+        Err(e) => log::warn!("{e}: the daemon may be unable to enable cgroup controllers"),
     }
 }
 

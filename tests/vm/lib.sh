@@ -3,9 +3,10 @@
 # console as stdout and stderr. Its exit status becomes keel init's and the VM's result.
 set -u
 : "${SCENARIO:=$(basename "$(dirname "$0")")}"
-export KEEL_STATE_DIR=/var/lib/keel
+: "${KEEL_STATE_DIR:=/var/lib/keel}"
+export KEEL_STATE_DIR
 CG=/sys/fs/cgroup
-TREE=$CG/keel
+: "${TREE:=$CG/keel}"
 
 say() { echo "vm[$SCENARIO]: $*"; }
 
