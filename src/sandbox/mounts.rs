@@ -48,7 +48,7 @@ pub use crate::sandbox::spec::{CheckoutFiles, CheckoutMounts};
 /// Where everything comes from and goes to. Host paths are absolute; `workdir`, `home` and
 /// the entries of `hidden`, `writable` and `readonly` are paths as the sandbox sees them,
 /// which for the last three are also their host paths (binds are made at the same path).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SandboxLayout {
     /// An existing directory on the host (`<state>/tasks/<unit>/run/root`, empty): the new
     /// root's tmpfs is mounted on it, in the child's namespace only.
@@ -84,13 +84,13 @@ pub struct SandboxLayout {
 }
 
 /// One entry of the host's `/`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RootEntry {
     pub name: String,
     pub kind: RootEntryKind,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RootEntryKind {
     Dir,
     /// A symlink and its target as read by readlink(2) (`usr/bin` on merged-/usr hosts).

@@ -4,9 +4,7 @@
 //! (and network) namespace, builds the mounts, drops privileges and installs the seccomp
 //! filter, in that order.
 
-use crate::sandbox::mounts::template::{
-    attempt_on_template, host_state, AttemptOnTemplate, EnterError,
-};
+use crate::sandbox::mounts::template::{host_state, AttemptOnTemplate, EnterError};
 use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
 use crate::sandbox::spec::SandboxSpec;
@@ -110,7 +108,7 @@ impl Prepared {
     /// [`crate::sandbox::templates`]): the agent's start then mounts a dozen things, not sixty.
     pub fn use_template(&mut self, templates: &mut SandboxTemplates) {
         let host = host_state(&self.layout, &self.host_root);
-        let Some(attempt) = attempt_on_template(&self.layout, &self.host_root, &host) else {
+        let Some(attempt) = templates.shape(&self.layout, &self.host_root, &host) else {
             return;
         };
         if let Some(ns) = templates.get(&attempt, &self.layout, &self.host_root) {

@@ -74,7 +74,7 @@ pub struct SandboxSpec {
 /// What makes up a task's checkout in its sandbox (host paths): its files at `workdir`, its
 /// own git directory at `<workdir>/.git`, and the main repository's object store, which the
 /// checkout borrows objects from (git alternates), read-only at its own path.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Hash)]
 pub struct CheckoutMounts {
     pub files: CheckoutFiles,
     /// The task's git directory (refs, index, its own new objects): bound read-write at
@@ -88,7 +88,7 @@ pub struct CheckoutMounts {
 }
 
 /// Where a checkout's files come from.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Hash)]
 pub enum CheckoutFiles {
     /// An overlay: the shared read-only base tree of the base commit below, the task's own
     /// upper layer (its changes) and overlayfs's work directory (same filesystem as `upper`).

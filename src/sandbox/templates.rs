@@ -7,8 +7,10 @@
 //! the host stays busy while a template holds it), so the daemon drops them all whenever no
 //! task is running ([`SandboxTemplates::clear`]), and keeps at most [`MAX_TEMPLATES`].
 
-use crate::sandbox::mounts::template::{build_template, AttemptOnTemplate};
+use crate::sandbox::mounts::template::{attempt_on_template, build_template, AttemptOnTemplate};
 use crate::sandbox::mounts::{RootEntry, SandboxLayout};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -33,7 +35,13 @@ pub struct SandboxTemplates {
     failed: Vec<u64>,
     /// `KEEL_NO_SANDBOX_TEMPLATES=1` (tests, and a way out): every sandbox built in full.
     disabled: bool,
+    /// What [`attempt_on_template`] said of recent layouts (two mount plans compared: ~1 ms),
+    /// by a hash of the layout and the host's state; the most recent last.
+    shapes: Vec<(u64, Option<AttemptOnTemplate>)>,
 }
+
+/// Layouts whose verdict is remembered (a daemon's units come in a few shapes).
+const REMEMBERED_SHAPES: usize = 64;
 
 impl SandboxTemplates {
     pub fn new(dir: PathBuf) -> SandboxTemplates {
@@ -43,6 +51,7 @@ impl SandboxTemplates {
             dir,
             entries: Vec::new(),
             failed: Vec::new(),
+            shapes: Vec::new(),
             disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1")
                 || !can_join_mount_namespaces(),
         }
@@ -106,11 +115,40 @@ impl SandboxTemplates {
         }
     }
 
+    /// How `layout` starts on a template of its shape over the host as it is now
+    /// (`host_state`), if it can: remembered per layout and host state.
+    pub fn shape(
+        &mut self,
+        layout: &SandboxLayout,
+        host_root: &[RootEntry],
+        host_state: &str,
+    ) -> Option<AttemptOnTemplate> {
+        if self.disabled {
+            return None;
+        }
+        let mut hasher = DefaultHasher::new();
+        (layout, host_root, host_state).hash(&mut hasher);
+        let key = hasher.finish();
+        if let Some(i) = self.shapes.iter().position(|(k, _)| *k == key) {
+            let found = self.shapes.remove(i);
+            let verdict = found.1.clone();
+            self.shapes.push(found);
+            return verdict;
+        }
+        let verdict = attempt_on_template(layout, host_root, host_state);
+        if self.shapes.len() >= REMEMBERED_SHAPES {
+            self.shapes.remove(0);
+        }
+        self.shapes.push((key, verdict.clone()));
+        verdict
+    }
+
     /// Drop every template (their namespaces go with the last descriptor).
     pub fn clear(&mut self) {
         for entry in self.entries.drain(..) {
             remove_dir(&entry.dir);
         }
+        self.shapes.clear();
         // Made again with the next template.
         let _ = std::fs::remove_dir(&self.dir);
         self.failed.clear();
