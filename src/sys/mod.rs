@@ -6,6 +6,8 @@
 //! Everything else in the crate goes through these functions or through nix.
 
 pub mod caps;
+pub mod child;
+pub mod fds;
 pub mod git;
 pub mod machine;
 pub mod mount;

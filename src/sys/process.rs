@@ -14,6 +14,11 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+pub use super::child::run_in_child;
+pub use super::fds::{
+    clear_cloexec, grow_pipe, open_dev_null, pipe, set_cloexec, set_nonblocking, wait_readable,
+};
+
 /// The kernel's sigset size (`_NSIG / 8`) that rt_sigaction(2) insists on.
 const KERNEL_SIGSET_BYTES: usize = 8;
 
@@ -397,98 +402,8 @@ pub fn reset_signal_dispositions(max_signal: libc::c_int, default_action: &[u64;
     }
 }
 
-/// Run `work` in a forked child of this (single-threaded) process and, once it succeeded and
-/// while the child still lives, `then(child's pid)` here (to open its namespaces, say); the
-/// child then exits. `work`'s error message comes back as the `Err`. Signals are blocked
-/// across the fork and reset to default in the child, so no handler of ours runs there.
-///
-/// `deadline_ms`: how long the child may take to report; past it, it is killed and `Err`.
-pub fn run_in_child<T>(
-    work: &dyn Fn() -> Result<(), String>,
-    then: &dyn Fn(i32) -> io::Result<T>,
-    deadline_ms: i32,
-) -> Result<T, String> {
-    let (result_read, result_write) = pipe().map_err(|e| format!("pipe: {e}"))?;
-    let (go_read, go_write) = pipe().map_err(|e| format!("pipe: {e}"))?;
-    let max_signal = libc::SIGRTMAX();
-    let mut all = empty_sigset();
-    let mut old = empty_sigset();
-    // SAFETY: sigfillset and sigprocmask work on sets on our stack.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    // SAFETY: the caller is single-threaded (keel's daemon is), so the child is a faithful
-    // copy; it resets signal dispositions, runs `work` (ordinary code: no other thread can
-    // hold a lock), reports and _exits without returning.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        drop(result_read);
-        drop(go_write);
-        reset_signal_dispositions(max_signal, &[0; 8]);
-        // A panic must not unwind into the caller's code (its destructors) in this child.
-        let report = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
-            Ok(Ok(())) => Vec::new(),
-            Ok(Err(message)) => message.into_bytes(),
-            Err(_) => b"panicked".to_vec(),
-        };
-        let mut byte = [0u8; 1];
-        // SAFETY: writes of a live buffer to our pipe, a blocking read, then _exit.
-        unsafe {
-            libc::write(
-                result_write.as_raw_fd(),
-                [u8::from(!report.is_empty())].as_ptr().cast(),
-                1,
-            );
-            libc::write(
-                result_write.as_raw_fd(),
-                report.as_ptr().cast(),
-                report.len().min(MAX_REPORT_MESSAGE as usize),
-            );
-            drop(result_write);
-            // Wait for the parent's `then` (EOF when it closes its end, or dies).
-            libc::read(go_read.as_raw_fd(), byte.as_mut_ptr().cast(), 1);
-            libc::_exit(0)
-        }
-    }
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    if pid < 0 {
-        return Err(format!("fork: {}", io::Error::last_os_error()));
-    }
-    drop(result_write);
-    drop(go_read);
-    // Bounded: a host path that hangs (a dead NFS server) must not hang the caller's loop.
-    let mut poll = libc::pollfd {
-        fd: result_read.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd on our stack, for the duration of the call.
-    if unsafe { libc::poll(&mut poll, 1, deadline_ms) } <= 0 {
-        // SAFETY: kill(2) of our own child; its zombie is reaped by whoever reaps ours.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        return Err(format!("no answer in {deadline_ms} ms (killed)"));
-    }
-    let mut text = Vec::new();
-    {
-        use std::io::Read;
-        let _ = std::fs::File::from(result_read)
-            .take(MAX_REPORT_MESSAGE + 1)
-            .read_to_end(&mut text);
-    }
-    let outcome = match text.split_first() {
-        Some((0, _)) => then(pid).map_err(|e| e.to_string()),
-        Some((_, message)) => Err(String::from_utf8_lossy(message).into_owned()),
-        None => Err("the child died before reporting".to_string()),
-    };
-    drop(go_write);
-    let _ = wait_for(pid);
-    outcome
-}
-
 /// Longest sandbox failure message passed from the child.
-const MAX_REPORT_MESSAGE: u64 = 4096;
+pub(super) const MAX_REPORT_MESSAGE: u64 = 4096;
 
 /// Report a sandbox failure with its message and exit. Only called after `prepare`, which has
 /// already used ordinary (non-async-signal-safe) code: the shim is single-threaded.
@@ -518,7 +433,7 @@ fn child_fail(report: RawFd, stage: ExecStage, errno: libc::c_int) -> ! {
     }
 }
 
-fn empty_sigset() -> libc::sigset_t {
+pub(super) fn empty_sigset() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it fully.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -599,26 +514,6 @@ pub fn kill_process_group(pgid: i32, signal: i32) -> io::Result<()> {
     Ok(())
 }
 
-/// Mark `fd` close-on-exec if it is open (fcntl(2) F_SETFD); a closed fd is left alone.
-pub fn set_cloexec(fd: RawFd) {
-    // SAFETY: fcntl(F_GETFD/F_SETFD) take integers; on a closed fd they fail with EBADF.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    if flags >= 0 {
-        // SAFETY: as above, on an fd that is open.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
-    }
-}
-
-/// Clear close-on-exec on `fd` if it is open (fcntl(2) F_SETFD).
-pub fn clear_cloexec(fd: RawFd) {
-    // SAFETY: fcntl(F_GETFD/F_SETFD) take integers; on a closed fd they fail with EBADF.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    if flags >= 0 {
-        // SAFETY: as above, on an fd that is open.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) };
-    }
-}
-
 /// This process's pid as seen by the mounted /proc (the host's, for a shim in a PID namespace
 /// that kept the host's mount namespace), falling back to getpid().
 pub fn host_pid() -> i32 {
@@ -691,114 +586,6 @@ pub fn decode_wait_status(status: libc::c_int) -> Option<AgentStatus> {
     }
 }
 
-/// Make `fd` non-blocking (the read end of the output pipe: never the agent's write end).
-pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
-    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
-    Ok(())
-}
-
-/// Grow a pipe's buffer (best effort; the kernel caps it at `fs.pipe-max-size` for non-root).
-/// Returns the capacity in effect.
-pub fn grow_pipe(fd: BorrowedFd<'_>, bytes: i32) -> usize {
-    use nix::fcntl::{fcntl, FcntlArg};
-    let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(bytes));
-    fcntl(fd, FcntlArg::F_GETPIPE_SZ)
-        .map(|n| n.max(0) as usize)
-        .unwrap_or(65536)
-}
-
-/// Block until `fd` is readable or its writers are gone (poll(2) `POLLIN`; hang-up counts);
-/// nothing is read. Interrupted waits are resumed; an error returns at once.
-pub fn wait_readable(fd: BorrowedFd<'_>) {
-    let mut poll = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    loop {
-        // SAFETY: one pollfd on our stack, for the duration of the call.
-        let rc = unsafe { libc::poll(&mut poll, 1, -1) };
-        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return;
-        }
-    }
-}
-
-/// `pipe2(O_CLOEXEC)`: (read end, write end).
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
-}
-
-/// `/dev/null` opened read-only, close-on-exec (the agent's stdin).
-pub fn open_dev_null() -> io::Result<OwnedFd> {
-    let file = std::fs::File::open("/dev/null")?;
-    Ok(OwnedFd::from(file))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn strs(v: Vec<Vec<u8>>) -> Vec<String> {
-        v.into_iter()
-            .map(|b| String::from_utf8(b).unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn candidates_follow_execvp() {
-        assert_eq!(
-            strs(exec_candidates(b"claude", Some(b"/a/bin:/b/:"))),
-            ["/a/bin/claude", "/b/claude", "claude"]
-        );
-        assert_eq!(
-            strs(exec_candidates(b"./run.sh", Some(b"/x"))),
-            ["./run.sh"]
-        );
-        assert_eq!(strs(exec_candidates(b"/bin/sh", None)), ["/bin/sh"]);
-        assert_eq!(
-            strs(exec_candidates(b"sh", None)),
-            ["/bin/sh", "/usr/bin/sh"]
-        );
-        assert_eq!(strs(exec_candidates(b"", Some(b"/x"))), [""]);
-    }
-
-    #[test]
-    fn plan_uses_the_agent_path_and_rejects_nul() {
-        let env = vec![
-            (OsString::from("PATH"), OsString::from("/first")),
-            (OsString::from("HOME"), OsString::from("/h")),
-        ];
-        let plan = ExecPlan::new(&["tool".into(), "x".into()], &env, Path::new("/")).unwrap();
-        assert_eq!(plan.candidates(), [PathBuf::from("/first/tool")]);
-        assert!(ExecPlan::new(&[], &env, Path::new("/")).is_err());
-        assert!(ExecPlan::new(&["a\0b".into()], &env, Path::new("/")).is_err());
-        let bad = vec![(OsString::from("A=B"), OsString::from("c"))];
-        assert!(ExecPlan::new(&["sh".into()], &bad, Path::new("/")).is_err());
-    }
-
-    #[test]
-    fn wait_status_decoding() {
-        assert_eq!(decode_wait_status(42 << 8), Some(AgentStatus::Exited(42)));
-        assert_eq!(decode_wait_status(9), Some(AgentStatus::Signaled(9)));
-        assert_eq!(decode_wait_status(0x7f | (19 << 8)), None); // stopped
-    }
-
-    #[test]
-    fn signal_set_takes_realtime_signals() {
-        let rt = libc::SIGRTMIN() + 3;
-        let set = signal_set(&[libc::SIGCHLD, rt]).unwrap();
-        // SAFETY: as_ref gives an initialised sigset_t.
-        let has = |s| unsafe { libc::sigismember(set.as_ref(), s) } == 1;
-        assert!(has(rt) && has(libc::SIGCHLD) && !has(libc::SIGTERM));
-    }
-
-    #[test]
-    fn group_kill_refuses_dangerous_targets() {
-        assert!(kill_process_group(0, 0).is_err());
-        assert!(kill_process_group(1, 0).is_err());
-        assert!(kill_process_group(-5, 0).is_err());
-    }
-}
+#[path = "process_tests.rs"]
+mod tests;

@@ -1,0 +1,71 @@
+//! Descriptor chores of the shim and the launcher: close-on-exec, non-blocking pipes, waiting
+//! for a pipe's writers to go.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+/// Mark `fd` close-on-exec if it is open (fcntl(2) F_SETFD); a closed fd is left alone.
+pub fn set_cloexec(fd: RawFd) {
+    // SAFETY: fcntl(F_GETFD/F_SETFD) take integers; on a closed fd they fail with EBADF.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags >= 0 {
+        // SAFETY: as above, on an fd that is open.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+    }
+}
+
+/// Clear close-on-exec on `fd` if it is open (fcntl(2) F_SETFD).
+pub fn clear_cloexec(fd: RawFd) {
+    // SAFETY: fcntl(F_GETFD/F_SETFD) take integers; on a closed fd they fail with EBADF.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags >= 0 {
+        // SAFETY: as above, on an fd that is open.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) };
+    }
+}
+
+/// Make `fd` non-blocking (the read end of the output pipe: never the agent's write end).
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Grow a pipe's buffer (best effort; the kernel caps it at `fs.pipe-max-size` for non-root).
+/// Returns the capacity in effect.
+pub fn grow_pipe(fd: BorrowedFd<'_>, bytes: i32) -> usize {
+    use nix::fcntl::{fcntl, FcntlArg};
+    let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(bytes));
+    fcntl(fd, FcntlArg::F_GETPIPE_SZ)
+        .map(|n| n.max(0) as usize)
+        .unwrap_or(65536)
+}
+
+/// Block until `fd` is readable or its writers are gone (poll(2) `POLLIN`; hang-up counts);
+/// nothing is read. Interrupted waits are resumed; an error returns at once.
+pub fn wait_readable(fd: BorrowedFd<'_>) {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one pollfd on our stack, for the duration of the call.
+        let rc = unsafe { libc::poll(&mut poll, 1, -1) };
+        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// `pipe2(O_CLOEXEC)`: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+/// `/dev/null` opened read-only, close-on-exec (the agent's stdin).
+pub fn open_dev_null() -> io::Result<OwnedFd> {
+    let file = std::fs::File::open("/dev/null")?;
+    Ok(OwnedFd::from(file))
+}
