@@ -1,0 +1,94 @@
+//! What the daemon holds of each task in memory: its record, its unit, its live attempt, and
+//! what it has observed of it.
+
+use super::record::TaskRecord;
+use super::{queue, slices};
+use crate::state::now_ms;
+use crate::unit::Unit;
+use mio::Token;
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+/// A live attempt: its shim and the pidfd registered in the loop.
+pub(crate) struct LiveShim {
+    pub pid: i32,
+    pub pidfd: OwnedFd,
+    pub token: Token,
+}
+
+pub(crate) struct Task {
+    pub name: String,
+    pub record: TaskRecord,
+    /// The latest valid version of the unit file; `None` when the file is gone or never parsed.
+    pub unit: Option<Unit>,
+    pub unit_text: Option<String>,
+    /// The text the current (or last) attempt was started with.
+    pub accepted_text: Option<String>,
+    pub shim: Option<LiveShim>,
+    /// Monotonic time the current attempt started (for `reset_after`).
+    pub started_at: Option<Instant>,
+    /// A start that could not be persisted is retried after this instant.
+    pub start_retry_at: Option<Instant>,
+    /// First scan that found the unit file missing (removal needs two scans, 0.5 s apart).
+    pub missing_since: Option<Instant>,
+    /// This daemon has seen the unit file. A task whose file was never seen (a wrong or not
+    /// yet mounted units directory) is neither started nor forgotten: `keel rm` forgets it.
+    pub seen_file: bool,
+    /// Why the scheduler keeps this queued task waiting ("needs 4 CPU, 1.5 free").
+    pub waiting: Option<String>,
+    /// When the task last became queued (unix ms): what `starvation_limit` is measured from.
+    pub queued_since_ms: u64,
+    /// What the live attempt reserved (from the unit it started with).
+    pub reserved: Option<queue::Reservation>,
+    /// The live attempt's OOM watch.
+    pub oom: Option<slices::OomWatched>,
+    /// When the watch last saw the OOM killer strike in the attempt's cgroup, and when keel
+    /// itself last sent the attempt a SIGKILL (unix ms): which came last decides `oom`.
+    pub last_oom_ms: Option<u64>,
+    pub keel_kill_ms: Option<u64>,
+    /// `keel rm --force`: the checkout goes even if it holds changes (harvested first).
+    pub force_remove: bool,
+    /// The checkout's disk use and when it was measured (for `keel status`).
+    pub checkout_bytes: std::cell::Cell<Option<(u64, Instant)>>,
+    /// The branches kept in the main repository and when they were listed (`keel status`).
+    pub kept_branches: std::cell::RefCell<Option<(Vec<String>, Instant)>>,
+    /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
+    pub cpu_samples: std::cell::Cell<(Option<slices::CpuSample>, Option<slices::CpuSample>)>,
+    /// An orderly shutdown could not record its stop: left running for the next daemon.
+    pub left_running: bool,
+}
+
+impl Task {
+    /// A task as the daemon first holds it: no live attempt, nothing observed yet. Callers set
+    /// what they know (the accepted unit, when the attempt started, whether the file was seen).
+    pub(crate) fn new(
+        name: &str,
+        record: TaskRecord,
+        unit: Option<Unit>,
+        unit_text: Option<String>,
+    ) -> Task {
+        Task {
+            name: name.to_string(),
+            record,
+            unit,
+            unit_text,
+            accepted_text: None,
+            shim: None,
+            started_at: None,
+            start_retry_at: None,
+            missing_since: None,
+            seen_file: false,
+            waiting: None,
+            queued_since_ms: now_ms(),
+            reserved: None,
+            oom: None,
+            last_oom_ms: None,
+            keel_kill_ms: None,
+            force_remove: false,
+            checkout_bytes: std::cell::Cell::new(None),
+            kept_branches: std::cell::RefCell::new(None),
+            cpu_samples: std::cell::Cell::new((None, None)),
+            left_running: false,
+        }
+    }
+}
