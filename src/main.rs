@@ -119,7 +119,7 @@ enum Command {
     },
     /// Exit 0 iff the daemon answers and its loop is live.
     Health,
-    /// Re-read the units directory.
+    /// Re-read the units directory and keel.ron, and retry the cgroup setup.
     Reload,
     /// Stop every task (they resume at the next start) and end the daemon.
     Shutdown {
