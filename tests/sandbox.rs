@@ -612,3 +612,62 @@ impl Drop for HostDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Unmounts (lazily) a mount the test made, whatever happens.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn binds_from_a_shared_host_mount_are_private_in_the_sandbox() {
+    if !require_root("binds_from_a_shared_host_mount_are_private_in_the_sandbox") {
+        return;
+    }
+    // The task's files on a shared mount (systemd makes / shared): a bind of them must not
+    // join the host mount's peer group, or host mounts below would appear in the sandbox.
+    let mut d = Daemon::prepare("sb-shared");
+    let dir = d.scratch.dir.clone();
+    use nix::mount::{mount, MsFlags};
+    mount(
+        Some(&dir),
+        &dir,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .unwrap();
+    let guard = Unmount(dir.clone());
+    mount(
+        None::<&str>,
+        &dir,
+        None::<&str>,
+        MsFlags::MS_SHARED,
+        None::<&str>,
+    )
+    .unwrap();
+    d.spawn();
+    let script = "grep -E ' /(work|run/keel/progress|run/keel/checkpoint) ' /proc/self/mountinfo";
+    let (task, out) = run_agent(&d, "shared", script, "");
+    assert_eq!(task["state"], "succeeded", "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains(" - ")).collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for line in lines {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let dash = fields.iter().position(|f| *f == "-").unwrap();
+        assert!(
+            fields[6..dash].is_empty(),
+            "a per-task bind propagates: {line}"
+        );
+    }
+    assert!(
+        d.daemon_log().contains("sandbox template"),
+        "{}",
+        d.daemon_log()
+    );
+    d.shutdown();
+    drop(guard);
+}
