@@ -8,25 +8,22 @@ use std::time::{Duration, Instant};
 
 /// Every datagram that arrives within `window`.
 fn collect(socket: &UnixDatagram, window: Duration) -> Vec<String> {
-    let mut got = Vec::new();
-    let end = Instant::now() + window;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < end {
-        socket
-            .set_read_timeout(Some(
-                end.saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(1)),
-            ))
-            .unwrap();
-        if let Ok(n) = socket.recv(&mut buf) {
-            got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-        }
-    }
-    got
+    receive(socket, window, |_| false).0
 }
 
 /// Datagrams until one satisfies `done` (within `within`), that one included.
 fn until(socket: &UnixDatagram, within: Duration, done: impl Fn(&str) -> bool) -> Vec<String> {
+    let (got, finished) = receive(socket, within, done);
+    assert!(finished, "not heard within {within:?}: {got:?}");
+    got
+}
+
+/// Datagrams arriving within `within`, up to the first that satisfies `done`; whether one did.
+fn receive(
+    socket: &UnixDatagram,
+    within: Duration,
+    done: impl Fn(&str) -> bool,
+) -> (Vec<String>, bool) {
     let mut got = Vec::new();
     let end = Instant::now() + within;
     let mut buf = [0u8; 4096];
@@ -42,11 +39,11 @@ fn until(socket: &UnixDatagram, within: Duration, done: impl Fn(&str) -> bool) -
             let finished = done(&message);
             got.push(message);
             if finished {
-                return got;
+                return (got, true);
             }
         }
     }
-    panic!("not heard within {within:?}: {got:?}");
+    (got, false)
 }
 
 fn pings(messages: &[String]) -> usize {

@@ -135,7 +135,7 @@ pub fn launch_for_exec(launch: &Launch) -> (Vec<CString>, Option<i32>) {
         // Let the agent's child have the CPU until it has exec'd (or failed): on a busy host
         // the 4 MB exec of the shim beside it would delay the agent, which is what a user
         // waits for. The report is left unread for the shim (poll(2) consumes nothing).
-        process::wait_readable(handoff.agent.report.as_fd());
+        process::wait_readable(handoff.agent.report.as_fd(), None);
         crate::sys::install_fds(vec![
             (handoff.output, HANDOFF_OUTPUT_FD),
             (handoff.agent.report, HANDOFF_REPORT_FD),

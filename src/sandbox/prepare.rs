@@ -107,6 +107,10 @@ impl Prepared {
     /// Build on a template of this sandbox's shape when it has one (see
     /// [`crate::sandbox::templates`]): the agent's start then mounts a dozen things, not sixty.
     pub fn use_template(&mut self, templates: &mut SandboxTemplates) {
+        if !templates.enabled() {
+            // Not even the host's state is read: it would only be thrown away.
+            return;
+        }
         let host = host_state(&self.layout, &self.host_root);
         let Some(attempt) = templates.shape(&self.layout, &self.host_root, &host) else {
             return;

@@ -154,6 +154,11 @@ impl SandboxTemplates {
         self.failed.clear();
     }
 
+    /// Whether templates are used at all (not turned off, and setns(2) is allowed).
+    pub fn enabled(&self) -> bool {
+        !self.disabled
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -1,9 +1,11 @@
 //! Work done in a forked child of the (single-threaded) daemon, with a bounded wait for it:
 //! building a sandbox template.
 
-use super::process::{empty_sigset, pipe, reset_signal_dispositions, wait_for, MAX_REPORT_MESSAGE};
+use super::fds::wait_readable;
+use super::process::{pipe, reset_signal_dispositions, wait_for, MAX_REPORT_MESSAGE};
+use super::{block_all_signals, restore_signal_mask};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 /// Run `work` in a forked child of this (single-threaded) process and, once it succeeded and
 /// while the child still lives, `then(child's pid)` here (to open its namespaces, say); the
@@ -14,18 +16,12 @@ use std::os::fd::AsRawFd;
 pub fn run_in_child<T>(
     work: &dyn Fn() -> Result<(), String>,
     then: &dyn Fn(i32) -> io::Result<T>,
-    deadline_ms: i32,
+    deadline_ms: u64,
 ) -> Result<T, String> {
     let (result_read, result_write) = pipe().map_err(|e| format!("pipe: {e}"))?;
     let (go_read, go_write) = pipe().map_err(|e| format!("pipe: {e}"))?;
     let max_signal = libc::SIGRTMAX();
-    let mut all = empty_sigset();
-    let mut old = empty_sigset();
-    // SAFETY: sigfillset and sigprocmask work on sets on our stack.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old);
-    }
+    let old = block_all_signals().map_err(|e| format!("sigprocmask: {e}"))?;
     // SAFETY: the caller is single-threaded (keel's daemon is), so the child is a faithful
     // copy; it resets signal dispositions, runs `work` (ordinary code: no other thread can
     // hold a lock), reports and _exits without returning.
@@ -59,21 +55,15 @@ pub fn run_in_child<T>(
             libc::_exit(0)
         }
     }
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    restore_signal_mask(&old);
     if pid < 0 {
         return Err(format!("fork: {}", io::Error::last_os_error()));
     }
     drop(result_write);
     drop(go_read);
     // Bounded: a host path that hangs (a dead NFS server) must not hang the caller's loop.
-    let mut poll = libc::pollfd {
-        fd: result_read.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd on our stack, for the duration of the call.
-    if unsafe { libc::poll(&mut poll, 1, deadline_ms) } <= 0 {
+    let deadline = std::time::Duration::from_millis(deadline_ms);
+    if !wait_readable(result_read.as_fd(), Some(deadline)) {
         // SAFETY: kill(2) of our own child; its zombie is reaped by whoever reaps ours.
         unsafe { libc::kill(pid, libc::SIGKILL) };
         return Err(format!("no answer in {deadline_ms} ms (killed)"));

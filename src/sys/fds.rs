@@ -42,19 +42,25 @@ pub fn grow_pipe(fd: BorrowedFd<'_>, bytes: i32) -> usize {
         .unwrap_or(65536)
 }
 
-/// Block until `fd` is readable or its writers are gone (poll(2) `POLLIN`; hang-up counts);
-/// nothing is read. Interrupted waits are resumed; an error returns at once.
-pub fn wait_readable(fd: BorrowedFd<'_>) {
+/// Wait until `fd` is readable or its writers are gone (poll(2) `POLLIN`; hang-up counts),
+/// at most `timeout` (`None`: for ever); nothing is read. An interrupted wait is resumed with
+/// what is left of the timeout. `false`: the time ran out (or poll failed).
+pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -> bool {
+    let end = timeout.map(|t| std::time::Instant::now() + t);
     let mut poll = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
     loop {
+        let left_ms = end.map_or(-1, |end| {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            i32::try_from(left.as_millis()).unwrap_or(i32::MAX)
+        });
         // SAFETY: one pollfd on our stack, for the duration of the call.
-        let rc = unsafe { libc::poll(&mut poll, 1, -1) };
+        let rc = unsafe { libc::poll(&mut poll, 1, left_ms) };
         if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return;
+            return rc > 0;
         }
     }
 }

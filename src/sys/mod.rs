@@ -221,7 +221,7 @@ fn child_exec(
 }
 
 /// Block every signal; returns the previous mask (for [`restore_signal_mask`]).
-fn block_all_signals() -> io::Result<libc::sigset_t> {
+pub(super) fn block_all_signals() -> io::Result<libc::sigset_t> {
     let mut all = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
     let mut old = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
     // SAFETY: sigfillset initialises the set on our stack; sigprocmask reads it and writes the
@@ -237,7 +237,7 @@ fn block_all_signals() -> io::Result<libc::sigset_t> {
     Ok(unsafe { old.assume_init() })
 }
 
-fn restore_signal_mask(old: &libc::sigset_t) {
+pub(super) fn restore_signal_mask(old: &libc::sigset_t) {
     // SAFETY: `old` is an initialised mask from block_all_signals; NULL old-set is allowed.
     unsafe { libc::sigprocmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
 }

@@ -433,7 +433,7 @@ fn child_fail(report: RawFd, stage: ExecStage, errno: libc::c_int) -> ! {
     }
 }
 
-pub(super) fn empty_sigset() -> libc::sigset_t {
+fn empty_sigset() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it fully.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();

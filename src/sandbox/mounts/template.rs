@@ -32,7 +32,7 @@ const PLACEHOLDER_PROGRESS: &str = "progress";
 const PLACEHOLDER_CHECKPOINT: &str = "checkpoint";
 /// A template build (~3 ms) that takes longer than this is given up (a hung host mount): the
 /// attempt builds its sandbox in full, in its own child.
-const BUILD_DEADLINE_MS: i32 = 2000;
+const BUILD_DEADLINE_MS: u64 = 2000;
 
 /// Why an attempt could not be built on its template.
 #[derive(Debug)]
