@@ -197,6 +197,11 @@ fn a_stop_before_adoption_is_carried_out_at_adoption() {
     d.write_unit("w", r#"Unit(command: ["sleep", "600"])"#);
     let before = d.wait_state("w", "running", Duration::from_secs(5));
     let shim = before["pid"].as_i64().unwrap() as i32;
+    // The shim writes its record once it has exec'd (the agent starts before that).
+    let shim_ron = d.task_dir("w").join("run/shim.ron");
+    wait_until(Duration::from_secs(5), "the shim's record", || {
+        shim_ron.exists()
+    });
     d.crash();
     // Make the shim unidentifiable for a while: no pid in the record, no shim.ron.
     let record_path = d.task_dir("w").join("state.ron");
@@ -208,7 +213,6 @@ fn a_stop_before_adoption_is_carried_out_at_adoption() {
         format!("{}shim: None,{}", &record[..start], &record[end..]),
     )
     .unwrap();
-    let shim_ron = d.task_dir("w").join("run/shim.ron");
     let aside = d.scratch.dir.join("shim.ron");
     std::fs::rename(&shim_ron, &aside).unwrap();
     d.spawn();

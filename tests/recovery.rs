@@ -32,9 +32,14 @@ fn seen(d: &Daemon, unit: &str) -> String {
     std::fs::read_to_string(d.task_dir(unit).join("checkpoint/seen")).unwrap_or_default()
 }
 
-/// The pid recorded in a task's `run/shim.ron`.
+/// The pid recorded in a task's `run/shim.ron` (written once the shim has exec'd, which may be
+/// a moment after its agent started).
 fn shim_pid(d: &Daemon, unit: &str) -> i32 {
-    let text = std::fs::read_to_string(d.task_dir(unit).join("run/shim.ron")).unwrap();
+    let path = d.task_dir(unit).join("run/shim.ron");
+    wait_until(Duration::from_secs(5), "the shim's record", || {
+        path.exists()
+    });
+    let text = std::fs::read_to_string(&path).unwrap();
     text.split("pid:")
         .nth(1)
         .and_then(|rest| rest.trim().split(|c: char| !c.is_ascii_digit()).next())
