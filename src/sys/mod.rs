@@ -14,6 +14,7 @@ pub mod mount;
 pub mod process;
 pub mod seccomp;
 pub mod term;
+mod vfork;
 
 use std::ffi::CString;
 use std::io;

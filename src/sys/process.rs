@@ -224,16 +224,11 @@ pub fn fork_agent(
     let (report_read, report_write) = pipe()?;
 
     // SAFETY: the caller (the shim, or the daemon's clone3 child that becomes it) is
-    // single-threaded, so the child is a faithful copy with no lock held by another thread; it
-    // runs only `child_exec`, which makes async-signal-safe calls on the memory prepared above
-    // (and `prepare`, documented to allocate) and never returns.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        child_exec(&child, report_write.as_raw_fd());
-    }
+    // single-threaded and suspended while the child runs (`vfork_exec`); the child runs only
+    // `child_exec`, which works on the memory prepared above (and `prepare`, documented to
+    // allocate) and never returns: it ends in execve or _exit.
+    let pid =
+        unsafe { super::vfork::vfork_exec(&mut || child_exec(&child, report_write.as_raw_fd())) }?;
     Ok(ForkedAgent {
         pid,
         report: report_read,
