@@ -1,10 +1,11 @@
 //! Starting an attempt's agent, and handing it to the shim.
 //!
 //! The daemon clones the shim's process (`clone3`, PID 1 of the task's PID namespace, in the
-//! task's cgroup) from its own image and, *before* that process execs `keel shim`, forks the
-//! agent's child from it: the child builds the sandbox and execs the agent while the shim's
-//! exec and set-up (spec, records, log) run beside it. The agent's start no longer waits for a
-//! 4 MB binary to load (README, "Benchmarks": start latency).
+//! task's cgroup) from its own image and, *before* that process execs `keel shim`, starts the
+//! agent's child from it (a vfork-style clone: `crate::sys::process::fork_agent`): the child
+//! builds the sandbox and execs the agent, then the shim's exec and set-up (spec, records, log)
+//! follow. The agent's start never waits for a 4 MB binary to load (README, "Benchmarks":
+//! start latency).
 //!
 //! The shim takes the agent over from its argv (`--agent PID --started-ms MS`) and two
 //! descriptors: [`HANDOFF_OUTPUT_FD`], the read end of the agent's output pipe, and
@@ -132,10 +133,8 @@ pub fn launch_for_exec(launch: &Launch) -> (Vec<CString>, Option<i32>) {
     process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
     let handoff = started.and_then(|handoff| {
         let pid = handoff.agent.pid;
-        // Let the agent's child have the CPU until it has exec'd (or failed): on a busy host
-        // the 4 MB exec of the shim beside it would delay the agent, which is what a user
-        // waits for. The report is left unread for the shim (poll(2) consumes nothing).
-        process::wait_readable(handoff.agent.report.as_fd(), None);
+        // The child has exec'd or failed by now (fork_agent returns then); its report is left
+        // unread for the shim.
         crate::sys::install_fds(vec![
             (handoff.output, HANDOFF_OUTPUT_FD),
             (handoff.agent.report, HANDOFF_REPORT_FD),

@@ -22,6 +22,9 @@ pub struct Prepared {
     template: Option<(AttemptOnTemplate, OwnedFd)>,
     /// `$HOME` inside the sandbox.
     pub home: PathBuf,
+    /// The seccomp filter, built here rather than in the agent's child (which shares its
+    /// parent's memory and should allocate little).
+    seccomp: Vec<crate::sandbox::seccomp::Instruction>,
 }
 
 /// Resolve the sandbox of `spec`. Errors say what to fix (an unknown user, a capability
@@ -78,6 +81,10 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Prepared, String> {
         network_none: spec.network_none,
         template: None,
         home,
+        #[cfg(target_arch = "x86_64")]
+        seccomp: crate::sandbox::seccomp::program(),
+        #[cfg(not(target_arch = "x86_64"))]
+        seccomp: Vec::new(),
     })
 }
 
@@ -98,9 +105,11 @@ impl Prepared {
         privileges::apply(&self.privileges).map_err(|e| e.to_string())?;
         // Last: it needs no_new_privs (set just above) and denies the mount calls used before.
         #[cfg(target_arch = "x86_64")]
-        crate::sys::seccomp::install_seccomp_filter(&crate::sandbox::seccomp::program()).map_err(
-            |e| format!("cannot install the seccomp filter: {e} (a kernel without CONFIG_SECCOMP_FILTER?)"),
-        )?;
+        crate::sys::seccomp::install_seccomp_filter(&self.seccomp).map_err(|e| {
+            format!(
+                "cannot install the seccomp filter: {e} (a kernel without CONFIG_SECCOMP_FILTER?)"
+            )
+        })?;
         Ok(())
     }
 

@@ -179,19 +179,19 @@ pub fn exec_candidates(program: &[u8], path: Option<&[u8]>) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// An agent forked by [`fork_agent`] whose exec is not confirmed yet: [`await_exec`] reads
-/// the outcome from `report` (the read end of the child's close-on-exec pipe). Splitting the
-/// two lets the supervisor do its own work (exec itself, open its log) while the agent's child
-/// builds the sandbox.
+/// An agent started by [`fork_agent`]: its child has exec'd or exited, and [`await_exec`]
+/// reads which from `report` (the read end of the child's close-on-exec pipe) — the shim, which
+/// takes the agent over after its own exec, reads it there.
 pub struct ForkedAgent {
     pub pid: i32,
     pub report: OwnedFd,
 }
 
-/// Fork the agent's child: a new session (pgid = its pid), death signal SIGKILL when its
-/// parent dies, default signal dispositions and an empty mask, stdin from `stdin`, stdout and
-/// stderr both to `output`; it runs `prepare` (the sandbox), then execs `plan`. Does not wait
-/// for the exec: see [`await_exec`].
+/// Start the agent's child, a vfork-style clone sharing our memory until its exec (see
+/// `sys::vfork`): a new session (pgid = its pid), death signal SIGKILL when its parent dies,
+/// default signal dispositions, stdin from `stdin`, stdout and stderr both to `output`; it runs
+/// `prepare` (the sandbox) with every signal blocked, then execs `plan` with an empty mask.
+/// Returns once the child has exec'd or failed; [`await_exec`] tells which.
 ///
 /// The caller must be single-threaded. `stdin` and `output` must not be fds 0–2 (see
 /// [`ensure_stdio_open`]).
@@ -294,17 +294,19 @@ struct ChildSetup<'a> {
 }
 
 fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
-    // SAFETY (whole function): we are the freshly forked child of a single-threaded process.
-    // Every call below is async-signal-safe (rt_sigaction, sigprocmask, setsid, prctl, getppid,
+    // SAFETY (whole function): we are the vfork-style child of a single-threaded process that
+    // is suspended until we exec or exit, started with every signal blocked. Every call below
+    // but `prepare` is async-signal-safe (rt_sigaction, sigprocmask, setsid, prctl, getppid,
     // dup2, fcntl, chdir, syscall(close_range), execve, write, _exit) and only reads memory
-    // built before the fork. We never return or unwind: every path ends in execve or _exit.
+    // built before the clone. We never return or unwind: every path ends in execve or _exit.
     unsafe {
         let fail = |stage: ExecStage, errno: libc::c_int| child_fail(report, stage, errno);
         let errno = || *libc::__errno_location();
 
-        // SIG_IGN survives exec: put every disposition back to default, then unblock all.
+        // SIG_IGN survives exec: put every disposition back to default. Signals stay blocked
+        // until just before the exec: none may end us in the middle of `prepare`'s allocations
+        // in the parent's heap.
         reset_signal_dispositions(setup.max_signal, &setup.default_action);
-        libc::sigprocmask(libc::SIG_SETMASK, &setup.empty_mask, std::ptr::null_mut());
 
         if libc::setsid() < 0 {
             fail(ExecStage::Session, errno());
@@ -352,6 +354,8 @@ fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
             libc::CLOSE_RANGE_CLOEXEC,
         );
 
+        // The agent starts with nothing blocked.
+        libc::sigprocmask(libc::SIG_SETMASK, &setup.empty_mask, std::ptr::null_mut());
         // execvp's rules: skip candidates that do not exist; remember EACCES; stop on any
         // other error (the file exists but cannot be run).
         let mut saw_eacces = false;

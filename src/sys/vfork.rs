@@ -4,23 +4,33 @@
 //! Why: a fork copies the parent's page tables and every page either side writes afterwards
 //! is copied again; the exec then tears that copy down. On the development hosts (a
 //! paravirtualised VM where page-table updates trap) a fork of even a small process costs
-//! ~220 µs, a vfork ~50 µs (measured: README, "Benchmarks"), and the agent's exec no longer has
-//! a copied address space to unmap. The agent's child runs a few hundred microseconds of
-//! sandbox set-up before its exec, with the parent suspended the whole time (`CLONE_VFORK`),
-//! so sharing the memory is safe as long as the parent is single-threaded and does not rely on
-//! the child leaving its heap as it was: the child's allocations stay allocated (the caller is
-//! a process about to exec — the shim's clone — or the shim, which does not care), and a child
-//! killed in the middle of `malloc` would leave the parent's allocator locked. Callers keep
-//! their work after the call allocation-light for that reason.
-
+//! ~220 µs, a vfork ~50 µs (README, "Benchmarks"), and the agent's exec no longer has a copied
+//! address space to unmap.
+//!
+//! What sharing the memory asks of the caller and the child:
+//! - the parent is single-threaded and suspended while the child runs (`CLONE_VFORK`), so
+//!   the child's allocations and the parent's never race. The child's allocations stay in the
+//!   parent's heap: a leak of a few kilobytes in a process that is about to exec (the shim's
+//!   clone) or runs one attempt (the standalone shim);
+//! - every signal is blocked in both across the call (the child unblocks just before its
+//!   execve), so that no signal stops the child in the middle of `malloc` — which would leave
+//!   the parent's allocator inconsistent — and no handler of the parent's runs in the child;
+//!   only SIGKILL or a fault can end it there (a SIGKILL of the task's cgroup ends the parent
+//!   as well; the OOM killer kills every process of a shared address space together);
+//! - the child shares the parent's thread pointer: musl's `abort()` signals the thread id
+//!   stored there, the parent's. A SIGABRT the child aimed at itself is left pending in the
+//!   parent (blocked) and discarded here before the mask is restored.
 use std::io;
 
-/// The child's stack: enough for the sandbox set-up (mount plans, error messages); only the
-/// pages it touches cost anything.
-const CHILD_STACK_BYTES: usize = 2 << 20;
+/// The child's stack: as much as a main thread's (the sandbox set-up used to run on one); only
+/// the pages it touches cost anything.
+const CHILD_STACK_BYTES: usize = 8 << 20;
+/// Below it, a guard a frame cannot jump over without touching it (C code built without
+/// stack-clash probes skips at most a page per probe).
+const GUARD_BYTES: usize = 64 << 10;
 
-/// An anonymous mapping used as a child's stack, its lowest page a guard (a stack overflow
-/// faults instead of writing below it). Unmapped on drop.
+/// An anonymous mapping used as a child's stack, its lowest [`GUARD_BYTES`] a guard (a stack
+/// overflow faults instead of writing below it). Unmapped on drop.
 struct Stack {
     base: *mut libc::c_void,
     len: usize,
@@ -35,7 +45,7 @@ impl Stack {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
                 -1,
                 0,
             )
@@ -44,8 +54,8 @@ impl Stack {
             return Err(io::Error::last_os_error());
         }
         let stack = Stack { base, len };
-        // SAFETY: the first page of the mapping just made, which nothing uses yet.
-        if unsafe { libc::mprotect(base, page_size(), libc::PROT_NONE) } < 0 {
+        // SAFETY: the lowest part of the mapping just made, which nothing uses yet.
+        if unsafe { libc::mprotect(base, GUARD_BYTES, libc::PROT_NONE) } < 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(stack)
@@ -66,19 +76,9 @@ impl Drop for Stack {
     }
 }
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory arguments.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size > 0 {
-        size as usize
-    } else {
-        4096
-    }
-}
-
 /// Run `child` in a new process that shares this one's memory, and return its pid once it
-/// has exec'd or exited: the caller is suspended until then (`CLONE_VFORK`). `child` must end
-/// in execve(2) or _exit(2) and never unwind.
+/// has exec'd or exited: the caller is suspended until then (`CLONE_VFORK`). `child` starts
+/// with every signal blocked, must end in execve(2) or _exit(2) and never unwind.
 ///
 /// # Safety
 /// The calling process must be single-threaded (no other thread may run on the shared memory
@@ -86,6 +86,37 @@ fn page_size() -> usize {
 /// (a lock taken before the call, say).
 pub unsafe fn vfork_exec(child: &mut dyn FnMut() -> libc::c_int) -> io::Result<libc::pid_t> {
     let stack = Stack::new(CHILD_STACK_BYTES)?;
+    let old_mask = super::block_all_signals()?;
+    // SAFETY: our caller's contract (single-threaded, `child` ends in execve or _exit).
+    let pid = unsafe { clone_on(&stack, child) };
+    discard_pending_abort();
+    super::restore_signal_mask(&old_mask);
+    pid
+}
+
+/// A SIGABRT pending for this thread, taken off without being acted on (sigtimedwait(2) with
+/// a zero timeout; it is blocked here). See the module's notes on musl's `abort()`.
+fn discard_pending_abort() {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: sigemptyset/sigaddset initialise the set on our stack; sigtimedwait reads it and
+    // the timeout, and writes no siginfo (NULL). EAGAIN when nothing is pending.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGABRT);
+        libc::sigtimedwait(set.as_ptr(), std::ptr::null_mut(), &zero);
+    }
+}
+
+/// # Safety
+/// As [`vfork_exec`]'s.
+unsafe fn clone_on(
+    stack: &Stack,
+    child: &mut dyn FnMut() -> libc::c_int,
+) -> io::Result<libc::pid_t> {
     extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` is the `&mut &mut dyn FnMut` passed to clone below, alive in the
         // suspended caller's frame for as long as the child runs.
@@ -108,4 +139,122 @@ pub unsafe fn vfork_exec(child: &mut dyn FnMut() -> libc::c_int) -> io::Result<l
         return Err(io::Error::last_os_error());
     }
     Ok(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait_status(pid: libc::pid_t) -> libc::c_int {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into our local.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        status
+    }
+
+    fn current_mask() -> libc::sigset_t {
+        let mut mask = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+        // SAFETY: a NULL new set only reads the mask into `mask`.
+        unsafe { libc::sigprocmask(libc::SIG_SETMASK, std::ptr::null(), mask.as_mut_ptr()) };
+        // SAFETY: written just above.
+        unsafe { mask.assume_init() }
+    }
+
+    /// Each check in a process of its own, forked here: the test harness runs tests on threads
+    /// and `vfork_exec` wants a single-threaded caller. The check's failure is its exit code.
+    fn in_forked_process(check: fn() -> i32) -> i32 {
+        // SAFETY: the child runs `check` and _exits without returning into the harness.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let code = std::panic::catch_unwind(check).unwrap_or(99);
+            // SAFETY: leave the copy of the harness without running its cleanup.
+            unsafe { libc::_exit(code) };
+        }
+        let status = wait_status(pid);
+        assert!(
+            libc::WIFEXITED(status),
+            "the check process died: {status:#x}"
+        );
+        libc::WEXITSTATUS(status)
+    }
+
+    #[test]
+    fn the_child_shares_memory_and_runs_before_the_parent_resumes() {
+        let code = in_forked_process(|| {
+            let mask_before = current_mask();
+            let mut seen = 0u8;
+            // SAFETY: single-threaded (a fresh fork); the child ends in _exit.
+            let pid = unsafe {
+                vfork_exec(&mut || {
+                    // Signals are blocked here (SIGTERM among them).
+                    let blocked = libc::sigismember(&current_mask(), libc::SIGTERM) == 1;
+                    let heap = vec![7u8; 100_000];
+                    seen = heap[99_999] + u8::from(blocked);
+                    libc::_exit(7)
+                })
+            };
+            let Ok(pid) = pid else { return 1 };
+            let status = wait_status(pid);
+            if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 7 {
+                return 2;
+            }
+            // Written by the child into our memory before we resumed.
+            if seen != 8 {
+                return 3;
+            }
+            // Our mask is as it was, and our heap still works.
+            let after = current_mask();
+            for signal in 1..32 {
+                // SAFETY: both sets were filled by sigprocmask.
+                let same = unsafe {
+                    libc::sigismember(&after, signal) == libc::sigismember(&mask_before, signal)
+                };
+                if !same {
+                    return 4;
+                }
+            }
+            if vec![1u8; 1 << 20]
+                .iter()
+                .map(|&b| b as usize)
+                .sum::<usize>()
+                != 1 << 20
+            {
+                return 5;
+            }
+            0
+        });
+        assert_eq!(code, 0, "check {code} failed");
+    }
+
+    #[test]
+    fn the_child_execs_and_an_abort_in_it_spares_the_parent() {
+        let code = in_forked_process(|| {
+            let path = c"/bin/true";
+            let argv = [path.as_ptr(), std::ptr::null()];
+            let envp = [std::ptr::null()];
+            // SAFETY: single-threaded; the child execs or _exits.
+            let pid = unsafe {
+                vfork_exec(&mut || {
+                    libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                    libc::_exit(127)
+                })
+            };
+            let Ok(pid) = pid else { return 1 };
+            if wait_status(pid) != 0 {
+                return 2;
+            }
+            // abort() in the child: it dies of a signal, we do not. (glibc's abort kills it
+            // with SIGABRT; musl's signals our thread id first — that SIGABRT is discarded
+            // before our mask comes back — then ends the child with a crash instruction.)
+            // SAFETY: as above; abort never returns.
+            let pid = unsafe { vfork_exec(&mut || libc::abort()) };
+            let Ok(pid) = pid else { return 3 };
+            let status = wait_status(pid);
+            if !libc::WIFSIGNALED(status) {
+                return 4;
+            }
+            0
+        });
+        assert_eq!(code, 0, "check {code} failed");
+    }
 }
