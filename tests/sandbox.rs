@@ -591,6 +591,27 @@ fn a_template_follows_changes_on_the_host() {
         "b's write reached the new directory"
     );
     assert_eq!(builds(), 3, "a new template for the changed host");
+    // A mount made on the host after that template: the daemon learns of it from the kernel
+    // (mountinfo's POLLPRI, not a read at every start) and the next sandbox shows it.
+    let mnt = host.0.join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &mnt,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=1m"),
+    )
+    .unwrap();
+    let _unmount = Unmount(mnt.clone());
+    std::fs::write(mnt.join("note"), "MOUNTED-LATER\n").unwrap();
+    let (task, out) = run_agent(&d, "c", &format!("cat {}/note", mnt.display()), &extra);
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert!(
+        out.contains("MOUNTED-LATER"),
+        "c did not see the new mount: {out}"
+    );
+    assert_eq!(builds(), 4, "a new template for the new mount");
     d.keel(&["stop", "keep"]);
 }
 

@@ -120,7 +120,7 @@ impl Prepared {
             // Not even the host's state is read: it would only be thrown away.
             return;
         }
-        let host = host_state(&self.layout, &self.host_root);
+        let host = host_state(&self.layout, &self.host_root, templates.mount_table());
         let Some(attempt) = templates.shape(&self.layout, &self.host_root, &host) else {
             return;
         };

@@ -38,6 +38,50 @@ pub struct SandboxTemplates {
     /// What [`attempt_on_template`] said of recent layouts (two mount plans compared: ~1 ms),
     /// by a hash of the layout and the host's state; the most recent last.
     shapes: Vec<(u64, Option<AttemptOnTemplate>)>,
+    /// The host's mount table, part of every template's key.
+    mounts: MountTable,
+}
+
+/// The daemon's mount table, read again only when the kernel marks it changed (poll(2) on
+/// `/proc/self/mountinfo`, proc(5)) — not at every start, where reading it cost ~0.1 ms.
+struct MountTable {
+    file: Option<std::fs::File>,
+    text: String,
+}
+
+impl MountTable {
+    fn new() -> MountTable {
+        MountTable {
+            file: None,
+            text: String::new(),
+        }
+    }
+
+    fn current(&mut self) -> &str {
+        use std::io::{Read, Seek};
+        let unchanged = self
+            .file
+            .as_ref()
+            .is_some_and(|file| !crate::sys::fds::mount_table_changed(file.as_fd()));
+        if unchanged {
+            return &self.text;
+        }
+        // Opened before it is read: a change after the read marks this descriptor.
+        if self.file.is_none() {
+            self.file = std::fs::File::open("/proc/self/mountinfo").ok();
+        }
+        self.text.clear();
+        let read = self.file.as_mut().map(|file| {
+            file.rewind()
+                .and_then(|()| file.read_to_string(&mut self.text))
+        });
+        if !matches!(read, Some(Ok(_))) {
+            // Unreadable (no /proc?): an empty table, and no cache — try again next time.
+            self.file = None;
+            self.text.clear();
+        }
+        &self.text
+    }
 }
 
 /// Layouts whose verdict is remembered (a daemon's units come in a few shapes).
@@ -52,6 +96,7 @@ impl SandboxTemplates {
             entries: Vec::new(),
             failed: Vec::new(),
             shapes: Vec::new(),
+            mounts: MountTable::new(),
             disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1")
                 || !can_join_mount_namespaces(),
         }
@@ -113,6 +158,12 @@ impl SandboxTemplates {
                 None
             }
         }
+    }
+
+    /// The host's mount table as it is now, for
+    /// [`host_state`](crate::sandbox::mounts::template::host_state).
+    pub fn mount_table(&mut self) -> &str {
+        self.mounts.current()
     }
 
     /// How `layout` starts on a template of its shape over the host as it is now

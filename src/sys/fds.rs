@@ -75,3 +75,18 @@ pub fn open_dev_null() -> io::Result<OwnedFd> {
     let file = std::fs::File::open("/dev/null")?;
     Ok(OwnedFd::from(file))
 }
+
+/// Has the mount table behind `mountinfo` (an open `/proc/PID/mountinfo`) changed since the
+/// last call that said so? proc(5): a mount, unmount or change of a mount in the namespace
+/// marks the file with `POLLPRI | POLLERR`, and poll(2) clears the mark as it reports it.
+/// `true` on a failed poll too (the caller reads the table again).
+pub fn mount_table_changed(mountinfo: BorrowedFd<'_>) -> bool {
+    let mut poll = libc::pollfd {
+        fd: mountinfo.as_raw_fd(),
+        events: libc::POLLPRI,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on our stack, for the duration of the call; no waiting (timeout 0).
+    let rc = unsafe { libc::poll(&mut poll, 1, 0) };
+    rc != 0 || poll.revents & (libc::POLLPRI | libc::POLLERR) != 0
+}

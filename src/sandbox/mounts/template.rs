@@ -133,9 +133,12 @@ pub fn attempt_on_template(
 /// /etc/shadow) detaches the bind that hid it in every namespace; a hidden path created later,
 /// a writable directory deleted and made again: each changes the key, and the next attempt
 /// gets a template built afresh.
-pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry]) -> String {
+///
+/// `mount_table`: the daemon's `/proc/self/mountinfo` (read again only when the kernel says it
+/// changed: [`crate::sandbox::templates::SandboxTemplates::mount_table`]).
+pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry], mount_table: &str) -> String {
     use std::os::unix::fs::MetadataExt;
-    let mut state = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut state = mount_table.to_owned();
     let top = host_root.iter().map(|e| Path::new("/").join(&e.name));
     let listed = layout
         .hidden
