@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod sandbox;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

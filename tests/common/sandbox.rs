@@ -1,0 +1,65 @@
+//! Helpers of the sandbox tests: an agent run to its end, the lines it printed, and host
+//! paths and mounts of the test's own that go away with it.
+
+use super::Daemon;
+use std::time::Duration;
+
+/// Run `script` as a unit (restart: Never) and return its output once it has ended.
+pub fn run_agent(d: &Daemon, unit: &str, script: &str, extra: &str) -> (serde_json::Value, String) {
+    d.write_unit(
+        unit,
+        &format!(r#"Unit(command: ["/bin/sh", "-c", {script:?}], restart: Never, {extra})"#),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let task = loop {
+        let task = d.task(unit);
+        if let Some(t) = &task {
+            if t["state"] == "succeeded" || t["state"] == "failed" {
+                break t.clone();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{unit}: {task:?}\n{}",
+            d.daemon_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = std::fs::read_to_string(d.task_dir(unit).join("run/output.log")).unwrap_or_default();
+    (task, out)
+}
+
+pub fn line<'a>(out: &'a str, key: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key:?} line in:\n{out}"))
+        .trim()
+}
+
+/// A directory of the test's own under /var/tmp, removed at the end.
+pub struct HostDir(pub std::path::PathBuf);
+
+impl HostDir {
+    pub fn new(name: &str) -> HostDir {
+        let dir =
+            std::path::PathBuf::from(format!("/var/tmp/keel-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        HostDir(dir)
+    }
+}
+
+impl Drop for HostDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Unmounts (lazily) a mount the test made, whatever happens.
+pub struct Unmount(pub std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
