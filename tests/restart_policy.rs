@@ -53,6 +53,29 @@ fn fails_three_times_then_succeeds_with_the_right_environment() {
         "{events:?}"
     );
     assert_eq!(events.last().unwrap(), "succeeded");
+    // The accepted copy of the unit was written once, for attempt 1: restarts of an unchanged
+    // unit do not write it again (it predates attempt 2's start).
+    let accepted = d.task_dir("flaky").join("unit.ron");
+    let text = std::fs::read_to_string(&accepted).unwrap();
+    assert!(text.contains("OnFailure"), "{text}");
+    let written_ms = std::fs::metadata(&accepted)
+        .unwrap()
+        .modified()
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let second_start = d
+        .events(Some("flaky"))
+        .iter()
+        .filter(|e| e["event"] == "starting")
+        .nth(1)
+        .and_then(|e| e["ts_ms"].as_u64())
+        .expect("attempt 2's start in the journal");
+    assert!(
+        written_ms < second_start,
+        "unit.ron rewritten at {written_ms}, after attempt 2 started at {second_start}"
+    );
 }
 
 #[test]

@@ -251,8 +251,14 @@ impl Daemon {
             task.last_oom_ms = None;
             task.keel_kill_ms = None;
         }
-        if let Err(e) = state::atomic_write(&self.dirs.accepted_unit_path(unit), text.as_bytes()) {
-            log::warn!("{unit}: cannot keep a copy of the accepted unit: {e}");
+        // A restart of an unchanged unit finds its copy already there: no second durable
+        // write (a temporary file, two fsyncs and a rename: milliseconds on a slow disk).
+        let accepted_path = self.dirs.accepted_unit_path(unit);
+        let kept = std::fs::read(&accepted_path).is_ok_and(|held| held == text.as_bytes());
+        if !kept {
+            if let Err(e) = state::atomic_write(&accepted_path, text.as_bytes()) {
+                log::warn!("{unit}: cannot keep a copy of the accepted unit: {e}");
+            }
         }
         let run_dir = self.dirs.run_dir(unit);
         let ctx = AttemptContext {
