@@ -22,9 +22,9 @@ pub struct Prepared {
     template: Option<(AttemptOnTemplate, OwnedFd)>,
     /// `$HOME` inside the sandbox.
     pub home: PathBuf,
-    /// The seccomp filter, built here rather than in the agent's child (which shares its
-    /// parent's memory and should allocate little).
-    seccomp: Vec<crate::sandbox::seccomp::Instruction>,
+    /// The seccomp filter, built here (once per process) rather than in the agent's child,
+    /// which shares its parent's memory and should allocate little.
+    seccomp: &'static [crate::sandbox::seccomp::Instruction],
 }
 
 /// Resolve the sandbox of `spec`. Errors say what to fix (an unknown user, a capability
@@ -82,9 +82,9 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Prepared, String> {
         template: None,
         home,
         #[cfg(target_arch = "x86_64")]
-        seccomp: crate::sandbox::seccomp::program(),
+        seccomp: crate::sandbox::seccomp::filter(),
         #[cfg(not(target_arch = "x86_64"))]
-        seccomp: Vec::new(),
+        seccomp: &[],
     })
 }
 
@@ -105,7 +105,7 @@ impl Prepared {
         privileges::apply(&self.privileges).map_err(|e| e.to_string())?;
         // Last: it needs no_new_privs (set just above) and denies the mount calls used before.
         #[cfg(target_arch = "x86_64")]
-        crate::sys::seccomp::install_seccomp_filter(&self.seccomp).map_err(|e| {
+        crate::sys::seccomp::install_seccomp_filter(self.seccomp).map_err(|e| {
             format!(
                 "cannot install the seccomp filter: {e} (a kernel without CONFIG_SECCOMP_FILTER?)"
             )

@@ -180,6 +180,14 @@ fn decide(rules: &[(u32, Rule)]) -> Vec<Instruction> {
     p
 }
 
+/// [`program`], built once per process: the daemon builds it before its first clone, and
+/// the agent's child (which shares its parent's memory and should allocate little) reads it.
+#[cfg(target_arch = "x86_64")]
+pub fn filter() -> &'static [Instruction] {
+    static FILTER: std::sync::OnceLock<Vec<Instruction>> = std::sync::OnceLock::new();
+    FILTER.get_or_init(program)
+}
+
 /// The filter: foreign architectures and x32 denied, the listed calls denied, clone3 answered
 /// ENOSYS, `clone`/`unshare` with CLONE_NEWUSER denied, everything else allowed.
 #[cfg(target_arch = "x86_64")]
