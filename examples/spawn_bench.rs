@@ -4,7 +4,10 @@
 //! user waits for), and start → reaped (everything, the supervisor's own bookkeeping after
 //! the agent's exit included).
 //!
-//! (a) bare fork+exec (std's Command: clone + exec + wait);
+//! (a) bare fork+exec: fork(2), execve(2) of the agent, its output read, waitpid(2) — the
+//!     issue's baseline;
+//! (a') posix_spawn (std's Command: a vfork-style clone + exec + wait), the cheapest way a
+//!     program starts another here, for reference;
 //! (b) keel's sandboxed start, as a daemon with a task running does it: clone3(CLONE_PIDFD|
 //!     CLONE_NEWPID) of the shim from the daemon's image, which forks the agent's child before
 //!     it execs `keel shim` itself; the child copies the sandbox template (setns + unshare),
@@ -75,8 +78,9 @@ fn main() {
     let output_log = dirs.run_dir("bench").join("output.log");
     let have_bwrap = Command::new("bwrap").arg("--version").output().is_ok();
 
-    let [mut bare, mut keel, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full] =
+    let [mut bare, mut spawned, mut keel, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full] =
         std::array::from_fn(|_| Row::default());
+    let stamp_c = std::ffi::CString::new(stamp.as_os_str().as_encoded_bytes()).expect("no NUL");
     let mut templates = SandboxTemplates::new(scratch.join("state/templates"));
     // keel's cgroup tree, as the daemon sets it up (this process moves into its leaf).
     let tree_name = format!("keel-bench-{}", std::process::id());
@@ -96,7 +100,8 @@ fn main() {
     };
     let work_arg = work.display().to_string();
     for round in 0..rounds {
-        bare.time(|| piped(&mut Command::new(&stamp)));
+        bare.time(|| fork_exec(&stamp_c));
+        spawned.time(|| piped(&mut Command::new(&stamp)));
         let generation = round as u64 + 1;
         let ctx = AttemptContext {
             unit_name: "bench",
@@ -166,6 +171,7 @@ fn main() {
     }
     let rows = [
         ("(a) fork+exec (baseline)", &bare),
+        ("(a') posix_spawn (std's Command)", &spawned),
         ("(b) keel sandboxed start", &keel),
         ("(c) bwrap --ro-bind / / --bind --proc --dev", &bwrap),
         ("(d) unshare -mpf --mount-proc", &unshare),
@@ -203,7 +209,11 @@ fn main() {
                 m.as_secs_f64() / base.as_secs_f64()
             );
         }
-        let (b, k) = (samples(rows[2].1), samples(rows[1].1));
+        let (spawn, b, k) = (samples(rows[1].1), samples(rows[3].1), samples(rows[2].1));
+        println!(
+            "keel vs posix_spawn: {:.2}x",
+            median(&k).as_secs_f64() / median(&spawn).as_secs_f64()
+        );
         if !b.is_empty() {
             println!(
                 "keel vs bwrap: {:.1}x faster\n",
@@ -239,6 +249,38 @@ impl Row {
         self.running.push(nanos(agent - t0));
         self.reaped.push(nanos(t1 - t0));
     }
+}
+
+/// (a): fork(2) this process, execve(2) the agent with its stdout on a pipe, read the pipe to
+/// its end, reap the child. Returns what the agent printed.
+fn fork_exec(program: &std::ffi::CStr) -> String {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
+    let argv = [program.as_ptr(), std::ptr::null()];
+    // SAFETY: this benchmark is single-threaded; the child only calls dup2, execv and _exit
+    // (async-signal-safe) on memory built before the fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            libc::dup2(write_end.as_raw_fd(), 1);
+            libc::execv(program.as_ptr(), argv.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    drop(write_end);
+    let mut out = String::new();
+    std::fs::File::from(read_end)
+        .read_to_string(&mut out)
+        .expect("read the agent's output");
+    let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).expect("waitpid");
+    assert_eq!(
+        status,
+        nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0)
+    );
+    out
 }
 
 /// Spawn the shim as the daemon does and wait for it: spawn through reap. Returns the output

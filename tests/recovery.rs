@@ -125,19 +125,7 @@ fn a_crash_after_the_start_decision_leaves_the_task_queued() {
         "job",
         r#"Unit(command: ["/bin/sh", "-c", "echo $KEEL_ATTEMPT >> /work/attempts.txt"], restart: Never)"#,
     );
-    let status = std::process::Command::new(keel_bin())
-        .arg("daemon")
-        .arg("--state")
-        .arg(d.state())
-        .arg("--units")
-        .arg(d.units())
-        .arg("--cgroup-name")
-        .arg(&d.cgroup_name)
-        .env("KEEL_CRASH_AT", "after-decide")
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(!status.success(), "the daemon should have died");
+    d.die_at("after-decide");
     d.spawn();
     let task = d.wait_state("job", "succeeded", Duration::from_secs(20));
     // Nothing of the decision reached the disk: the first attempt is attempt 1.

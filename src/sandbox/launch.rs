@@ -16,6 +16,7 @@
 use crate::sandbox::agent::agent_env;
 use crate::sandbox::prepare::{prepare, Prepared};
 use crate::sandbox::spec::AttemptSpec;
+use crate::sandbox::templates::SandboxTemplates;
 use crate::state::now_ms;
 use crate::sys::process::{self, ExecPlan, ForkedAgent};
 use std::ffi::{CString, OsString};
@@ -37,13 +38,26 @@ pub struct Launch {
 
 impl Launch {
     /// `inherited`: the environment the agent's is made from (the supervisor's own variables
-    /// are removed). Errors say what to fix (an unknown user, a program path with a NUL).
-    pub fn new<I>(spec: &AttemptSpec, inherited: I) -> Result<Launch, String>
+    /// are removed). `templates`: build the sandbox on a copy of a template of its shape when
+    /// there is one (or one can be built); `None`: the whole mount plan. Errors say what to
+    /// fix (an unknown user, a program path with a NUL).
+    pub fn new<I>(
+        spec: &AttemptSpec,
+        inherited: I,
+        mut templates: Option<&mut SandboxTemplates>,
+    ) -> Result<Launch, String>
     where
         I: IntoIterator<Item = (OsString, OsString)>,
     {
         let sandbox = match &spec.sandbox {
-            Some(sandbox) => Some(prepare(sandbox).map_err(|e| format!("sandbox: {e}"))?),
+            Some(sandbox) => {
+                let mut prepared = prepare(sandbox, templates.as_deref_mut())
+                    .map_err(|e| format!("sandbox: {e}"))?;
+                if let Some(templates) = templates {
+                    prepared.use_template(templates);
+                }
+                Some(prepared)
+            }
             None => None,
         };
         let mut spec_env = spec.env.clone();
@@ -66,14 +80,6 @@ impl Launch {
     /// The descriptor of the sandbox template this start uses, if any.
     fn template_fd(&self) -> Option<RawFd> {
         self.sandbox.as_ref().and_then(|s| s.template_fd())
-    }
-
-    /// Build the sandbox on one of `templates` when its shape allows (see
-    /// [`crate::sandbox::templates`]).
-    pub fn use_template(&mut self, templates: &mut crate::sandbox::templates::SandboxTemplates) {
-        if let Some(sandbox) = self.sandbox.as_mut() {
-            sandbox.use_template(templates);
-        }
     }
 }
 
@@ -119,18 +125,36 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
 /// where the shim finds it. Returns the arguments to append to `keel shim --spec FILE`, and the
 /// agent's pid (to kill if that exec fails). A failure is handed over as `--launch-error`: the
 /// shim records it as the attempt's setup failure.
-pub fn launch_for_exec(launch: &Launch) -> (Vec<CString>, Option<i32>) {
-    let arg = |s: String| CString::new(s).unwrap_or_default();
+///
+/// `go_ahead`: the read end of a pipe on which the daemon says (one byte) that the attempt's
+/// spec is written — it writes it while the agent starts here. Without that byte (the daemon
+/// died first, or could not write the spec) there is no shim to become: the agent is killed
+/// and this process exits.
+pub fn launch_for_exec(launch: &Launch, go_ahead: RawFd) -> (Vec<CString>, Option<i32>) {
     // Nothing of the daemon's stays open here while the agent starts (its instance lock, its
-    // sockets, other tasks' pidfds): only stdio, the attempt lock and the sandbox template.
-    let mut keep = vec![crate::sys::ATTEMPT_LOCK_FD];
+    // sockets, other tasks' pidfds): only stdio, the attempt lock, the go-ahead pipe and the
+    // sandbox template.
+    let mut keep = vec![crate::sys::ATTEMPT_LOCK_FD, go_ahead];
     keep.extend(launch.template_fd());
     crate::sys::close_fds_except(&keep);
+    hand_over(launch, go_ahead)
+}
+
+/// [`launch_for_exec`] once only what it keeps is open. `go_ahead` is closed on return.
+fn hand_over(launch: &Launch, go_ahead: RawFd) -> (Vec<CString>, Option<i32>) {
+    let arg = |s: String| CString::new(s).unwrap_or_default();
     // The attempt lock is the shim's alone: not the agent's, even where close_range(2) is not
     // there to close it at the agent's exec. It is handed on across the shim's exec below.
     process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
     let started = start_agent(launch);
     process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    if !process::read_go_ahead(go_ahead) {
+        if let Ok(handoff) = &started {
+            let _ = process::kill_process_group(handoff.agent.pid, libc::SIGKILL);
+        }
+        process::exit_now(SPEC_NEVER_WRITTEN);
+    }
+    process::close_fd(go_ahead);
     let handoff = started.and_then(|handoff| {
         let pid = handoff.agent.pid;
         // The child has exec'd or failed by now (fork_agent returns then); its report is left
@@ -155,6 +179,9 @@ pub fn launch_for_exec(launch: &Launch) -> (Vec<CString>, Option<i32>) {
         Err(message) => (vec![arg("--launch-error".into()), arg(message)], None),
     }
 }
+
+/// The exit status of the daemon's clone when the daemon never said the spec was written.
+pub const SPEC_NEVER_WRITTEN: i32 = 125;
 
 /// What `keel shim` was handed on its command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,8 +276,12 @@ mod tests {
             sandbox: None,
             cgroup_v1_procs: vec!["/nonexistent/keel-test/cgroup.procs".into()],
         };
-        let launch = Launch::new(&spec, Vec::new()).unwrap();
-        let (extra, pid) = launch_for_exec(&launch);
+        let launch = Launch::new(&spec, Vec::new(), None).unwrap();
+        let (go_read, go_write) = crate::sys::fds::pipe().unwrap();
+        nix::unistd::write(&go_write, b"g").unwrap();
+        // Not launch_for_exec itself: it closes every other descriptor of this process.
+        let (extra, pid) = hand_over(&launch, std::os::fd::IntoRawFd::into_raw_fd(go_read));
+        drop(go_write);
         assert_eq!(pid, None);
         assert_eq!(extra[0].to_str().unwrap(), "--launch-error");
         assert!(

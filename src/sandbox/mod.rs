@@ -1,6 +1,7 @@
 //! Everything that runs on the task's side of the fence: the shim and what it sets up.
 
 pub mod agent;
+pub mod host_view;
 pub mod launch;
 pub mod logs;
 pub mod mounts;

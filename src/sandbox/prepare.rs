@@ -4,7 +4,7 @@
 //! (and network) namespace, builds the mounts, drops privileges and installs the seccomp
 //! filter, in that order.
 
-use crate::sandbox::mounts::template::{host_state, AttemptOnTemplate, EnterError};
+use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
 use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
 use crate::sandbox::spec::SandboxSpec;
@@ -28,8 +28,12 @@ pub struct Prepared {
 }
 
 /// Resolve the sandbox of `spec`. Errors say what to fix (an unknown user, a capability
-/// name) and are reported as the attempt's spawn failure.
-pub fn prepare(spec: &SandboxSpec) -> Result<Prepared, String> {
+/// name) and are reported as the attempt's spawn failure. `templates`: the daemon's, whose
+/// listing of the host's `/` is kept while `/` does not change; `None`: listed now.
+pub fn prepare(
+    spec: &SandboxSpec,
+    templates: Option<&mut SandboxTemplates>,
+) -> Result<Prepared, String> {
     // The user databases only matter for `sandbox.user` (root needs no lookup).
     let read = |path: &str| match &spec.user {
         Some(_) => std::fs::read_to_string(path).unwrap_or_default(),
@@ -44,6 +48,8 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Prepared, String> {
         &group,
     )
     .map_err(|e| e.to_string())?;
+    // Read here, on the host's /proc, for the child that drops the bounding set.
+    privileges::last_cap();
     let home = home_for(privileges.user.map(|(uid, _)| uid), &passwd);
     if let Some((uid, gid)) = privileges.user {
         // The agent's own directories must be writable by the user it runs as.
@@ -72,8 +78,11 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Prepared, String> {
         // own of: keep the host's resolver directory visible, read-only.
         readonly: mounts::resolv_conf_run_dir().into_iter().collect(),
     };
-    let host_root =
-        mounts::list_host_root().map_err(|e| format!("cannot list the host's /: {e}"))?;
+    let host_root = match templates {
+        Some(templates) if templates.enabled() => templates.host_root(),
+        _ => mounts::list_host_root(),
+    }
+    .map_err(|e| format!("cannot list the host's /: {e}"))?;
     Ok(Prepared {
         layout,
         host_root,
@@ -120,7 +129,7 @@ impl Prepared {
             // Not even the host's state is read: it would only be thrown away.
             return;
         }
-        let host = host_state(&self.layout, &self.host_root, templates.mount_table());
+        let host = templates.host_state(&self.layout, &self.host_root);
         let Some(attempt) = templates.shape(&self.layout, &self.host_root, &host) else {
             return;
         };

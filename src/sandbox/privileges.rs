@@ -391,11 +391,17 @@ fn bring_loopback_up() -> io::Result<()> {
 
 /// The highest capability the kernel knows, and whether the kernel said so
 /// (`/proc/sys/kernel/cap_last_cap`, proc(5)) or it is a guess (40, CAP_CHECKPOINT_RESTORE).
-fn last_cap() -> (u8, bool) {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|text| parse_last_cap(&text))
-        .map_or((40, false), |last| (last, true))
+/// Read once per process (the kernel's constant): [`crate::sandbox::prepare`] reads it before
+/// the agent's child exists, which then finds it here (its `/proc` is the sandbox's by then,
+/// and reading it there cost ~40 µs of every start).
+pub fn last_cap() -> (u8, bool) {
+    static LAST_CAP: std::sync::OnceLock<(u8, bool)> = std::sync::OnceLock::new();
+    *LAST_CAP.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|text| parse_last_cap(&text))
+            .map_or((40, false), |last| (last, true))
+    })
 }
 
 fn parse_last_cap(text: &str) -> Option<u8> {

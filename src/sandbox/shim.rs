@@ -162,7 +162,7 @@ fn start<'a>(
             Handed::take_over(pid, started_ms).map_err(fail)?
         }
         // Started on its own (`keel shim --spec`, tests): the same start, here.
-        _ => Launch::new(spec, std::env::vars_os())
+        _ => Launch::new(spec, std::env::vars_os(), None)
             .and_then(|launch| start_agent(&launch))
             .map_err(fail)?,
     };

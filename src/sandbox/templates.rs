@@ -5,8 +5,11 @@
 //! identity of `/`'s entries and of every hidden, writable and read-only path, so a change
 //! there builds a new one (and drops the old ones). It pins what it binds (a filesystem unmounted on
 //! the host stays busy while a template holds it), so the daemon drops them all whenever no
-//! task is running ([`SandboxTemplates::clear`]), and keeps at most [`MAX_TEMPLATES`].
+//! task is running ([`SandboxTemplates::clear`]), and keeps at most [`MAX_TEMPLATES`]. The
+//! host's side of the key is read again only when the kernel reports a change
+//! ([`crate::sandbox::host_view`]).
 
+use crate::sandbox::host_view::{HostState, HostView};
 use crate::sandbox::mounts::template::{attempt_on_template, build_template, AttemptOnTemplate};
 use crate::sandbox::mounts::{RootEntry, SandboxLayout};
 use std::collections::hash_map::DefaultHasher;
@@ -38,50 +41,8 @@ pub struct SandboxTemplates {
     /// What [`attempt_on_template`] said of recent layouts (two mount plans compared: ~1 ms),
     /// by a hash of the layout and the host's state; the most recent last.
     shapes: Vec<(u64, Option<AttemptOnTemplate>)>,
-    /// The host's mount table, part of every template's key.
-    mounts: MountTable,
-}
-
-/// The daemon's mount table, read again only when the kernel marks it changed (poll(2) on
-/// `/proc/self/mountinfo`, proc(5)) — not at every start, where reading it cost ~0.1 ms.
-struct MountTable {
-    file: Option<std::fs::File>,
-    text: String,
-}
-
-impl MountTable {
-    fn new() -> MountTable {
-        MountTable {
-            file: None,
-            text: String::new(),
-        }
-    }
-
-    fn current(&mut self) -> &str {
-        use std::io::{Read, Seek};
-        let unchanged = self
-            .file
-            .as_ref()
-            .is_some_and(|file| !crate::sys::fds::mount_table_changed(file.as_fd()));
-        if unchanged {
-            return &self.text;
-        }
-        // Opened before it is read: a change after the read marks this descriptor.
-        if self.file.is_none() {
-            self.file = std::fs::File::open("/proc/self/mountinfo").ok();
-        }
-        self.text.clear();
-        let read = self.file.as_mut().map(|file| {
-            file.rewind()
-                .and_then(|()| file.read_to_string(&mut self.text))
-        });
-        if !matches!(read, Some(Ok(_))) {
-            // Unreadable (no /proc?): an empty table, and no cache — try again next time.
-            self.file = None;
-            self.text.clear();
-        }
-        &self.text
-    }
+    /// The host as templates' keys see it, read again only when it changed.
+    host: HostView,
 }
 
 /// Layouts whose verdict is remembered (a daemon's units come in a few shapes).
@@ -96,7 +57,7 @@ impl SandboxTemplates {
             entries: Vec::new(),
             failed: Vec::new(),
             shapes: Vec::new(),
-            mounts: MountTable::new(),
+            host: HostView::new(),
             disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1")
                 || !can_join_mount_namespaces(),
         }
@@ -160,10 +121,19 @@ impl SandboxTemplates {
         }
     }
 
-    /// The host's mount table as it is now, for
-    /// [`host_state`](crate::sandbox::mounts::template::host_state).
-    pub fn mount_table(&mut self) -> &str {
-        self.mounts.current()
+    /// The entries of the host's `/` (read again only when `/` changed).
+    pub fn host_root(&mut self) -> std::io::Result<Vec<RootEntry>> {
+        self.host.root()
+    }
+
+    /// The host's state for `layout` (see [`HostView`]): part of its template's key.
+    pub fn host_state(&mut self, layout: &SandboxLayout, host_root: &[RootEntry]) -> HostState {
+        self.host.state(layout, host_root)
+    }
+
+    /// How many times the host's state was read in full (tests).
+    pub fn host_reads(&self) -> u64 {
+        self.host.computed()
     }
 
     /// How `layout` starts on a template of its shape over the host as it is now
@@ -172,13 +142,13 @@ impl SandboxTemplates {
         &mut self,
         layout: &SandboxLayout,
         host_root: &[RootEntry],
-        host_state: &str,
+        host_state: &HostState,
     ) -> Option<AttemptOnTemplate> {
         if self.disabled {
             return None;
         }
         let mut hasher = DefaultHasher::new();
-        (layout, host_root, host_state).hash(&mut hasher);
+        (layout, host_root, host_state.hash).hash(&mut hasher);
         let key = hasher.finish();
         if let Some(i) = self.shapes.iter().position(|(k, _)| *k == key) {
             let found = self.shapes.remove(i);
@@ -186,7 +156,7 @@ impl SandboxTemplates {
             self.shapes.push(found);
             return verdict;
         }
-        let verdict = attempt_on_template(layout, host_root, host_state);
+        let verdict = attempt_on_template(layout, host_root, &host_state.text);
         if self.shapes.len() >= REMEMBERED_SHAPES {
             self.shapes.remove(0);
         }
@@ -200,6 +170,7 @@ impl SandboxTemplates {
             remove_dir(&entry.dir);
         }
         self.shapes.clear();
+        self.host.clear();
         // Made again with the next template.
         let _ = std::fs::remove_dir(&self.dir);
         self.failed.clear();

@@ -137,12 +137,8 @@ impl Daemon {
     }
 
     /// Start `keel daemon` and wait until it answers.
-    pub fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.scratch.dir.join("daemon.log"))
-            .unwrap();
+    /// `keel daemon` on this fixture's state, units and cgroup tree.
+    pub fn daemon_command(&self) -> Command {
         let mut cmd = Command::new(keel_bin());
         cmd.arg("daemon")
             .arg("--state")
@@ -150,8 +146,30 @@ impl Daemon {
             .arg("--units")
             .arg(self.units())
             .arg("--cgroup-name")
-            .arg(&self.cgroup_name)
-            .stdin(Stdio::null())
+            .arg(&self.cgroup_name);
+        cmd
+    }
+
+    /// Run a daemon with `KEEL_CRASH_AT=point` in the foreground until it dies there (it must:
+    /// the point is reached during start-up or at the first start).
+    pub fn die_at(&self, point: &str) {
+        let status = self
+            .daemon_command()
+            .env("KEEL_CRASH_AT", point)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!status.success(), "{point}: the daemon should have died");
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.scratch.dir.join("daemon.log"))
+            .unwrap();
+        let mut cmd = self.daemon_command();
+        cmd.stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
         for (k, v) in &self.env {
