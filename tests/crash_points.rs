@@ -83,38 +83,3 @@ fn crash_in_the_middle_of_overwriting_a_record_keeps_the_old_one_whole() {
         assert!(!name.contains(".tmp."), "left behind: {name}");
     }
 }
-
-#[test]
-fn crash_between_the_clone_and_the_spec_ends_the_started_agent() {
-    // The daemon dies after cloning the shim-to-be (which starts the agent) and before writing
-    // run/attempt.ron: that clone never becomes a shim. It kills the agent it started and exits,
-    // and the new daemon records attempt 1 as lost and runs attempt 2 — once.
-    let mut d = Daemon::prepare("crash-after-clone");
-    let seen = d.task_dir("job").join("work/seen.txt");
-    d.write_unit(
-        "job",
-        r#"Unit(command: ["/bin/sh", "-c", "echo start $KEEL_ATTEMPT $KEEL_LAST_EXIT >> /work/seen.txt; sleep 2; echo end $KEEL_ATTEMPT >> /work/seen.txt"], restart: OnFailure, backoff: Backoff(initial: "100ms"))"#,
-    );
-    d.die_at("after-clone");
-    // Before any new daemon exists: the clone and its agent end on their own.
-    let lock = d.task_dir("job").join("run/attempt.lock");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while keel::daemon::attempt_lock_held(lock.parent().unwrap()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the orphaned clone still holds the attempt lock"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        !d.task_dir("job").join("run/attempt.ron").exists(),
-        "no spec was written"
-    );
-    d.spawn();
-    let task = d.wait_state("job", "succeeded", Duration::from_secs(15));
-    let seen = std::fs::read_to_string(&seen).unwrap_or_default();
-    assert_eq!(task["attempt"], 2, "{seen}");
-    assert!(!seen.contains("end 1"), "attempt 1's agent ran on: {seen}");
-    assert!(seen.ends_with("start 2 lost\nend 2\n"), "{seen}");
-    assert_eq!(seen.matches("start 2").count(), 1, "{seen}");
-}

@@ -224,3 +224,34 @@ fn a_held_attempt_lock_defers_the_start_without_a_second_agent() {
         .map_err(|(_, e)| e)
         .unwrap();
 }
+
+#[test]
+fn a_spec_that_cannot_be_written_abandons_the_attempt_and_its_agent() {
+    // The daemon's clone writes run/attempt.ron once the agent has started; here it cannot (a
+    // directory with something in it is in the way): the agent is killed, the reason is in
+    // run/shim.log, and the attempt ends without a record — never an agent left unsupervised.
+    let mut d = Daemon::prepare("spec-unwritable");
+    let run = d.task_dir("job").join("run");
+    std::fs::create_dir_all(run.join("attempt.ron/in-the-way")).unwrap();
+    d.spawn();
+    d.write_unit(
+        "job",
+        r#"Unit(command: ["/bin/sh", "-c", "echo started >> /work/seen; sleep 3; echo survived >> /work/seen"], restart: Never)"#,
+    );
+    let task = d.wait_state("job", "failed", Duration::from_secs(10));
+    let shim_log = std::fs::read_to_string(run.join("shim.log")).unwrap_or_default();
+    assert!(
+        shim_log.contains("cannot write the attempt spec"),
+        "{shim_log}"
+    );
+    assert!(!run.join("exit.ron").exists(), "no shim ever ran");
+    // Had the agent lived on, it would write its second line after 3 s.
+    std::thread::sleep(Duration::from_millis(3500));
+    let seen = std::fs::read_to_string(d.task_dir("job").join("work/seen")).unwrap_or_default();
+    assert!(
+        !seen.contains("survived"),
+        "the agent outlived its attempt: {seen}"
+    );
+    assert_eq!(task["attempt"], 1, "{task}");
+    assert_eq!(task["last_exit"], "lost", "{task}");
+}

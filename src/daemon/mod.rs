@@ -34,10 +34,7 @@ use std::time::{Duration, Instant};
 use timers::{Timer, Timers};
 
 pub use settings::default_cgroup_name;
-pub use spawn::{
-    attempt_lock_held, attempt_spec, last_progress_line, spawn_shim, spawn_shim_program,
-    AttemptContext,
-};
+pub use spawn::{attempt_spec, last_progress_line, spawn_shim, spawn_shim_program, AttemptContext};
 pub use stopping::merge_intent;
 
 const SIGNALS: Token = Token(0);

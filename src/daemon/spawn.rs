@@ -4,7 +4,7 @@
 use crate::sandbox::launch::{launch_for_exec, Launch};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
 use crate::sandbox::templates::SandboxTemplates;
-use crate::state::{self, StateDir, StateError};
+use crate::state::{StateDir, StateError};
 use crate::unit::Unit;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -208,10 +208,6 @@ pub fn spawn_shim_program(
     let shim_env = || std::env::vars_os().filter(|(k, _)| k != "KEEL_CRASH_AT");
     let launch = Launch::new(spec, shim_env(), templates).map_err(SpawnError::Launch)?;
     let spec_path = spec::attempt_path(&spec.run_dir);
-    // The shim's clone waits on this for the spec (below) before its exec, not before the
-    // agent's start.
-    let (go_read, go_write) =
-        crate::sys::fds::pipe().map_err(|e| SpawnError::Open("a pipe".into(), e))?;
     let devnull = File::open("/dev/null").map_err(|e| SpawnError::Open("/dev/null".into(), e))?;
     let shim_log_path = spec::shim_log_path(&spec.run_dir);
     // The shims' own log is appended to by every attempt: keep one old generation of it.
@@ -257,32 +253,13 @@ pub fn spawn_shim_program(
         cgroup_fd: cgroup.map(|fd| fd.as_raw_fd()),
         keep_as_fd3: Some(lock.as_raw_fd()),
         nofile: super::ORIGINAL_NOFILE.get().copied(),
-        launch: Some(&|| launch_for_exec(&launch, go_read.as_raw_fd())),
+        // The clone writes the spec itself, once the agent has started: off the agent's path
+        // (a temporary file and a rename: 0.1 ms on tmpfs, a millisecond or more on a slow
+        // disk), and never missing for the shim, which reads it after its exec.
+        launch: Some(&|| launch_for_exec(&launch, spec, &spec_path)),
     };
     // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.
-    let spawned = crate::sys::spawn_with_pidfd(&request);
-    drop(go_read);
-    let (pid, pidfd) = spawned.map_err(SpawnError::Clone)?;
-    state::crash_point("after-clone");
-    // Written while the clone starts the agent (on another CPU, where there is one): the spec
-    // is the shim's, read after its exec, and a temporary file and a rename cost 0.1 ms on
-    // tmpfs, a millisecond or more on a slow disk. After a power cut the attempt is lost
-    // whatever it says.
-    match state::write_ron_volatile(&spec_path, spec) {
-        Ok(()) => {
-            // The go-ahead. If the clone is already gone, its exit is seen as any shim's.
-            let _ = nix::unistd::write(&go_write, b"g");
-            Ok((pid, pidfd))
-        }
-        Err(e) => {
-            // The clone cannot become a shim without its spec: end it (and with it the agent:
-            // the clone is PID 1 of the agent's namespace, or its parent with the death
-            // signal armed). SIGKILL ends even a clone waiting for a vfork child (vfork(2)).
-            let _ = crate::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
-            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-            Err(SpawnError::WriteSpec(e))
-        }
-    }
+    crate::sys::spawn_with_pidfd(&request).map_err(SpawnError::Clone)
 }
 
 #[derive(Debug)]

@@ -21,7 +21,7 @@ use crate::state::now_ms;
 use crate::sys::process::{self, ExecPlan, ForkedAgent};
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The shim's descriptor of the agent's output pipe (read end), after a handoff.
 pub const HANDOFF_OUTPUT_FD: RawFd = 4;
@@ -121,40 +121,43 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
     })
 }
 
-/// In the daemon's clone of the shim, before its exec: start the agent and put its handoff
-/// where the shim finds it. Returns the arguments to append to `keel shim --spec FILE`, and the
-/// agent's pid (to kill if that exec fails). A failure is handed over as `--launch-error`: the
-/// shim records it as the attempt's setup failure.
-///
-/// `go_ahead`: the read end of a pipe on which the daemon says (one byte) that the attempt's
-/// spec is written — it writes it while the agent starts here. Without that byte (the daemon
-/// died first, or could not write the spec) there is no shim to become: the agent is killed
-/// and this process exits.
-pub fn launch_for_exec(launch: &Launch, go_ahead: RawFd) -> (Vec<CString>, Option<i32>) {
+/// In the daemon's clone of the shim, before its exec: start the agent, write the attempt's
+/// `spec` at `spec_path` (the shim reads it after its exec; written here, it is off the agent's
+/// path), and put the agent's handoff where the shim finds it. Returns the arguments to append
+/// to `keel shim --spec FILE`, and the agent's pid (to kill if that exec fails). A failure to
+/// start is handed over as `--launch-error`: the shim records it as the attempt's setup failure.
+/// A spec that cannot be written leaves no shim to become: the agent is killed, the reason goes
+/// to `run/shim.log` (this process's stderr), and this process exits with
+/// [`SPEC_NOT_WRITTEN`] — the daemon sees a shim that ended without a record.
+pub fn launch_for_exec(
+    launch: &Launch,
+    spec: &AttemptSpec,
+    spec_path: &Path,
+) -> (Vec<CString>, Option<i32>) {
     // Nothing of the daemon's stays open here while the agent starts (its instance lock, its
-    // sockets, other tasks' pidfds): only stdio, the attempt lock, the go-ahead pipe and the
-    // sandbox template.
-    let mut keep = vec![crate::sys::ATTEMPT_LOCK_FD, go_ahead];
+    // sockets, other tasks' pidfds): only stdio, the attempt lock and the sandbox template.
+    let mut keep = vec![crate::sys::ATTEMPT_LOCK_FD];
     keep.extend(launch.template_fd());
     crate::sys::close_fds_except(&keep);
-    hand_over(launch, go_ahead)
+    hand_over(launch, spec, spec_path)
 }
 
-/// [`launch_for_exec`] once only what it keeps is open. `go_ahead` is closed on return.
-fn hand_over(launch: &Launch, go_ahead: RawFd) -> (Vec<CString>, Option<i32>) {
+/// [`launch_for_exec`] once only what it keeps is open.
+fn hand_over(launch: &Launch, spec: &AttemptSpec, spec_path: &Path) -> (Vec<CString>, Option<i32>) {
     let arg = |s: String| CString::new(s).unwrap_or_default();
     // The attempt lock is the shim's alone: not the agent's, even where close_range(2) is not
     // there to close it at the agent's exec. It is handed on across the shim's exec below.
     process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
     let started = start_agent(launch);
     process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
-    if !process::read_go_ahead(go_ahead) {
+    // After a power cut the attempt is lost whatever the spec says: no fsync.
+    if let Err(e) = crate::state::write_ron_volatile(spec_path, spec) {
+        eprintln!("keel: cannot write the attempt spec: {e}: the attempt is abandoned");
         if let Ok(handoff) = &started {
             let _ = process::kill_process_group(handoff.agent.pid, libc::SIGKILL);
         }
-        process::exit_now(SPEC_NEVER_WRITTEN);
+        process::exit_now(SPEC_NOT_WRITTEN);
     }
-    process::close_fd(go_ahead);
     let handoff = started.and_then(|handoff| {
         let pid = handoff.agent.pid;
         // The child has exec'd or failed by now (fork_agent returns then); its report is left
@@ -180,8 +183,8 @@ fn hand_over(launch: &Launch, go_ahead: RawFd) -> (Vec<CString>, Option<i32>) {
     }
 }
 
-/// The exit status of the daemon's clone when the daemon never said the spec was written.
-pub const SPEC_NEVER_WRITTEN: i32 = 125;
+/// The exit status of the daemon's clone when it could not write the attempt's spec.
+pub const SPEC_NOT_WRITTEN: i32 = 125;
 
 /// What `keel shim` was handed on its command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,11 +280,17 @@ mod tests {
             cgroup_v1_procs: vec!["/nonexistent/keel-test/cgroup.procs".into()],
         };
         let launch = Launch::new(&spec, Vec::new(), None).unwrap();
-        let (go_read, go_write) = crate::sys::fds::pipe().unwrap();
-        nix::unistd::write(&go_write, b"g").unwrap();
+        let dir = std::env::temp_dir().join(format!("keel-launch-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec_path = dir.join("attempt.ron");
         // Not launch_for_exec itself: it closes every other descriptor of this process.
-        let (extra, pid) = hand_over(&launch, std::os::fd::IntoRawFd::into_raw_fd(go_read));
-        drop(go_write);
+        let (extra, pid) = hand_over(&launch, &spec, &spec_path);
+        let written: AttemptSpec = crate::state::read_ron(&spec_path).unwrap().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            written, spec,
+            "the spec is written even when the start failed"
+        );
         assert_eq!(pid, None);
         assert_eq!(extra[0].to_str().unwrap(), "--launch-error");
         assert!(

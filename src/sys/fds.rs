@@ -24,26 +24,6 @@ pub fn clear_cloexec(fd: RawFd) {
     }
 }
 
-/// Close `fd` (a descriptor this process holds by number, outside any `OwnedFd`).
-pub fn close_fd(fd: RawFd) {
-    // SAFETY: close takes an integer; the caller owns the descriptor and uses it no more.
-    unsafe { libc::close(fd) };
-}
-
-/// Block until the daemon's go-ahead (one byte) arrives on `fd`: `false` when the pipe closed
-/// without it (the daemon died, or ended the wait by ending this process's purpose).
-pub fn read_go_ahead(fd: RawFd) -> bool {
-    let mut byte = [0u8; 1];
-    loop {
-        // SAFETY: read(2) into a one-byte buffer on our stack.
-        let n = unsafe { libc::read(fd, byte.as_mut_ptr().cast(), 1) };
-        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        return n == 1;
-    }
-}
-
 /// Leave at once with `code`: no destructors, no atexit handlers, no buffered output flushed
 /// (a clone of the daemon must run none of the daemon's cleanup). _exit(2).
 pub fn exit_now(code: i32) -> ! {

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 pub use super::child::run_in_child;
 pub use super::fds::{
-    clear_cloexec, close_fd, exit_now, grow_pipe, open_dev_null, pipe, read_go_ahead, set_cloexec,
-    set_nonblocking, wait_readable,
+    clear_cloexec, exit_now, grow_pipe, open_dev_null, pipe, set_cloexec, set_nonblocking,
+    wait_readable,
 };
 
 /// The kernel's sigset size (`_NSIG / 8`) that rt_sigaction(2) insists on.
