@@ -7,7 +7,7 @@
 //! inotify reports a change to a watched directory whichever mount namespace it was made
 //! through, but not one made by another client of a network filesystem: a host whose `/` or
 //! `/etc` is shared over NFS and changed elsewhere should run with `KEEL_NO_SANDBOX_TEMPLATES=1`
-//! (README, "Sandbox templates").
+//! (README, "The sandbox").
 
 use crate::sandbox::mounts::template::host_state;
 use crate::sandbox::mounts::{list_host_root, RootEntry, SandboxLayout};
