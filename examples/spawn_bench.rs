@@ -256,7 +256,8 @@ impl Row {
 fn fork_exec(program: &std::ffi::CStr) -> String {
     use std::io::Read;
     use std::os::fd::AsRawFd;
-    let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
+    // Close-on-exec: the agent gets the write end as its stdout only (dup2 clears the flag).
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
     let argv = [program.as_ptr(), std::ptr::null()];
     // SAFETY: this benchmark is single-threaded; the child only calls dup2, execv and _exit
     // (async-signal-safe) on memory built before the fork.

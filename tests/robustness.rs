@@ -228,11 +228,12 @@ fn a_held_attempt_lock_defers_the_start_without_a_second_agent() {
 #[test]
 fn a_spec_that_cannot_be_written_abandons_the_attempt_and_its_agent() {
     // The daemon's clone writes run/attempt.ron once the agent has started; here it cannot (a
-    // directory with something in it is in the way): the agent is killed, the reason is in
-    // run/shim.log, and the attempt ends without a record — never an agent left unsupervised.
+    // directory is in the way of its temporary file — `.attempt.ron.tmp.<pid>`, and the clone
+    // is PID 1 of the task's namespace): the agent is killed, the reason is in run/shim.log and
+    // the task's, and the attempt ends without a record — never an agent left unsupervised.
     let mut d = Daemon::prepare("spec-unwritable");
     let run = d.task_dir("job").join("run");
-    std::fs::create_dir_all(run.join("attempt.ron/in-the-way")).unwrap();
+    std::fs::create_dir_all(run.join(".attempt.ron.tmp.1/in-the-way")).unwrap();
     d.spawn();
     d.write_unit(
         "job",
@@ -254,4 +255,11 @@ fn a_spec_that_cannot_be_written_abandons_the_attempt_and_its_agent() {
     );
     assert_eq!(task["attempt"], 1, "{task}");
     assert_eq!(task["last_exit"], "lost", "{task}");
+    assert!(
+        task["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("spec could not be written"),
+        "{task}"
+    );
 }

@@ -145,15 +145,7 @@ fn a_template_follows_changes_on_the_host() {
     // (mountinfo's POLLPRI, not a read at every start) and the next sandbox shows it.
     let mnt = host.0.join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    nix::mount::mount(
-        Some("tmpfs"),
-        &mnt,
-        Some("tmpfs"),
-        nix::mount::MsFlags::empty(),
-        Some("size=1m"),
-    )
-    .unwrap();
-    let _unmount = Unmount(mnt.clone());
+    let _unmount = mount_tmpfs(&mnt);
     std::fs::write(mnt.join("note"), "MOUNTED-LATER\n").unwrap();
     let (task, out) = run_agent(&d, "c", &format!("cat {}/note", mnt.display()), &extra);
     assert_eq!(task["state"], "succeeded", "{out}");
@@ -162,7 +154,66 @@ fn a_template_follows_changes_on_the_host() {
         "c did not see the new mount: {out}"
     );
     assert_eq!(builds(), 4, "a new template for the new mount");
+    // A hidden path in a directory that is mounted over after a start, then created in the new
+    // filesystem: the watch on the directory was on the inode now covered, so the mount must
+    // renew the watches, or the creation goes unseen and the next sandbox shows the file.
+    // An agent that reads `path`, which its unit hides: what it printed.
+    let read_hidden = |name: &str, path: &std::path::Path| {
+        let extra = format!(
+            "sandbox: Sandbox(hidden: [{:?}])",
+            path.display().to_string()
+        );
+        let (task, out) = run_agent(
+            &d,
+            name,
+            &format!("cat {} 2>&1; echo", path.display()),
+            &extra,
+        );
+        assert_eq!(task["state"], "succeeded", "{out}");
+        out
+    };
+    let under = host.0.join("under");
+    std::fs::create_dir(&under).unwrap();
+    let covered_secret = under.join("secret");
+    read_hidden("d", &covered_secret);
+    let _unmount_under = mount_tmpfs(&under);
+    read_hidden("e", &covered_secret);
+    std::fs::write(&covered_secret, "COVEREDSECRET\n").unwrap();
+    let out = read_hidden("f", &covered_secret);
+    assert!(
+        !out.contains("COVEREDSECRET"),
+        "f read a hidden file created under a new mount: {out}"
+    );
+    // A hidden symlink: hiding follows it, so its target replaced by rename must be hidden
+    // too (a Kubernetes projected volume swaps its `..data` link this way).
+    let target = host.0.join("token");
+    let link = host.0.join("token-link");
+    std::fs::write(&target, "OLDTOKEN\n").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let out = read_hidden("g", &link);
+    assert!(!out.contains("TOKEN"), "g read the hidden target: {out}");
+    let staged = host.0.join("token.new");
+    std::fs::write(&staged, "NEWTOKEN\n").unwrap();
+    std::fs::rename(&staged, &target).unwrap();
+    let out = read_hidden("h", &link);
+    assert!(
+        !out.contains("TOKEN"),
+        "h read the replaced target of a hidden symlink: {out}"
+    );
     d.keel(&["stop", "keep"]);
+}
+
+/// A small tmpfs mounted on the host at `dir`, unmounted when the guard drops.
+fn mount_tmpfs(dir: &std::path::Path) -> Unmount {
+    nix::mount::mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=1m"),
+    )
+    .unwrap();
+    Unmount(dir.to_path_buf())
 }
 
 #[test]

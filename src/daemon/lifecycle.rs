@@ -372,11 +372,18 @@ impl Daemon {
             return;
         };
         let generation = task.record.generation;
-        self.deregister_shim(&shim);
+        // Before the deregistration, which forgets it.
         let reaped = self.reaped.remove(&shim.pid);
+        self.deregister_shim(&shim);
         let how = match reaped {
             Some(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => {
                 format!("shim killed by {}", sig.as_str())
+            }
+            Some(nix::sys::wait::WaitStatus::Exited(_, code))
+                if code == crate::sandbox::launch::SPEC_NOT_WRITTEN =>
+            {
+                "the attempt's spec could not be written (run/shim.log says why); its agent was killed"
+                    .to_string()
             }
             Some(nix::sys::wait::WaitStatus::Exited(_, code)) => {
                 format!("shim exited {code} without an exit record")

@@ -4,7 +4,7 @@
 use crate::sandbox::launch::{launch_for_exec, Launch};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
 use crate::sandbox::templates::SandboxTemplates;
-use crate::state::{StateDir, StateError};
+use crate::state::StateDir;
 use crate::unit::Unit;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -175,7 +175,8 @@ fn take_attempt_lock(run_dir: &Path) -> Result<File, SpawnError> {
     }
 }
 
-/// Write the spec and spawn `keel shim --spec …` with a pidfd. The shim's own stderr goes to
+/// Spawn `keel shim --spec …` with a pidfd (its clone writes the spec: see
+/// [`launch_for_exec`]). The shim's own stderr goes to
 /// `run/shim.log`, never to the daemon: a shim must outlive the daemon and its pipes.
 pub fn spawn_shim(
     spec: &AttemptSpec,
@@ -208,6 +209,14 @@ pub fn spawn_shim_program(
     let shim_env = || std::env::vars_os().filter(|(k, _)| k != "KEEL_CRASH_AT");
     let launch = Launch::new(spec, shim_env(), templates).map_err(SpawnError::Launch)?;
     let spec_path = spec::attempt_path(&spec.run_dir);
+    // The previous attempt's spec goes before the clone writes this one: a daemon that finds
+    // the lock held reads no older attempt's spec for it (recovery.rs).
+    match std::fs::remove_file(&spec_path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(SpawnError::Open(spec_path.display().to_string(), e))
+        }
+        _ => {}
+    }
     let devnull = File::open("/dev/null").map_err(|e| SpawnError::Open("/dev/null".into(), e))?;
     let shim_log_path = spec::shim_log_path(&spec.run_dir);
     // The shims' own log is appended to by every attempt: keep one old generation of it.
@@ -264,7 +273,6 @@ pub fn spawn_shim_program(
 
 #[derive(Debug)]
 pub enum SpawnError {
-    WriteSpec(StateError),
     Open(String, io::Error),
     NulInPath,
     Clone(io::Error),
@@ -277,7 +285,6 @@ pub enum SpawnError {
 impl std::fmt::Display for SpawnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SpawnError::WriteSpec(e) => write!(f, "cannot write the attempt spec: {e}"),
             SpawnError::Open(path, e) => write!(f, "cannot open {path}: {e}"),
             SpawnError::NulInPath => f.write_str("state directory path contains a NUL byte"),
             SpawnError::Launch(message) => f.write_str(message),

@@ -5,9 +5,11 @@
 //! (a readdir of `/` and some forty lstat(2)s).
 //!
 //! inotify reports a change to a watched directory whichever mount namespace it was made
-//! through, but not one made by another client of a network filesystem: a host whose `/` or
-//! `/etc` is shared over NFS and changed elsewhere should run with `KEEL_NO_SANDBOX_TEMPLATES=1`
-//! (README, "The sandbox").
+//! through, but not one made by another client of a network filesystem, by a FUSE server, or by
+//! the kernel in sysfs or procfs: a directory on any filesystem but the local disk and memory
+//! ones of [`LOCAL_FILESYSTEMS`] is never trusted, and what depends on it is read at every
+//! start, as before. So is a path that is itself a symlink, or has one on its way. A mount or
+//! unmount anywhere renews every watch (a watch is on an inode, and a mount hides it).
 
 use crate::sandbox::mounts::template::host_state;
 use crate::sandbox::mounts::{list_host_root, RootEntry, SandboxLayout};
@@ -30,14 +32,59 @@ pub struct HostState {
 /// Layouts whose host state is kept (a daemon's units come in a few shapes).
 const KEPT_STATES: usize = 16;
 
+/// Filesystems (statfs(2) `f_type`, linux/magic.h) where every change to a directory is made by
+/// this kernel and so reaches inotify: ext2/3/4, xfs, btrfs, f2fs, tmpfs, ramfs, overlayfs (a
+/// container's `/`, changed through the overlay), squashfs and iso9660 (read-only), zfs, bcachefs.
+pub const LOCAL_FILESYSTEMS: [i64; 11] = [
+    0xEF53,
+    0x5846_5342,
+    0x9123_683E,
+    0xF2F5_2010,
+    0x0102_1994,
+    0x8584_58F6,
+    0x794C_7630,
+    0x7371_7368,
+    0x9660,
+    0x2FC1_2FC1,
+    0xCA45_1A4E,
+];
+
+/// The paths a layout's host state depends on, and the listing of `/` it was read over: the
+/// cache's key, compared whole.
+#[derive(PartialEq, Eq)]
+struct StateKey {
+    hidden: Vec<PathBuf>,
+    writable: Vec<PathBuf>,
+    readonly: Vec<PathBuf>,
+    root: Vec<RootEntry>,
+}
+
+impl StateKey {
+    fn of(layout: &SandboxLayout, root: &[RootEntry]) -> StateKey {
+        StateKey {
+            hidden: layout.hidden.clone(),
+            writable: layout.writable.clone(),
+            readonly: layout.readonly.clone(),
+            root: root.to_vec(),
+        }
+    }
+
+    fn matches(&self, layout: &SandboxLayout, root: &[RootEntry]) -> bool {
+        self.hidden == layout.hidden
+            && self.writable == layout.writable
+            && self.readonly == layout.readonly
+            && self.root == root
+    }
+}
+
 pub struct HostView {
     /// `None` when inotify is unavailable: everything is read at every start, as before.
     watch: Option<DirWatch>,
     /// Bumped by every change seen; what was read in an earlier epoch is read again.
     epoch: u64,
     root: Option<(u64, Vec<RootEntry>)>,
-    /// (key of the layout's paths and the root listing, epoch, state).
-    states: Vec<(u64, u64, HostState)>,
+    /// (what the state depends on, epoch, state).
+    states: Vec<(StateKey, u64, HostState)>,
     mounts: MountTable,
     /// How many times [`host_state`] was computed (tests).
     computed: u64,
@@ -64,18 +111,38 @@ impl HostView {
     pub fn clear(&mut self) {
         self.root = None;
         self.states.clear();
-        if let Some(watch) = self.watch.as_mut() {
-            watch.reset();
-        }
+        self.renew_watches();
         self.epoch += 1;
     }
 
+    /// Drop every watch, to be set again on the inodes the paths name now. Without a new
+    /// inotify instance, nothing is cached any more.
+    fn renew_watches(&mut self) {
+        if let Some(watch) = self.watch.take() {
+            // The old instance goes first: the new one may need its slot
+            // (fs.inotify.max_user_instances).
+            drop(watch);
+            match DirWatch::new() {
+                Ok(fresh) => self.watch = Some(fresh),
+                Err(e) => log::warn!(
+                    "cannot renew the host's inotify watches ({e}): the host's view is read at every start"
+                ),
+            }
+        }
+    }
+
     /// Has anything been seen to change since the last look? Then whatever was read before
-    /// is stale.
+    /// is stale, and every watch is renewed: a watched directory may have been replaced, or
+    /// mounted over (the watch is on the inode underneath).
     fn refresh(&mut self) {
+        if self.watch.is_none() {
+            // Lost to a failed renewal (or never had): try again, a failing syscall is cheap.
+            self.watch = DirWatch::new().ok();
+        }
         let watched_change = self.watch.as_mut().is_some_and(DirWatch::changed);
         let mounts_change = self.mounts.refresh();
         if watched_change || mounts_change {
+            self.renew_watches();
             self.epoch += 1;
         }
     }
@@ -92,7 +159,7 @@ impl HostView {
         let watched = self
             .watch
             .as_mut()
-            .is_some_and(|w| w.watch_dir(Path::new("/")).is_ok());
+            .is_some_and(|w| w.watch_dir(Path::new("/")));
         let entries = list_host_root()?;
         if watched {
             self.root = Some((self.epoch, entries.clone()));
@@ -103,19 +170,11 @@ impl HostView {
     /// The host's state for `layout` over `host_root` ([`host_state`]).
     pub fn state(&mut self, layout: &SandboxLayout, host_root: &[RootEntry]) -> HostState {
         self.refresh();
-        let mut hasher = DefaultHasher::new();
-        (
-            &layout.hidden,
-            &layout.writable,
-            &layout.readonly,
-            host_root,
-        )
-            .hash(&mut hasher);
-        let key = hasher.finish();
+        let epoch = self.epoch;
         if let Some((_, _, state)) = self
             .states
             .iter()
-            .find(|(k, epoch, _)| *k == key && *epoch == self.epoch)
+            .find(|(key, at, _)| *at == epoch && key.matches(layout, host_root))
         {
             return state.clone();
         }
@@ -127,7 +186,7 @@ impl HostView {
             .chain(&layout.readonly);
         let cacheable = match self.watch.as_mut() {
             Some(watch) => {
-                let mut all = watch.watch_dir(Path::new("/")).is_ok();
+                let mut all = watch.watch_dir(Path::new("/"));
                 for path in listed {
                     all &= watch.watch_way_to(path);
                 }
@@ -144,12 +203,13 @@ impl HostView {
             text: text.into(),
         };
         self.states
-            .retain(|(k, epoch, _)| *k != key && *epoch == self.epoch);
+            .retain(|(key, at, _)| *at == epoch && !key.matches(layout, host_root));
         if cacheable {
             if self.states.len() >= KEPT_STATES {
                 self.states.remove(0);
             }
-            self.states.push((key, self.epoch, state.clone()));
+            self.states
+                .push((StateKey::of(layout, host_root), epoch, state.clone()));
         }
         state
     }
@@ -181,19 +241,18 @@ impl DirWatch {
         })
     }
 
-    /// Drop every watch (a new instance: closing the old one removes them all, inotify(7)).
-    fn reset(&mut self) {
-        match DirWatch::new() {
-            Ok(fresh) => *self = fresh,
-            // Keep the old instance: its events still invalidate, and nothing is lost by
-            // watching more than needed.
-            Err(e) => log::warn!("cannot renew the host's inotify watches: {e}"),
-        }
-    }
-
-    fn watch_dir(&mut self, dir: &Path) -> io::Result<()> {
+    /// Watch `dir`; `false` when it cannot be (gone, not a directory, out of watches) or must
+    /// not be trusted (not on a [`LOCAL_FILESYSTEMS`] filesystem).
+    fn watch_dir(&mut self, dir: &Path) -> bool {
         if self.watched.contains(dir) {
-            return Ok(());
+            return true;
+        }
+        // The magic's type is the libc's (`__fsword_t` in glibc, `unsigned long` in musl).
+        #[allow(clippy::unnecessary_cast)]
+        let local = nix::sys::statfs::statfs(dir)
+            .is_ok_and(|fs| LOCAL_FILESYSTEMS.contains(&(fs.filesystem_type().0 as i64)));
+        if !local {
+            return false;
         }
         let flags = AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_DELETE
@@ -203,22 +262,25 @@ impl DirWatch {
             | AddWatchFlags::IN_MOVE_SELF
             | AddWatchFlags::IN_ONLYDIR
             | AddWatchFlags::IN_DONT_FOLLOW;
-        self.inotify.add_watch(dir, flags)?;
+        if self.inotify.add_watch(dir, flags).is_err() {
+            return false;
+        }
         self.watched.insert(dir.to_path_buf());
-        Ok(())
+        true
     }
 
     /// Watch every directory on the way to `path` (not `path` itself: its identity is an entry
     /// of its parent), down to the first that does not exist — its creation is an entry in the
-    /// last one watched. `false` when the way cannot be watched: a symlink on it (what it points
-    /// to may change where no watch sees it), a component that is not a plain name, a failed
-    /// watch (fs.inotify.max_user_watches).
+    /// last one watched. `false` when the way cannot be watched: a symlink on it or at its end
+    /// (what it points to may change where no watch sees it — and hiding a symlink hides its
+    /// target), a component that is not a plain name, a directory [`DirWatch::watch_dir`]
+    /// refuses.
     fn watch_way_to(&mut self, path: &Path) -> bool {
         let Some(parent) = path.parent() else {
             return true;
         };
         let mut dir = PathBuf::from("/");
-        if self.watch_dir(&dir).is_err() {
+        if !self.watch_dir(&dir) {
             return false;
         }
         for component in parent.components() {
@@ -230,7 +292,7 @@ impl DirWatch {
             match std::fs::symlink_metadata(&dir) {
                 Ok(meta) if meta.file_type().is_symlink() => return false,
                 Ok(meta) if meta.is_dir() => {
-                    if self.watch_dir(&dir).is_err() {
+                    if !self.watch_dir(&dir) {
                         return false;
                     }
                 }
@@ -239,12 +301,14 @@ impl DirWatch {
                 _ => return true,
             }
         }
-        true
+        if path.file_name().is_none() {
+            return false;
+        }
+        !std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink())
     }
 
     /// Did any watched directory change since the last call? Any event counts (an overflow,
-    /// an unmount and a removed watch too); the watches are then renewed from scratch, since
-    /// some may now watch directories that are no longer on the way.
+    /// an unmount and a removed watch too).
     fn changed(&mut self) -> bool {
         let mut any = false;
         loop {
@@ -259,9 +323,6 @@ impl DirWatch {
                     break;
                 }
             }
-        }
-        if any {
-            self.reset();
         }
         any
     }

@@ -169,6 +169,35 @@ fn a_symlink_on_the_way_is_never_trusted() {
 }
 
 #[test]
+fn a_symlink_at_the_end_is_never_trusted() {
+    // Hiding or binding a symlink follows it: its target may be replaced where no watch sees.
+    let scratch = Scratch::new("symlink-end");
+    std::fs::write(scratch.path("target"), b"").unwrap();
+    std::os::unix::fs::symlink(scratch.path("target"), scratch.path("link")).unwrap();
+    let layout = layout(vec![scratch.path("link")], Vec::new());
+    let mut view = HostView::new();
+    let root = view.root().unwrap();
+    let first = view.state(&layout, &root);
+    view.state(&layout, &root);
+    assert_eq!(view.computed(), 2);
+    // And the key follows the target: replaced by rename, the state differs.
+    std::fs::write(scratch.path("target.new"), b"").unwrap();
+    std::fs::rename(scratch.path("target.new"), scratch.path("target")).unwrap();
+    assert_ne!(view.state(&layout, &root).hash, first.hash);
+}
+
+#[test]
+fn a_path_on_a_filesystem_inotify_cannot_follow_is_read_every_time() {
+    // procfs changes without events (so do NFS, FUSE, sysfs): never cached.
+    let layout = layout(vec!["/proc/sys/kernel/hostname".into()], Vec::new());
+    let mut view = HostView::new();
+    let root = view.root().unwrap();
+    view.state(&layout, &root);
+    view.state(&layout, &root);
+    assert_eq!(view.computed(), 2);
+}
+
+#[test]
 fn clearing_forgets_what_was_read() {
     let scratch = Scratch::new("clear");
     let layout = layout(vec![scratch.path("x")], Vec::new());

@@ -139,17 +139,22 @@ pub fn launch_for_exec(
     let mut keep = vec![crate::sys::ATTEMPT_LOCK_FD];
     keep.extend(launch.template_fd());
     crate::sys::close_fds_except(&keep);
-    hand_over(launch, spec, spec_path)
-}
-
-/// [`launch_for_exec`] once only what it keeps is open.
-fn hand_over(launch: &Launch, spec: &AttemptSpec, spec_path: &Path) -> (Vec<CString>, Option<i32>) {
-    let arg = |s: String| CString::new(s).unwrap_or_default();
     // The attempt lock is the shim's alone: not the agent's, even where close_range(2) is not
     // there to close it at the agent's exec. It is handed on across the shim's exec below.
     process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
     let started = start_agent(launch);
     process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    hand_over(started, spec, spec_path)
+}
+
+/// The rest of [`launch_for_exec`] once the agent's start is done (or failed): the spec, then
+/// the handoff.
+fn hand_over(
+    started: Result<Handoff, String>,
+    spec: &AttemptSpec,
+    spec_path: &Path,
+) -> (Vec<CString>, Option<i32>) {
+    let arg = |s: String| CString::new(s).unwrap_or_default();
     // After a power cut the attempt is lost whatever the spec says: no fsync.
     if let Err(e) = crate::state::write_ron_volatile(spec_path, spec) {
         eprintln!("keel: cannot write the attempt spec: {e}: the attempt is abandoned");
@@ -183,8 +188,9 @@ fn hand_over(launch: &Launch, spec: &AttemptSpec, spec_path: &Path) -> (Vec<CStr
     }
 }
 
-/// The exit status of the daemon's clone when it could not write the attempt's spec.
-pub const SPEC_NOT_WRITTEN: i32 = 125;
+/// The exit status of the daemon's clone when it could not write the attempt's spec (it has no
+/// exit record: a shim's own exits always leave one, but for 125, [`crate::sandbox::shim::SETUP_FAILURE`], when the spec cannot be read).
+pub const SPEC_NOT_WRITTEN: i32 = 124;
 
 /// What `keel shim` was handed on its command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,11 +286,13 @@ mod tests {
             cgroup_v1_procs: vec!["/nonexistent/keel-test/cgroup.procs".into()],
         };
         let launch = Launch::new(&spec, Vec::new(), None).unwrap();
+        let started = start_agent(&launch);
         let dir = std::env::temp_dir().join(format!("keel-launch-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let spec_path = dir.join("attempt.ron");
         // Not launch_for_exec itself: it closes every other descriptor of this process.
-        let (extra, pid) = hand_over(&launch, &spec, &spec_path);
+        // start_agent fails at the cgroup, before any fork.
+        let (extra, pid) = hand_over(started, &spec, &spec_path);
         let written: AttemptSpec = crate::state::read_ron(&spec_path).unwrap().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(

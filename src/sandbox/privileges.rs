@@ -394,14 +394,19 @@ fn bring_loopback_up() -> io::Result<()> {
 /// Read once per process (the kernel's constant): [`crate::sandbox::prepare`] reads it before
 /// the agent's child exists, which then finds it here (its `/proc` is the sandbox's by then,
 /// and reading it there cost ~40 µs of every start).
+/// A failed read is not kept: the next call tries again.
 pub fn last_cap() -> (u8, bool) {
-    static LAST_CAP: std::sync::OnceLock<(u8, bool)> = std::sync::OnceLock::new();
-    *LAST_CAP.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .ok()
-            .and_then(|text| parse_last_cap(&text))
-            .map_or((40, false), |last| (last, true))
-    })
+    static LAST_CAP: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    if let Some(&last) = LAST_CAP.get() {
+        return (last, true);
+    }
+    match std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|text| parse_last_cap(&text))
+    {
+        Some(last) => (*LAST_CAP.get_or_init(|| last), true),
+        None => (40, false),
+    }
 }
 
 fn parse_last_cap(text: &str) -> Option<u8> {

@@ -1,7 +1,9 @@
 //! What the daemon and a shim tell each other through files in `tasks/<unit>/run/`.
 //!
-//! The daemon writes `attempt.ron` (an [`AttemptSpec`]) before it spawns `keel shim`; the shim
-//! writes `shim.ron` (a [`ShimRecord`]) as its first act, and `exit.ron` (an [`ExitRecord`])
+//! The daemon's clone of the shim writes `attempt.ron` (an [`AttemptSpec`]) once it has started
+//! the agent, before its exec of `keel shim` (the daemon removes the previous attempt's before
+//! the clone: a held attempt lock never comes with an older attempt's spec); the shim writes
+//! `shim.ron` (a [`ShimRecord`]) as its first act, and `exit.ron` (an [`ExitRecord`])
 //! as its last. Each carries the attempt's generation, so a record left by an older attempt is
 //! never mistaken for the current one (fencing).
 

@@ -166,14 +166,18 @@ impl SandboxTemplates {
 
     /// Drop every template (their namespaces go with the last descriptor).
     pub fn clear(&mut self) {
+        self.remove_templates();
+        self.shapes.clear();
+        self.host.clear();
+        self.failed.clear();
+    }
+
+    fn remove_templates(&mut self) {
         for entry in self.entries.drain(..) {
             remove_dir(&entry.dir);
         }
-        self.shapes.clear();
-        self.host.clear();
         // Made again with the next template.
         let _ = std::fs::remove_dir(&self.dir);
-        self.failed.clear();
     }
 
     /// Whether templates are used at all (not turned off, and setns(2) is allowed).
@@ -192,7 +196,7 @@ impl SandboxTemplates {
 
 impl Drop for SandboxTemplates {
     fn drop(&mut self) {
-        self.clear();
+        self.remove_templates();
     }
 }
 

@@ -134,8 +134,12 @@ pub fn attempt_on_template(
 /// a writable directory deleted and made again: each changes the key, and the next attempt
 /// gets a template built afresh.
 ///
+/// A path that is a symlink is recorded with what it points to as well: hiding or binding it
+/// follows it, so a target replaced by rename (a Kubernetes projected volume swaps `..data`
+/// this way) changes the key too.
+///
 /// `mount_table`: the daemon's `/proc/self/mountinfo` (read again only when the kernel says it
-/// changed: [`crate::sandbox::templates::SandboxTemplates::mount_table`]).
+/// changed: [`crate::sandbox::host_view::HostView`]).
 pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry], mount_table: &str) -> String {
     use std::os::unix::fs::MetadataExt;
     let mut state = mount_table.to_owned();
@@ -147,14 +151,15 @@ pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry], mount_table: 
         .chain(&layout.readonly)
         .cloned();
     for path in top.chain(listed) {
+        let identity =
+            |m: &std::fs::Metadata| format!("{} {} {:o}", m.dev(), m.ino(), m.mode() & 0o170000);
         let line = match std::fs::symlink_metadata(&path) {
-            Ok(m) => format!(
-                "{} {} {} {:o}\n",
-                path.display(),
-                m.dev(),
-                m.ino(),
-                m.mode() & 0o170000
-            ),
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::metadata(&path)
+                    .map_or_else(|_| "dangling".to_string(), |t| identity(&t));
+                format!("{} {} -> {target}\n", path.display(), identity(&m))
+            }
+            Ok(m) => format!("{} {}\n", path.display(), identity(&m)),
             Err(_) => format!("{} absent\n", path.display()),
         };
         state.push_str(&line);
