@@ -176,8 +176,8 @@ fn take_attempt_lock(run_dir: &Path) -> Result<File, SpawnError> {
 }
 
 /// Spawn `keel shim --spec …` with a pidfd (its clone writes the spec: see
-/// [`launch_for_exec`]). The shim's own stderr goes to
-/// `run/shim.log`, never to the daemon: a shim must outlive the daemon and its pipes.
+/// [`launch_for_exec`]). The shim's own stderr goes to `run/shim.log`, never to the daemon: a
+/// shim must outlive the daemon and its pipes.
 pub fn spawn_shim(
     spec: &AttemptSpec,
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,

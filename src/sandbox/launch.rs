@@ -188,8 +188,9 @@ fn hand_over(
     }
 }
 
-/// The exit status of the daemon's clone when it could not write the attempt's spec (it has no
-/// exit record: a shim's own exits always leave one, but for 125, [`crate::sandbox::shim::SETUP_FAILURE`], when the spec cannot be read).
+/// The exit status of the daemon's clone when it could not write the attempt's spec. There is
+/// no exit record then; a shim leaves one whenever it ends but with
+/// [`crate::sandbox::shim::SETUP_FAILURE`] (its spec unreadable).
 pub const SPEC_NOT_WRITTEN: i32 = 124;
 
 /// What `keel shim` was handed on its command line.
