@@ -328,17 +328,6 @@ impl DirWatch {
     }
 }
 
-impl std::fmt::Debug for DirWatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "DirWatch({:?}, {} dirs)",
-            self.inotify.as_fd(),
-            self.watched.len()
-        )
-    }
-}
-
 /// The daemon's mount table, read again only when the kernel marks it changed (poll(2) on
 /// `/proc/self/mountinfo`, proc(5)) — not at every start, where reading it cost ~0.1 ms.
 struct MountTable {

@@ -131,11 +131,6 @@ impl SandboxTemplates {
         self.host.state(layout, host_root)
     }
 
-    /// How many times the host's state was read in full (tests).
-    pub fn host_reads(&self) -> u64 {
-        self.host.computed()
-    }
-
     /// How `layout` starts on a template of its shape over the host as it is now
     /// (`host_state`), if it can: remembered per layout and host state.
     pub fn shape(
