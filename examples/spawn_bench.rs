@@ -78,7 +78,7 @@ fn main() {
     let output_log = dirs.run_dir("bench").join("output.log");
     let have_bwrap = Command::new("bwrap").arg("--version").output().is_ok();
 
-    let [mut bare, mut spawned, mut keel, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full] =
+    let [mut bare, mut spawned, mut keel, mut cold, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full] =
         std::array::from_fn(|_| Row::default());
     let stamp_c = std::ffi::CString::new(stamp.as_os_str().as_encoded_bytes()).expect("no NUL");
     let mut templates = SandboxTemplates::new(scratch.join("state/templates"));
@@ -111,6 +111,8 @@ fn main() {
             last_progress: None,
         };
         let mut spec = attempt_spec(&dirs, &unit, &ctx);
+        // As a daemon with a task running has it: a spare made after its last start.
+        spare_ready(&mut templates, &keel_bin);
         keel.time(|| {
             run_shim(
                 &spec,
@@ -121,7 +123,19 @@ fn main() {
                 &output_log,
             )
         });
+        // The spare was taken: this start finds none, as one right after another would.
+        cold.time(|| {
+            run_shim(
+                &spec,
+                &keel_bin,
+                &dirs,
+                None,
+                Some(&mut templates),
+                &output_log,
+            )
+        });
         full.time(|| run_shim(&spec, &keel_bin, &dirs, None, None, &output_log));
+        spare_ready(&mut templates, &keel_bin);
         keel_cgroup.time(|| {
             slice.create(&limits).expect("create the task cgroup");
             let dir = slice.open_v2_dir().expect("open the task cgroup");
@@ -173,12 +187,17 @@ fn main() {
         ("(a) fork+exec (baseline)", &bare),
         ("(a') posix_spawn (std's Command)", &spawned),
         ("(b) keel sandboxed start", &keel),
+        ("(b') (b) with no spare shim ready", &cold),
         ("(c) bwrap --ro-bind / / --bind --proc --dev", &bwrap),
         ("(d) unshare -mpf --mount-proc", &unshare),
         ("(e) keel's shim, sandbox off", &shim_only),
         ("(f) keel sandboxed start + its cgroup", &keel_cgroup),
         ("(g) keel sandboxed start, no template", &full),
     ];
+    assert!(
+        rows.iter().all(|(name, _)| name.len() <= 44),
+        "row names fit the column"
+    );
     for (title, pick) in [
         ("start → agent running", 0),
         ("start → reaped (all bookkeeping included)", 1),
@@ -209,7 +228,7 @@ fn main() {
                 m.as_secs_f64() / base.as_secs_f64()
             );
         }
-        let (spawn, b, k) = (samples(rows[1].1), samples(rows[3].1), samples(rows[2].1));
+        let (spawn, b, k) = (samples(rows[1].1), samples(rows[4].1), samples(rows[2].1));
         println!(
             "keel vs posix_spawn: {:.2}x",
             median(&k).as_secs_f64() / median(&spawn).as_secs_f64()
@@ -282,6 +301,20 @@ fn fork_exec(program: &std::ffi::CStr) -> String {
         nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0)
     );
     out
+}
+
+/// Make the spare shim a daemon makes after a start, and wait until it has copied its template.
+fn spare_ready(templates: &mut SandboxTemplates, keel_bin: &Path) {
+    templates.replenish_spare(keel_bin, None);
+    // None with KEEL_NO_SPARE=1: (b) is then (b').
+    let Some(spare) = templates.spare() else {
+        return;
+    };
+    // Before the first start there is no template to copy.
+    if spare.prepared_for().is_some() {
+        let word = spare.wait_ready(Duration::from_secs(5));
+        assert_eq!(word.as_deref(), Some("ready"), "the spare's copy");
+    }
 }
 
 /// Spawn the shim as the daemon does and wait for it: spawn through reap. Returns the output

@@ -150,6 +150,11 @@ fn main() {
         };
         std::process::exit(code);
     }
+    // `keel shim --spare STATE_DIR` (the state directory only says whose spare it is).
+    if raw.len() == 4 && raw[1] == "shim" && raw[2] == "--spare" {
+        keel::logger::init("shim");
+        std::process::exit(keel::sandbox::spare::run_spare());
+    }
     let args = Args::parse();
     let state_dir = cli::resolve_state_dir(args.state.as_deref());
     let units_dir = |units: Option<PathBuf>| {

@@ -437,6 +437,7 @@ fn clone_into_cgroup_through_open_v2_dir() {
         keep_as_fd3: None,
         nofile: None,
         launch: None,
+        signals_blocked: false,
     };
     let (pid, _pidfd) = keel::sys::spawn_with_pidfd(&request).unwrap();
     let v2_line = cgroup_lines(&pid.to_string())

@@ -55,7 +55,11 @@ fn live_shims(state: &str) -> HashMap<String, Vec<i32>> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.get(1).map(String::as_str) != Some("shim") {
+        // A spare shim (`keel shim --spare STATE`) is no task's until it takes a start, and
+        // then execs `keel shim --spec …`.
+        if args.get(1).map(String::as_str) != Some("shim")
+            || args.get(2).map(String::as_str) == Some("--spare")
+        {
             continue;
         }
         let Some(spec) = args.iter().find(|a| a.starts_with(state)) else {

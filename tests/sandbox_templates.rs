@@ -17,40 +17,6 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The mount table an agent sees, without what differs between two daemons by construction
-/// (mount ids, peer group numbers, the scratch directory's name): mount point, root of the
-/// mount, mount options, propagation, filesystem type and its options, sorted.
-fn mount_table(d: &Daemon, unit: &str, extra: &str) -> Vec<String> {
-    let script = "cat /proc/self/mountinfo";
-    let (task, out) = run_agent(d, unit, script, extra);
-    assert_eq!(task["state"], "succeeded", "{out}");
-    let scratch = d.scratch.dir.display().to_string();
-    let mut lines: Vec<String> = out
-        .lines()
-        .map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let dash = fields.iter().position(|f| *f == "-").unwrap();
-            let super_opts = fields.get(dash + 3).copied().unwrap_or("");
-            // Propagation (`shared:N`, `master:N`) by kind: the peer group numbers differ.
-            let propagation: Vec<&str> = fields[6..dash]
-                .iter()
-                .map(|f| f.split(':').next().unwrap_or(f))
-                .collect();
-            format!(
-                "{} {} {} {} [{}] {}",
-                fields[4].replace(&scratch, "<scratch>"),
-                fields[3].replace(&scratch, "<scratch>"),
-                fields[5],
-                fields[dash + 1],
-                propagation.join(","),
-                super_opts
-            )
-        })
-        .collect();
-    lines.sort();
-    lines
-}
-
 #[test]
 fn a_sandbox_on_a_template_is_the_sandbox_built_in_full() {
     if !require_root("a_sandbox_on_a_template_is_the_sandbox_built_in_full") {

@@ -293,6 +293,11 @@ impl Daemon {
         match spawn::spawn_shim(&attempt_spec, Some(slice.v2_dir.as_fd()), templates) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");
+                if attempt_spec.sandbox.is_some() && !self.spare_due {
+                    self.spare_due = true;
+                    self.timers
+                        .add_after(super::SPARE_DELAY, Timer::ReplenishSpare);
+                }
                 let shim = self.register_shim(unit, pid, pidfd);
                 let start_time = crate::sys::process_start_time(pid).unwrap_or(0);
                 let boot_id = self.boot_id.clone();
@@ -404,8 +409,10 @@ impl Daemon {
 
     /// Apply the restart policy (or the pending intent) to an ended attempt.
     pub(crate) fn settle(&mut self, unit: &str, mut ending: Ending) {
-        if !self.templates.is_empty() && !self.tasks.values().any(|t| t.shim.is_some()) {
-            // Nothing runs: no template may keep the host's filesystems busy.
+        let holds = !self.templates.is_empty() || self.templates.spare().is_some();
+        if holds && !self.tasks.values().any(|t| t.shim.is_some()) {
+            // Nothing runs: no template (or spare's copy of one) may keep the host's
+            // filesystems busy, and an idle daemon keeps no spare process.
             self.templates.clear();
         }
         let jitter = jitter();

@@ -117,6 +117,8 @@ pub struct Daemon {
     removal_notes: HashMap<String, String>,
     /// Read-only host views copied by each sandboxed start (dropped while nothing runs).
     templates: crate::sandbox::templates::SandboxTemplates,
+    /// A [`Timer::ReplenishSpare`] is pending.
+    spare_due: bool,
     /// The task counts may have changed this round (for systemd's `STATUS=`).
     summary_dirty: bool,
     _lock: InstanceLock,
@@ -276,6 +278,7 @@ impl Daemon {
             summary_dirty: true,
             removal_notes: HashMap::new(),
             templates,
+            spare_due: false,
             _lock: lock,
         })
     }
@@ -429,6 +432,19 @@ impl Daemon {
         }
     }
 
+    /// [`Timer::ReplenishSpare`]: a spare shim for the next sandboxed start, while tasks run
+    /// (an idle daemon keeps none: [`Daemon::settle`] drops it with the templates).
+    fn replenish_spare(&mut self) {
+        self.spare_due = false;
+        if self.shutdown.is_some() || !self.tasks.values().any(|t| t.shim.is_some()) {
+            return;
+        }
+        // This very binary, even if an upgrade replaced the file on disk (as spawn_shim).
+        let nofile = ORIGINAL_NOFILE.get().copied();
+        self.templates
+            .replenish_spare(std::path::Path::new("/proc/self/exe"), nofile);
+    }
+
     fn fire(&mut self, timer: Timer) {
         match timer {
             Timer::RescanUnits => self.on_rescan_due(),
@@ -445,6 +461,7 @@ impl Daemon {
             Timer::OomRecheck { unit } => self.check_oom(&unit, false),
             Timer::Liveness { unit, generation } => self.on_liveness_due(&unit, generation),
             Timer::Watchdog => self.on_watchdog_due(),
+            Timer::ReplenishSpare => self.replenish_spare(),
         }
     }
 
@@ -541,6 +558,10 @@ impl Daemon {
         }
     }
 }
+
+/// How long after a sandboxed start the next spare shim is made: once that start is done
+/// with the CPU (~2 ms), so the two do not compete for it.
+const SPARE_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The RLIMIT_NOFILE the daemon was started with, restored for every shim (and agent).
 pub(crate) static ORIGINAL_NOFILE: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();

@@ -1,7 +1,7 @@
 //! Turning a decision to start into a running shim: the attempt's spec, its environment
 //! contract, and the clone3 call.
 
-use crate::sandbox::launch::{launch_for_exec, Launch};
+use crate::sandbox::launch::{launch_for_exec, shim_env, shim_envp, Launch};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
 use crate::sandbox::templates::SandboxTemplates;
 use crate::state::StateDir;
@@ -9,7 +9,7 @@ use crate::unit::Unit;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 
 /// Host paths no agent needs and every agent running as root could otherwise read: password
@@ -199,15 +199,15 @@ pub fn spawn_shim_program(
     spec: &AttemptSpec,
     keel: &Path,
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,
-    templates: Option<&mut SandboxTemplates>,
+    mut templates: Option<&mut SandboxTemplates>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
     let lock = take_attempt_lock(&spec.run_dir)?;
     prepare_sandbox_sources(&spec.run_dir)
         .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
     // The agent's start, resolved here on the host (its user, $HOME, the host's /); the
     // shim's clone forks it before its own exec (crate::sandbox::launch).
-    let shim_env = || std::env::vars_os().filter(|(k, _)| k != "KEEL_CRASH_AT");
-    let launch = Launch::new(spec, shim_env(), templates).map_err(SpawnError::Launch)?;
+    let launch =
+        Launch::new(spec, shim_env(), templates.as_deref_mut()).map_err(SpawnError::Launch)?;
     let spec_path = spec::attempt_path(&spec.run_dir);
     // The previous attempt's spec goes before the clone writes this one: a daemon that finds
     // the lock held reads no older attempt's spec for it (recovery.rs).
@@ -228,6 +228,26 @@ pub fn spawn_shim_program(
         .create(true)
         .open(&shim_log_path)
         .map_err(|e| SpawnError::Open(shim_log_path.display().to_string(), e))?;
+    // A spare shim takes the start when there is one (crate::sandbox::spare): the same work,
+    // less of it on the agent's path.
+    let spare = match (&spec.sandbox, templates) {
+        (Some(_), Some(templates)) => templates.take_spare(),
+        _ => None,
+    };
+    if let Some(spare) = spare {
+        let pid = spare.pid();
+        match spare.assign(
+            spec,
+            &spec_path,
+            &launch,
+            lock.as_fd(),
+            shim_log.as_fd(),
+            cgroup,
+        ) {
+            Ok(started) => return Ok(started),
+            Err(e) => log::warn!("spare shim {pid} cannot take the start ({e}): starting as usual"),
+        }
+    }
     let program =
         CString::new(keel.as_os_str().as_encoded_bytes()).map_err(|_| SpawnError::NulInPath)?;
     let argv = [
@@ -236,15 +256,7 @@ pub fn spawn_shim_program(
         CString::new("--spec").expect("no NUL"),
         CString::new(spec_path.display().to_string()).map_err(|_| SpawnError::NulInPath)?,
     ];
-    // The daemon's crash-point hook is for the daemon alone.
-    let envp: Vec<CString> = shim_env()
-        .filter_map(|(k, v)| {
-            let mut pair = k.into_encoded_bytes();
-            pair.push(b'=');
-            pair.extend(v.into_encoded_bytes());
-            CString::new(pair).ok()
-        })
-        .collect();
+    let envp = shim_envp();
     let request = crate::sys::SpawnRequest {
         program: &program,
         argv: &argv,
@@ -266,6 +278,7 @@ pub fn spawn_shim_program(
         // (a temporary file and a rename: 0.1 ms on tmpfs, a millisecond or more on a slow
         // disk), and never missing for the shim, which reads it after its exec.
         launch: Some(&|| launch_for_exec(&launch, spec, &spec_path)),
+        signals_blocked: false,
     };
     // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.
     crate::sys::spawn_with_pidfd(&request).map_err(SpawnError::Clone)

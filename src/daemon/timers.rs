@@ -34,6 +34,9 @@ pub enum Timer {
     Liveness { unit: String, generation: u64 },
     /// Time to tell systemd's watchdog the loop is alive.
     Watchdog,
+    /// A sandboxed start took (or found no) spare shim: make the next one, now that the
+    /// start is done with the CPU.
+    ReplenishSpare,
 }
 
 #[derive(Default)]

@@ -60,6 +60,19 @@ impl Launch {
             }
             None => None,
         };
+        Launch::with_sandbox(spec, inherited, sandbox)
+    }
+
+    /// [`Launch::new`] with the sandbox resolved already (a spare shim gets it from the
+    /// daemon: [`crate::sandbox::spare`]).
+    pub fn with_sandbox<I>(
+        spec: &AttemptSpec,
+        inherited: I,
+        sandbox: Option<Prepared>,
+    ) -> Result<Launch, String>
+    where
+        I: IntoIterator<Item = (OsString, OsString)>,
+    {
         let mut spec_env = spec.env.clone();
         if let Some(sandbox) = &sandbox {
             // Before the unit's variables: a HOME the unit sets itself wins.
@@ -78,9 +91,32 @@ impl Launch {
 
 impl Launch {
     /// The descriptor of the sandbox template this start uses, if any.
-    fn template_fd(&self) -> Option<RawFd> {
+    pub fn template_fd(&self) -> Option<RawFd> {
         self.sandbox.as_ref().and_then(|s| s.template_fd())
     }
+
+    /// The resolved sandbox, if the attempt has one.
+    pub fn sandbox(&self) -> Option<&Prepared> {
+        self.sandbox.as_ref()
+    }
+}
+
+/// The environment a shim is given, and its agent's is made from: the daemon's, without its
+/// crash-point hook (`KEEL_CRASH_AT`), which is for the daemon alone.
+pub fn shim_env() -> impl Iterator<Item = (OsString, OsString)> {
+    std::env::vars_os().filter(|(k, _)| k != "KEEL_CRASH_AT")
+}
+
+/// [`shim_env`] as execve(2) takes it.
+pub fn shim_envp() -> Vec<CString> {
+    shim_env()
+        .filter_map(|(k, v)| {
+            let mut pair = k.into_encoded_bytes();
+            pair.push(b'=');
+            pair.extend(v.into_encoded_bytes());
+            CString::new(pair).ok()
+        })
+        .collect()
 }
 
 /// A started agent: its pid and exec report, the read end of its output pipe, and when it
@@ -144,17 +180,13 @@ pub fn launch_for_exec(
     process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
     let started = start_agent(launch);
     process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
-    hand_over(started, spec, spec_path)
+    let handed = hand_over(started, spec, spec_path);
+    (handed.to_args(), handed.agent())
 }
 
 /// The rest of [`launch_for_exec`] once the agent's start is done (or failed): the spec, then
-/// the handoff.
-fn hand_over(
-    started: Result<Handoff, String>,
-    spec: &AttemptSpec,
-    spec_path: &Path,
-) -> (Vec<CString>, Option<i32>) {
-    let arg = |s: String| CString::new(s).unwrap_or_default();
+/// the handoff (the agent's descriptors at [`HANDOFF_OUTPUT_FD`] and [`HANDOFF_REPORT_FD`]).
+pub fn hand_over(started: Result<Handoff, String>, spec: &AttemptSpec, spec_path: &Path) -> Handed {
     // After a power cut the attempt is lost whatever the spec says: no fsync.
     if let Err(e) = crate::state::write_ron_volatile(spec_path, spec) {
         eprintln!("keel: cannot write the attempt spec: {e}: the attempt is abandoned");
@@ -175,16 +207,8 @@ fn hand_over(
         Ok((pid, handoff.started_ms))
     });
     match handoff {
-        Ok((pid, started_ms)) => (
-            vec![
-                arg("--agent".into()),
-                arg(pid.to_string()),
-                arg("--started-ms".into()),
-                arg(started_ms.to_string()),
-            ],
-            Some(pid),
-        ),
-        Err(message) => (vec![arg("--launch-error".into()), arg(message)], None),
+        Ok((pid, started_ms)) => Handed::Agent { pid, started_ms },
+        Err(message) => Handed::LaunchError(message),
     }
 }
 
@@ -203,6 +227,30 @@ pub enum Handed {
 }
 
 impl Handed {
+    /// The arguments that say this after `keel shim --spec FILE` ([`Handed::parse`]).
+    pub fn to_args(&self) -> Vec<CString> {
+        let arg = |s: String| CString::new(s).unwrap_or_default();
+        match self {
+            Handed::Agent { pid, started_ms } => vec![
+                arg("--agent".into()),
+                arg(pid.to_string()),
+                arg("--started-ms".into()),
+                arg(started_ms.to_string()),
+            ],
+            Handed::LaunchError(message) => {
+                vec![arg("--launch-error".into()), arg(message.clone())]
+            }
+        }
+    }
+
+    /// The agent's pid, when it was started.
+    pub fn agent(&self) -> Option<i32> {
+        match self {
+            Handed::Agent { pid, .. } => Some(*pid),
+            Handed::LaunchError(_) => None,
+        }
+    }
+
     /// Parse what follows `keel shim --spec FILE`: nothing (the shim starts the agent itself),
     /// `--agent PID --started-ms MS`, or `--launch-error MESSAGE`.
     pub fn parse(rest: &[OsString]) -> Result<Option<Handed>, String> {
@@ -293,7 +341,8 @@ mod tests {
         let spec_path = dir.join("attempt.ron");
         // Not launch_for_exec itself: it closes every other descriptor of this process.
         // start_agent fails at the cgroup, before any fork.
-        let (extra, pid) = hand_over(started, &spec, &spec_path);
+        let handed = hand_over(started, &spec, &spec_path);
+        let (extra, pid) = (handed.to_args(), handed.agent());
         let written: AttemptSpec = crate::state::read_ron(&spec_path).unwrap().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(

@@ -9,5 +9,6 @@ pub mod prepare;
 pub mod privileges;
 pub mod seccomp;
 pub mod shim;
+pub mod spare;
 pub mod spec;
 pub mod templates;

@@ -48,7 +48,7 @@ pub use crate::sandbox::spec::{CheckoutFiles, CheckoutMounts};
 /// Where everything comes from and goes to. Host paths are absolute; `workdir`, `home` and
 /// the entries of `hidden`, `writable` and `readonly` are paths as the sandbox sees them,
 /// which for the last three are also their host paths (binds are made at the same path).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SandboxLayout {
     /// An existing directory on the host (`<state>/tasks/<unit>/run/root`, empty): the new
     /// root's tmpfs is mounted on it, in the child's namespace only.
@@ -84,13 +84,13 @@ pub struct SandboxLayout {
 }
 
 /// One entry of the host's `/`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RootEntry {
     pub name: String,
     pub kind: RootEntryKind,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum RootEntryKind {
     Dir,
     /// A symlink and its target as read by readlink(2) (`usr/bin` on merged-/usr hosts).
@@ -102,7 +102,7 @@ pub enum RootEntryKind {
 
 /// One step of the mount plan. Before [`MountOp::PivotRoot`] every target is under
 /// `new_root` (sources are host paths); after it, paths are the sandbox's own.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum MountOp {
     /// `mount(NULL, "/", NULL, MS_REC|MS_PRIVATE)`: nothing we mount propagates back to the
     /// host's namespace (mount_namespaces(7)).

@@ -12,14 +12,35 @@ use crate::sandbox::templates::SandboxTemplates;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+/// The namespace an attempt on a template starts from.
+enum TemplateNs {
+    /// The template itself: the agent's child joins and copies it.
+    Template(OwnedFd),
+    /// A copy a spare shim made ahead, `/proc` and `/dev/pts` mounted: joined as it is
+    /// ([`AttemptOnTemplate::prepare_copy`]).
+    PreparedCopy(OwnedFd),
+}
+
+/// [`Prepared`] without its descriptors, as the daemon hands it to a spare shim
+/// ([`crate::sandbox::spare`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PreparedParts {
+    layout: SandboxLayout,
+    host_root: Vec<RootEntry>,
+    privileges: PrivilegePlan,
+    network_none: bool,
+    template: Option<AttemptOnTemplate>,
+    home: PathBuf,
+}
+
 /// Everything the agent's child needs, computed before the fork.
 pub struct Prepared {
     layout: SandboxLayout,
     host_root: Vec<RootEntry>,
     privileges: PrivilegePlan,
     network_none: bool,
-    /// The sandbox's shape as a copy of a template, and the template's namespace.
-    template: Option<(AttemptOnTemplate, OwnedFd)>,
+    /// The sandbox's shape as a copy of a template, and the namespace it starts from.
+    template: Option<(AttemptOnTemplate, TemplateNs)>,
     /// `$HOME` inside the sandbox.
     pub home: PathBuf,
     /// The seccomp filter, built here (once per process) rather than in the agent's child,
@@ -103,7 +124,7 @@ impl Prepared {
     /// mounts used, so they come last).
     pub fn enter(&self) -> Result<(), String> {
         match &self.template {
-            Some((attempt, ns)) => match attempt.enter(ns.as_fd(), self.network_none) {
+            Some((attempt, ns)) => match ns.enter(attempt, self.network_none) {
                 Ok(()) => {}
                 // The host's view is still ours: the whole plan, as without a template.
                 Err(EnterError::Unjoined(_)) => self.build_in_full()?,
@@ -134,14 +155,67 @@ impl Prepared {
             return;
         };
         if let Some(ns) = templates.get(&attempt, &self.layout, &self.host_root) {
-            self.template = Some((attempt, ns));
+            self.template = Some((attempt, TemplateNs::Template(ns)));
         }
     }
 
-    /// The descriptor of the template namespace this sandbox is built on, if any.
+    /// The descriptor of the namespace this sandbox is built on, if any.
     pub fn template_fd(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
-        self.template.as_ref().map(|(_, ns)| ns.as_raw_fd())
+        self.template.as_ref().map(|(_, ns)| match ns {
+            TemplateNs::Template(fd) | TemplateNs::PreparedCopy(fd) => fd.as_raw_fd(),
+        })
+    }
+
+    /// The template this sandbox is built on, if any.
+    pub fn on_template(&self) -> Option<&AttemptOnTemplate> {
+        self.template.as_ref().map(|(attempt, _)| attempt)
+    }
+
+    /// What a spare shim needs to start this sandbox (with the template's descriptor).
+    pub fn parts(&self) -> PreparedParts {
+        PreparedParts {
+            layout: self.layout.clone(),
+            host_root: self.host_root.clone(),
+            privileges: self.privileges,
+            network_none: self.network_none,
+            template: self.on_template().cloned(),
+            home: self.home.clone(),
+        }
+    }
+
+    /// In a spare shim: the sandbox the daemon resolved (`parts`), on `template` — the
+    /// template's namespace it was sent — or, better, on `prepared`: a copy the spare made
+    /// ahead, when it is a copy of the same template. Without either, the whole plan.
+    pub fn from_parts(
+        parts: PreparedParts,
+        template: Option<OwnedFd>,
+        prepared: Option<(&AttemptOnTemplate, OwnedFd)>,
+    ) -> Prepared {
+        let ns = match (&parts.template, prepared, template) {
+            (Some(attempt), Some((made_for, copy)), _) if attempt.can_use_copy_of(made_for) => {
+                Some(TemplateNs::PreparedCopy(copy))
+            }
+            (Some(_), _, Some(fd)) => Some(TemplateNs::Template(fd)),
+            _ => None,
+        };
+        Prepared {
+            layout: parts.layout,
+            host_root: parts.host_root,
+            privileges: parts.privileges,
+            network_none: parts.network_none,
+            template: parts.template.zip(ns),
+            home: parts.home,
+            #[cfg(target_arch = "x86_64")]
+            seccomp: crate::sandbox::seccomp::filter(),
+            #[cfg(not(target_arch = "x86_64"))]
+            seccomp: &[],
+        }
+    }
+
+    /// Whether the agent's child joins a copy prepared ahead (not the template).
+    pub fn on_prepared_copy(&self) -> bool {
+        matches!(self.template, Some((_, TemplateNs::PreparedCopy(_))))
     }
 
     /// The whole mount plan, in a mount namespace copied from the caller's.
@@ -163,6 +237,15 @@ impl Prepared {
             &mut KernelMounter::new(&self.layout.new_root),
         )
         .map_err(|e| e.to_string())
+    }
+}
+
+impl TemplateNs {
+    fn enter(&self, attempt: &AttemptOnTemplate, network_none: bool) -> Result<(), EnterError> {
+        match self {
+            TemplateNs::Template(ns) => attempt.enter(ns.as_fd(), network_none),
+            TemplateNs::PreparedCopy(ns) => attempt.enter_prepared(ns.as_fd(), network_none),
+        }
     }
 }
 

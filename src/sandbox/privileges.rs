@@ -15,7 +15,7 @@ use std::fmt;
 use std::io;
 
 /// What [`apply`] will do.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PrivilegePlan {
     /// Capabilities the unit grants, bit `n` for capability `n` (capabilities(7) numbering).
     pub keep: u64,

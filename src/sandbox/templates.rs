@@ -3,19 +3,21 @@
 //!
 //! A template is a snapshot of the host: its key covers the host's mount table and the
 //! identity of `/`'s entries and of every hidden, writable and read-only path, so a change
-//! there builds a new one (and drops the old ones). It pins what it binds (a filesystem unmounted on
-//! the host stays busy while a template holds it), so the daemon drops them all whenever no
-//! task is running ([`SandboxTemplates::clear`]), and keeps at most [`MAX_TEMPLATES`]. The
-//! host's side of the key is read again only when the kernel reports a change
-//! ([`crate::sandbox::host_view`]).
+//! there builds a new one. A change of the mount table or of `/` drops every template; one of
+//! a shape's own paths leaves its old template to go out as the least recently used. A
+//! template pins what it binds (a filesystem unmounted on the host stays busy while a
+//! template holds it), so the daemon drops them all whenever no task is running
+//! ([`SandboxTemplates::clear`]), and keeps at most [`MAX_TEMPLATES`]. The host's side of the
+//! key is read again only when the kernel reports a change ([`crate::sandbox::host_view`]).
 
 use crate::sandbox::host_view::{HostState, HostView};
 use crate::sandbox::mounts::template::{attempt_on_template, build_template, AttemptOnTemplate};
 use crate::sandbox::mounts::{RootEntry, SandboxLayout};
+use crate::sandbox::spare::Spare;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Templates kept at once (shapes differ by `workdir`, `$HOME`, hidden and writable paths).
@@ -43,6 +45,12 @@ pub struct SandboxTemplates {
     shapes: Vec<(u64, Option<AttemptOnTemplate>)>,
     /// The host as templates' keys see it, read again only when it changed.
     host: HostView,
+    /// A start prepared ahead ([`crate::sandbox::spare`]), and whether there are any
+    /// (`KEEL_NO_SPARE=1`: none).
+    spare: Option<Spare>,
+    spares: bool,
+    /// The template of the last start on one: the next spare copies it.
+    last: Option<AttemptOnTemplate>,
 }
 
 /// Layouts whose verdict is remembered (a daemon's units come in a few shapes).
@@ -58,6 +66,9 @@ impl SandboxTemplates {
             failed: Vec::new(),
             shapes: Vec::new(),
             host: HostView::new(),
+            spare: None,
+            spares: std::env::var_os("KEEL_NO_SPARE").is_none_or(|v| v != "1"),
+            last: None,
             disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1")
                 || !can_join_mount_namespaces(),
         }
@@ -81,6 +92,7 @@ impl SandboxTemplates {
             remove_dir(&stale.dir);
         }
         self.entries.retain(|e| e.host == attempt.host);
+        self.last = Some(attempt.clone());
         if let Some(entry) = self.entries.iter_mut().find(|e| e.key == attempt.key) {
             entry.used = Instant::now();
             return entry.ns.as_fd().try_clone_to_owned().ok();
@@ -159,8 +171,52 @@ impl SandboxTemplates {
         verdict
     }
 
-    /// Drop every template (their namespaces go with the last descriptor).
+    /// The spare, for a sandboxed start, if there is one and it is alive. (Its copy is used
+    /// only if it is of this start's template: [`AttemptOnTemplate::can_use_copy_of`].)
+    pub fn take_spare(&mut self) -> Option<Spare> {
+        let spare = self.spare.take()?;
+        if !spare.alive() {
+            // Killed or crashed: the daemon's reaper has its status.
+            log::warn!(
+                "spare shim {} ended before its start: starting the usual way",
+                spare.pid()
+            );
+            return None;
+        }
+        Some(spare)
+    }
+
+    /// Make a spare if there is none, copying the template of the last start on one (if it
+    /// is still kept). `keel`: the binary it runs; `nofile`: the daemon's original limit.
+    pub fn replenish_spare(&mut self, keel: &Path, nofile: Option<(u64, u64)>) {
+        if !self.spares || self.spare.is_some() {
+            return;
+        }
+        let template = self.last.as_ref().and_then(|last| {
+            let entry = self.entries.iter().find(|e| e.key == last.key)?;
+            Some((last, entry.ns.as_fd()))
+        });
+        let state = self.dir.parent().unwrap_or(&self.dir);
+        match Spare::spawn(keel, nofile, state, template) {
+            Ok(spare) => {
+                log::debug!("spare shim pid {}", spare.pid());
+                self.spare = Some(spare);
+            }
+            Err(e) => {
+                log::warn!("cannot make a spare shim ({e}): starts take the usual path");
+            }
+        }
+    }
+
+    /// The spare, to wait on (benchmarks, tests).
+    pub fn spare(&self) -> Option<&Spare> {
+        self.spare.as_ref()
+    }
+
+    /// Drop every template (their namespaces go with the last descriptor), and the spare.
     pub fn clear(&mut self) {
+        self.spare = None;
+        self.last = None;
         self.remove_templates();
         self.shapes.clear();
         self.host.clear();
@@ -191,6 +247,7 @@ impl SandboxTemplates {
 
 impl Drop for SandboxTemplates {
     fn drop(&mut self) {
+        self.spare = None;
         self.remove_templates();
     }
 }

@@ -97,3 +97,93 @@ pub fn mount_table_changed(mountinfo: BorrowedFd<'_>) -> bool {
     // Only POLLPRI was asked for: any event reported (or a failure) means "read it again".
     unsafe { libc::poll(&mut poll, 1, 0) != 0 }
 }
+
+/// A connected pair of `SOCK_SEQPACKET` sockets (message boundaries kept), close-on-exec.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(io::Error::from)
+}
+
+/// Most descriptors one message carries.
+pub const MAX_MESSAGE_FDS: usize = 8;
+
+/// sendmsg(2) of one message with `fds` (`SCM_RIGHTS`, unix(7)): the receiver gets copies.
+pub fn send_with_fds(socket: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let iov = [io::IoSlice::new(bytes)];
+    let rights = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &rights };
+    loop {
+        match sendmsg::<()>(
+            socket.as_raw_fd(),
+            &iov,
+            cmsgs,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(n) if n < bytes.len() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "message cut short",
+                ))
+            }
+            Ok(_) => return Ok(()),
+        }
+    }
+}
+
+/// recvmsg(2) of one message into `buffer`, its descriptors (close-on-exec) with it:
+/// `Ok(None)` at end of file (the peer closed). A message or a descriptor list that did not
+/// fit is an error (what came of it is closed).
+pub fn receive_with_fds(
+    socket: BorrowedFd<'_>,
+    buffer: &mut [u8],
+) -> io::Result<Option<(usize, Vec<OwnedFd>)>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::FromRawFd;
+    let mut space = nix::cmsg_space!([RawFd; MAX_MESSAGE_FDS]);
+    let mut iov = [io::IoSliceMut::new(buffer)];
+    let (bytes, flags, raw) = loop {
+        match recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(message) => {
+                let mut raw = Vec::new();
+                for cmsg in message.cmsgs().map_err(io::Error::from)? {
+                    if let ControlMessageOwned::ScmRights(list) = cmsg {
+                        raw.extend(list);
+                    }
+                }
+                break (message.bytes, message.flags, raw);
+            }
+        }
+    };
+    // SAFETY: SCM_RIGHTS descriptors are new in this process and owned by nobody else.
+    let fds: Vec<OwnedFd> = raw
+        .into_iter()
+        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
+        .collect();
+    if flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "a message larger than the buffer",
+        ));
+    }
+    if bytes == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((bytes, fds)))
+}

@@ -74,6 +74,10 @@ pub struct SpawnRequest<'a> {
     pub nofile: Option<(u64, u64)>,
     /// Run in the child before its exec (see [`Launcher`]).
     pub launch: Option<Launcher<'a>>,
+    /// The child execs with every signal blocked (from before the clone on), so that none is
+    /// lost before the program sets its own mask: a spare shim, whose signals wait for the
+    /// shim it becomes (crate::sandbox::spare). A launcher's child always execs so.
+    pub signals_blocked: bool,
 }
 
 /// Work done in the cloned child before it execs, with every signal blocked and every
@@ -109,9 +113,9 @@ pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)
     }
     // With a launcher, the child runs our code for a while: it starts with every signal
     // blocked, so that none reaches a handler of ours before it resets them.
-    let restore = match request.launch {
-        Some(_) => Some(block_all_signals()?),
-        None => None,
+    let restore = match request.launch.is_some() || request.signals_blocked {
+        true => Some(block_all_signals()?),
+        false => None,
     };
     // SAFETY: clone3 without CLONE_VM behaves like fork: the child gets a copy of our address
     // space. keel's daemon is single-threaded, and the child only calls async-signal-safe
@@ -209,11 +213,13 @@ fn child_exec(
         // SAFETY: execve failed; leave without running any of the parent's cleanup.
         unsafe { libc::_exit(127) }
     }
-    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
-    // SAFETY: sigemptyset initialises the set it is given, which lives on our stack.
-    unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
-    // SAFETY: the set was initialised just above; a NULL old-set pointer is allowed.
-    unsafe { libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut()) };
+    if !request.signals_blocked {
+        let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+        // SAFETY: sigemptyset initialises the set it is given, which lives on our stack.
+        unsafe { libc::sigemptyset(empty.as_mut_ptr()) };
+        // SAFETY: the set was initialised just above; a NULL old-set pointer is allowed.
+        unsafe { libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut()) };
+    }
     // SAFETY: program, argv and envp are NUL-terminated arrays of C strings built before the
     // clone and still alive (our copy of the parent's memory).
     unsafe { libc::execve(request.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };

@@ -14,7 +14,9 @@ use nix::fcntl::OFlag;
 use nix::mount::{MntFlags, MsFlags};
 
 /// `MOUNT_ATTR_*` bits of mount_setattr(2), printable as `rdonly|nosuid|nodev`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct MountAttrs(pub u64);
 
 impl MountAttrs {

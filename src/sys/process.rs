@@ -523,6 +523,17 @@ pub fn host_pid() -> i32 {
         .unwrap_or(std::process::id() as i32)
 }
 
+/// execv(2) of `program` with `argv` and this process's environment, its signal mask and
+/// descriptors as they are (std's `Command` may reset the mask). Returns only on failure.
+pub fn exec_as_is(program: &std::ffi::CStr, argv: &[std::ffi::CString]) -> io::Error {
+    let mut pointers: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    pointers.push(std::ptr::null());
+    // SAFETY: `program` and every argument are NUL-terminated C strings that outlive the
+    // call; the array ends with a NULL pointer as execv(3) requires.
+    unsafe { libc::execv(program.as_ptr(), pointers.as_ptr()) };
+    io::Error::last_os_error()
+}
+
 /// What one `waitpid(-1, WNOHANG)` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reaped {

@@ -63,3 +63,44 @@ impl Drop for Unmount {
         let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
     }
 }
+
+/// The mount table an agent sees, without what differs between two daemons by construction
+/// (mount ids, peer group numbers, the scratch directory's name): mount point, root of the
+/// mount, mount options, propagation, filesystem type and its options, sorted.
+pub fn mount_table(d: &Daemon, unit: &str, extra: &str) -> Vec<String> {
+    let script = "cat /proc/self/mountinfo";
+    let (task, out) = run_agent(d, unit, script, extra);
+    let shim_log = || std::fs::read_to_string(d.task_dir(unit).join("run/shim.log"));
+    assert_eq!(
+        task["state"],
+        "succeeded",
+        "{task}\n{out}\n{:?}\n{}",
+        shim_log(),
+        d.daemon_log()
+    );
+    let scratch = d.scratch.dir.display().to_string();
+    let mut lines: Vec<String> = out
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let dash = fields.iter().position(|f| *f == "-").unwrap();
+            let super_opts = fields.get(dash + 3).copied().unwrap_or("");
+            // Propagation (`shared:N`, `master:N`) by kind: the peer group numbers differ.
+            let propagation: Vec<&str> = fields[6..dash]
+                .iter()
+                .map(|f| f.split(':').next().unwrap_or(f))
+                .collect();
+            format!(
+                "{} {} {} {} [{}] {}",
+                fields[4].replace(&scratch, "<scratch>"),
+                fields[3].replace(&scratch, "<scratch>"),
+                fields[5],
+                fields[dash + 1],
+                propagation.join(","),
+                super_opts
+            )
+        })
+        .collect();
+    lines.sort();
+    lines
+}

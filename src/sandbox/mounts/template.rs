@@ -44,12 +44,13 @@ pub enum EnterError {
 }
 
 /// What an attempt mounts itself on a copy of its template, in sandbox paths.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AttemptOnTemplate {
     /// A key naming the template's shape (equal layouts but for the per-attempt parts, over
     /// the same host): attempts with equal keys share a template.
     pub key: u64,
-    /// The host's state alone (part of `key`): templates of another are out of date.
+    /// The host's state as every shape sees it (its mount table and the entries of `/`; the
+    /// layout's own paths are in `key` only): templates of another are out of date.
     pub host: u64,
     /// Fresh filesystems (proc, tmpfs, devpts), in plan order, at sandbox paths.
     fresh: Vec<MountOp>,
@@ -111,14 +112,17 @@ pub fn attempt_on_template(
     if !same {
         return None;
     }
+    // The host as every shape sees it (its mount table, the entries of `/`): templates made
+    // of another are out of date, whatever their shape.
     let mut host = DefaultHasher::new();
-    host_state.hash(&mut host);
+    let everyones = host_state.split(LAYOUT_PATHS).next().unwrap_or(host_state);
+    everyones.hash(&mut host);
     let host = host.finish();
     let mut hasher = DefaultHasher::new();
     template_rest
         .iter()
         .for_each(|(_, op)| op.hash(&mut hasher));
-    host.hash(&mut hasher);
+    host_state.hash(&mut hasher);
     Some(AttemptOnTemplate {
         key: hasher.finish(),
         host,
@@ -150,7 +154,10 @@ pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry], mount_table: 
         .chain(&layout.writable)
         .chain(&layout.readonly)
         .cloned();
-    for path in top.chain(listed) {
+    for (i, path) in top.chain(listed).enumerate() {
+        if i == host_root.len() {
+            state.push_str(LAYOUT_PATHS);
+        }
         let identity =
             |m: &std::fs::Metadata| format!("{} {} {:o}", m.dev(), m.ino(), m.mode() & 0o170000);
         let line = match std::fs::symlink_metadata(&path) {
@@ -164,8 +171,15 @@ pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry], mount_table: 
         };
         state.push_str(&line);
     }
+    if !state.contains(LAYOUT_PATHS) {
+        state.push_str(LAYOUT_PATHS);
+    }
     state
 }
+
+/// In [`host_state`], between what every shape's key has (the mount table, the entries of
+/// `/`) and the layout's own paths. No mountinfo line or path line starts with `#`.
+const LAYOUT_PATHS: &str = "# the layout's own paths\n";
 
 /// `op` with `map` applied to every path it mounts on or creates (not to sources).
 fn with_targets(op: &MountOp, map: impl Fn(&PathBuf) -> PathBuf) -> MountOp {
@@ -377,9 +391,9 @@ impl AttemptOnTemplate {
         Ok(clones)
     }
 
-    /// In the template's namespace: a copy of it, the fresh mounts, the clones attached.
-    /// Targets are opened without following symlinks, as the full plan's are.
-    fn finish(&self, clones: Vec<(OwnedFd, &PathBuf)>, network_none: bool) -> Result<(), String> {
+    /// In the template's namespace: a copy of it (the caller's mount namespace from now on;
+    /// also a network namespace of its own for `network: None`), at its root.
+    fn copy_template(network_none: bool) -> Result<(), String> {
         let mut flags = nix::sched::CloneFlags::CLONE_NEWNS;
         if network_none {
             flags |= nix::sched::CloneFlags::CLONE_NEWNET;
@@ -391,12 +405,17 @@ impl AttemptOnTemplate {
         // The copy's root is not unbindable as the template's was: again, as the full plan
         // leaves it (no recursive bind of a host directory can copy the sandbox into itself).
         sys::set_propagation(Path::new("/"), nix::mount::MsFlags::MS_UNBINDABLE)
-            .map_err(|e| format!("cannot make the root unbindable: {e}"))?;
-        // /proc first (a directory of keel's own read-only root): the other targets are then
-        // mounted on through /proc/self/fd.
+            .map_err(|e| format!("cannot make the root unbindable: {e}"))
+    }
+
+    /// The fresh filesystems of `which` kind, `/proc` first (a directory of keel's own
+    /// read-only root): the other targets are then mounted on through `/proc/self/fd`.
+    /// Targets are opened without following symlinks, as the full plan's are.
+    fn mount_fresh_ones(&self, which: Fresh) -> Result<(), String> {
         let (proc, others): (Vec<&MountOp>, Vec<&MountOp>) = self
             .fresh
             .iter()
+            .filter(|op| which.includes(op))
             .partition(|op| matches!(op, MountOp::Proc { .. }));
         for op in proc.into_iter().chain(others) {
             let Some(target) = op.target() else { continue };
@@ -409,6 +428,11 @@ impl AttemptOnTemplate {
             let at = place.as_ref().map_or(target.to_path_buf(), sys::fd_path);
             mount_fresh(op, &at, read_only).map_err(|e| format!("{op}: {e}"))?;
         }
+        Ok(())
+    }
+
+    /// In the sandbox's namespace: the per-task sources' clones attached at their targets.
+    fn attach(clones: Vec<(OwnedFd, &PathBuf)>) -> Result<(), String> {
         for (clone, target) in &clones {
             let attach = || -> io::Result<()> {
                 let place = sys::open_no_symlinks(target)?;
@@ -418,131 +442,111 @@ impl AttemptOnTemplate {
         }
         Ok(())
     }
+
+    /// In the template's namespace: a copy of it, the fresh mounts, the clones attached.
+    fn finish(&self, clones: Vec<(OwnedFd, &PathBuf)>, network_none: bool) -> Result<(), String> {
+        Self::copy_template(network_none)?;
+        self.mount_fresh_ones(Fresh::All)?;
+        Self::attach(clones)
+    }
+
+    /// Ahead of a task, in a spare shim (PID 1 of the PID namespace its task will have: see
+    /// [`crate::sandbox::spare`]): a copy of the template `ns` with the fresh mounts that
+    /// belong to the PID namespace rather than to the task (`/proc`, `/dev/pts`), returned as
+    /// a descriptor of that mount namespace. The caller is back in its own mount namespace
+    /// (at `/`) afterwards, whatever happened, or gets [`EnterError::Failed`] and must end:
+    /// it would be stranded in the copy.
+    pub fn prepare_copy(&self, ns: BorrowedFd<'_>) -> Result<OwnedFd, EnterError> {
+        let own = std::fs::File::open("/proc/self/ns/mnt")
+            .map_err(|e| EnterError::Unjoined(format!("/proc/self/ns/mnt: {e}")))?;
+        // setns(2) back puts the root at the namespace's: under a daemon started chroot(2)ed,
+        // this root is put back after.
+        let root = sys::open_no_symlinks(Path::new("/"))
+            .map_err(|e| EnterError::Unjoined(format!("cannot open /: {e}")))?;
+        nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNS).map_err(|e| {
+            EnterError::Unjoined(format!("cannot join the sandbox template (setns: {e})"))
+        })?;
+        let copied = Self::copy_template(false)
+            .and_then(|()| self.mount_fresh_ones(Fresh::OfThePidNamespace))
+            // The new /proc is this PID namespace's: "self" is the caller.
+            .and_then(|()| {
+                std::fs::File::open("/proc/self/ns/mnt")
+                    .map(OwnedFd::from)
+                    .map_err(|e| format!("/proc/self/ns/mnt of the copy: {e}"))
+            });
+        nix::sched::setns(own.as_fd(), nix::sched::CloneFlags::CLONE_NEWNS)
+            .and_then(|()| nix::unistd::fchdir(&root))
+            .and_then(|()| nix::unistd::chroot("."))
+            .and_then(|()| nix::unistd::chdir("/"))
+            .map_err(|e| {
+                EnterError::Failed(format!(
+                    "cannot return to the host's mount namespace (setns: {e})"
+                ))
+            })?;
+        copied.map_err(EnterError::Unjoined)
+    }
+
+    /// In the agent's child, on a copy made by [`AttemptOnTemplate::prepare_copy`] in this
+    /// PID namespace: clone the per-task sources from the host, join the copy (its own: no
+    /// other process uses it), mount the task's fresh filesystems and attach the clones. The
+    /// same mount table as [`AttemptOnTemplate::enter`] leaves.
+    pub fn enter_prepared(
+        &self,
+        prepared: BorrowedFd<'_>,
+        network_none: bool,
+    ) -> Result<(), EnterError> {
+        let clones = self.clone_sources().map_err(EnterError::Unjoined)?;
+        nix::sched::setns(prepared, nix::sched::CloneFlags::CLONE_NEWNS).map_err(|e| {
+            EnterError::Unjoined(format!("cannot join the prepared sandbox (setns: {e})"))
+        })?;
+        let finish = || {
+            if network_none {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
+                    format!("cannot create the task's network namespace (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN")
+                })?;
+            }
+            sys::chdir(Path::new("/")).map_err(|e| format!("chdir /: {e}"))?;
+            self.mount_fresh_ones(Fresh::OfTheTask)?;
+            Self::attach(clones)
+        };
+        finish().map_err(EnterError::Failed)
+    }
+
+    /// Whether a copy prepared for `other` serves this attempt: the same template, the same
+    /// mounts of the PID namespace.
+    pub fn can_use_copy_of(&self, other: &AttemptOnTemplate) -> bool {
+        let of_pid_ns = |a: &AttemptOnTemplate| -> Vec<MountOp> {
+            a.fresh
+                .iter()
+                .filter(|op| Fresh::OfThePidNamespace.includes(op))
+                .cloned()
+                .collect()
+        };
+        self.key == other.key && of_pid_ns(self) == of_pid_ns(other)
+    }
+}
+
+/// Which of an attempt's fresh filesystems to mount.
+#[derive(Clone, Copy)]
+enum Fresh {
+    All,
+    /// `/proc` and `/dev/pts`: the same for every task of a PID namespace's shape.
+    OfThePidNamespace,
+    /// The rest: tmpfs sized for the task (`/tmp`, `$HOME` owned by its user, `/dev/shm`).
+    OfTheTask,
+}
+
+impl Fresh {
+    fn includes(self, op: &MountOp) -> bool {
+        let of_pid_ns = matches!(op, MountOp::Proc { .. } | MountOp::Devpts { .. });
+        match self {
+            Fresh::All => true,
+            Fresh::OfThePidNamespace => of_pid_ns,
+            Fresh::OfTheTask => !of_pid_ns,
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::tests::{host, layout, p};
-    use super::*;
-
-    const MOUNTS: &str = "22 1 8:1 / / rw - ext4 /dev/vda rw\n";
-
-    #[test]
-    fn an_attempt_on_a_template_mounts_only_its_own_parts() {
-        let l = layout();
-        let a = attempt_on_template(&l, &host(), MOUNTS).expect("the default shape");
-        let fresh: Vec<String> = a.fresh.iter().map(|op| op.to_string()).collect();
-        assert_eq!(
-            fresh,
-            [
-                "devpts        /dev/pts newinstance,ptmxmode=0666,mode=620",
-                "tmpfs         /dev/shm size=512M mode=1777 nosuid,nodev,noexec",
-                "proc          /proc",
-                "tmpfs         /tmp size=512M mode=1777 nosuid,nodev",
-                "tmpfs         /root size=256M mode=0700 nosuid,nodev",
-            ]
-        );
-        assert_eq!(
-            a.binds,
-            [
-                (l.progress_file.clone(), p("/run/keel/progress")),
-                (l.checkpoint_source.clone(), p("/run/keel/checkpoint")),
-                (l.work_source.clone(), p("/work")),
-            ]
-        );
-    }
-
-    #[test]
-    fn tasks_of_one_shape_share_a_template_and_other_shapes_do_not() {
-        let a = layout();
-        let mut b = layout();
-        b.work_source = p("/var/lib/keel/tasks/other/work");
-        b.progress_file = p("/var/lib/keel/tasks/other/run/progress");
-        b.checkpoint_source = p("/var/lib/keel/tasks/other/checkpoint");
-        b.new_root = p("/var/lib/keel/tasks/other/run/root");
-        b.tmp_size = 1 << 30;
-        b.home_owner = Some((1000, 1000));
-        let key =
-            |l: &SandboxLayout, mounts: &str| attempt_on_template(l, &host(), mounts).unwrap().key;
-        assert_eq!(key(&a, MOUNTS), key(&b, MOUNTS));
-        let mut hidden = layout();
-        hidden.hidden.push(p("/etc/secrets"));
-        assert_ne!(key(&a, MOUNTS), key(&hidden, MOUNTS));
-        let mut writable = layout();
-        writable.writable.push(p("/srv/cache"));
-        assert_ne!(key(&a, MOUNTS), key(&writable, MOUNTS));
-        // A new mount on the host: a new snapshot.
-        let more = format!("{MOUNTS}23 22 0:5 / /mnt rw - tmpfs tmpfs rw\n");
-        assert_ne!(key(&a, MOUNTS), key(&a, &more));
-    }
-
-    #[test]
-    fn shapes_with_per_task_parts_below_the_fresh_mounts_take_the_full_plan() {
-        // A writable path inside $HOME needs a mountpoint in the attempt's own tmpfs.
-        let mut in_home = layout();
-        in_home.writable.push(p("/root/.cache"));
-        assert_eq!(attempt_on_template(&in_home, &host(), MOUNTS), None);
-        // A hidden path inside the work directory is hidden on the attempt's bind.
-        let mut in_work = layout();
-        in_work.work_source = p("/srv/work");
-        in_work.hidden.push(p("/srv/work/secret"));
-        assert_eq!(attempt_on_template(&in_work, &host(), MOUNTS), None);
-        // (One inside the hidden state directory is no different: nothing shows it.)
-        let mut under_state = layout();
-        under_state
-            .hidden
-            .push(p("/var/lib/keel/tasks/demo/work/secret"));
-        assert!(attempt_on_template(&under_state, &host(), MOUNTS).is_some());
-        // A workdir inside $HOME is bound inside the attempt's own tmpfs.
-        let mut work_in_home = layout();
-        work_in_home.workdir = p("/root/src");
-        assert_eq!(attempt_on_template(&work_in_home, &host(), MOUNTS), None);
-    }
-
-    #[test]
-    fn the_template_plan_keeps_mountpoints_and_drops_per_attempt_mounts() {
-        let t = template_layout(&layout(), Path::new("/t"));
-        let sources = [&t.work_source, &t.progress_file, &t.checkpoint_source];
-        let (kept, _, _) = split(&plan_steps(&t, &host()), &t.new_root, &sources).unwrap();
-        let printed: Vec<String> = kept.iter().map(|(_, op)| op.to_string()).collect();
-        for gone in [
-            "proc          ",
-            "devpts        ",
-            "tmpfs         /tmp",
-            "bind          /t/",
-        ] {
-            assert!(
-                !printed.iter().any(|l| l.starts_with(gone)),
-                "{gone} kept: {printed:#?}"
-            );
-        }
-        for kept in [
-            "mkdir         /proc",
-            "mkdir         /tmp",
-            "mkdir         /work",
-            "mkfile        /run/keel/progress",
-            "setattr -R    /",
-        ] {
-            assert!(
-                printed.iter().any(|l| l.starts_with(kept)),
-                "{kept} missing: {printed:#?}"
-            );
-        }
-        // No setattr aims at a per-attempt mount (it would hit the template's root instead).
-        for own in [
-            "/tmp",
-            "/root",
-            "/dev/shm",
-            "/dev/pts",
-            "/work",
-            "/run/keel/progress",
-        ] {
-            assert!(
-                !printed
-                    .iter()
-                    .any(|l| l.starts_with("setattr ") && l.split_whitespace().nth(1) == Some(own)),
-                "setattr on {own}: {printed:#?}"
-            );
-        }
-    }
-}
+#[path = "tests_template.rs"]
+mod tests;
