@@ -160,7 +160,7 @@ impl Daemon {
     /// the control socket, inotify and the signal pipe.
     pub fn new(options: Options) -> Result<Self, DaemonError> {
         let dirs = StateDir::new(&options.state_dir);
-        let templates =
+        let mut templates =
             crate::sandbox::templates::SandboxTemplates::new(dirs.root.join("templates"));
         dirs.create()?;
         let lock = InstanceLock::acquire(&dirs.lock_path())?;
@@ -199,6 +199,11 @@ impl Daemon {
         }
 
         let slices = slices::setup_slices(layout, &cgroup_name);
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        templates.spares_pay_off(slices::spares_pay_off(
+            slices.as_ref().ok().map(|t| t.mode()),
+            &mountinfo,
+        ));
         let poll = Poll::new().map_err(setup("create the event loop"))?;
         let mut signals = Signals::new([
             libc::SIGCHLD,

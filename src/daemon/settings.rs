@@ -89,6 +89,11 @@ impl Daemon {
             // The operator may have fixed what kept keel from its cgroups (a delegation).
             let layout = crate::cgroup::detect(&self.cgroup_name);
             self.slices = slices::setup_slices(layout, &self.cgroup_name);
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            self.templates.spares_pay_off(slices::spares_pay_off(
+                self.slices.as_ref().ok().map(|t| t.mode()),
+                &mountinfo,
+            ));
             self.schedule_pending |= self.slices.is_ok();
         }
         match crate::config::load_config(&self.config_path, &self.host) {

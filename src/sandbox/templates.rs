@@ -45,10 +45,11 @@ pub struct SandboxTemplates {
     shapes: Vec<(u64, Option<AttemptOnTemplate>)>,
     /// The host as templates' keys see it, read again only when it changed.
     host: HostView,
-    /// A start prepared ahead ([`crate::sandbox::spare`]), and whether there are any
-    /// (`KEEL_NO_SPARE=1`: none).
+    /// A start prepared ahead ([`crate::sandbox::spare`]), and whether there are any: not
+    /// with `KEEL_NO_SPARE=1` (`allowed`), nor where they do not pay off.
     spare: Option<Spare>,
     spares: bool,
+    spares_allowed: bool,
     /// The template of the last start on one: the next spare copies it.
     last: Option<AttemptOnTemplate>,
 }
@@ -68,6 +69,7 @@ impl SandboxTemplates {
             host: HostView::new(),
             spare: None,
             spares: std::env::var_os("KEEL_NO_SPARE").is_none_or(|v| v != "1"),
+            spares_allowed: std::env::var_os("KEEL_NO_SPARE").is_none_or(|v| v != "1"),
             last: None,
             disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1")
                 || !can_join_mount_namespaces(),
@@ -206,6 +208,18 @@ impl SandboxTemplates {
                 log::warn!("cannot make a spare shim ({e}): starts take the usual path");
             }
         }
+    }
+
+    /// Whether spares are worth making on this host (the daemon's judgment of its cgroups:
+    /// `crate::daemon`'s `spares_pay_off`). Off, the spare there is goes.
+    pub fn spares_pay_off(&mut self, pay_off: bool) {
+        if !pay_off && self.spares {
+            log::info!(
+                "spare shims off: joining a task's cgroup from one would wait for an RCU grace period (mount cgroup2 with favordynmods to have them)"
+            );
+            self.spare = None;
+        }
+        self.spares = self.spares_allowed && pay_off;
     }
 
     /// The spare, to wait on (benchmarks, tests).
