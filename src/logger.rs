@@ -5,10 +5,19 @@
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 struct StderrLogger {
     prefix: &'static str,
-    journal: bool,
+}
+
+/// Whether stderr is the journal: read at [`init`], again at [`stderr_replaced`].
+static JOURNAL: AtomicBool = AtomicBool::new(false);
+
+/// Say that fd 2 is another file now (a spare shim's stderr becomes `run/shim.log`): lines
+/// take the form that file wants.
+pub fn stderr_replaced() {
+    JOURNAL.store(stderr_is_journal(), Ordering::Relaxed);
 }
 
 /// One log line: `<priority>prefix level: message` for the journal, else with a time stamp.
@@ -50,7 +59,7 @@ impl Log for StderrLogger {
         let time = crate::state::rfc3339(crate::state::now_ms());
         // One write per line so lines from several processes sharing a file do not interleave.
         let line = format_line(
-            self.journal,
+            JOURNAL.load(Ordering::Relaxed),
             &time,
             self.prefix,
             record.level(),
@@ -72,10 +81,8 @@ pub fn init(prefix: &'static str) {
         Ok("off") => LevelFilter::Off,
         _ => LevelFilter::Info,
     };
-    let logger = Box::leak(Box::new(StderrLogger {
-        prefix,
-        journal: stderr_is_journal(),
-    }));
+    stderr_replaced();
+    let logger = Box::leak(Box::new(StderrLogger { prefix }));
     if log::set_logger(logger).is_ok() {
         log::set_max_level(level);
     }

@@ -254,7 +254,8 @@ pub fn spawn_shim_program(
         CString::new("keel").expect("no NUL"),
         CString::new("shim").expect("no NUL"),
         CString::new("--spec").expect("no NUL"),
-        CString::new(spec_path.display().to_string()).map_err(|_| SpawnError::NulInPath)?,
+        CString::new(spec_path.as_os_str().as_encoded_bytes())
+            .map_err(|_| SpawnError::NulInPath)?,
     ];
     let envp = shim_envp();
     let request = crate::sys::SpawnRequest {

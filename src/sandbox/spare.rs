@@ -16,10 +16,12 @@
 //! as the daemon's clone does: the spare changes when the work is done, never what is done.
 //!
 //! The daemon keeps at most one spare, made a moment after a sandboxed start while tasks run
-//! ([`crate::sandbox::templates::SandboxTemplates::replenish_spare`]), dropped (killed) with
-//! the templates and whenever the host view its copy was made of changed. A spare whose daemon
-//! is gone reads end-of-file and exits; one that cannot take a start (gone, the message too
-//! large) is killed and the start takes the usual path.
+//! ([`crate::sandbox::templates::SandboxTemplates::replenish_spare`]) and dropped (killed)
+//! with the templates when none runs. The next sandboxed start takes it whatever its copy is
+//! of; a copy of another template, or of the host as it was before a change, is not used
+//! ([`AttemptOnTemplate::can_use_copy_of`]). A spare whose daemon is gone reads end-of-file
+//! and exits; one that cannot take a start (gone, the message too large) is dropped and the
+//! start takes the usual path.
 
 use crate::sandbox::launch::{hand_over, start_agent, Launch};
 use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
@@ -168,6 +170,7 @@ fn become_shim(
             (lock, crate::sys::ATTEMPT_LOCK_FD),
         ])
     });
+    crate::logger::stderr_replaced();
     if let Err(e) = installed {
         // Without its lock and log this cannot be the attempt's shim: the daemon sees a
         // shim that ended without a record.
@@ -357,6 +360,18 @@ impl Spare {
 
     fn send(&self, request: &Request, fds: &[RawFd]) -> io::Result<()> {
         let bytes = serde_json::to_vec(request).map_err(io::Error::other)?;
+        // The spare reads no more (a larger one would come cut, and the start be lost): the
+        // start takes the usual path.
+        if bytes.len() > MAX_MESSAGE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a {} kB request, over {} kB",
+                    bytes.len() >> 10,
+                    MAX_MESSAGE >> 10
+                ),
+            ));
+        }
         send_with_fds(self.socket.as_fd(), &bytes, fds)
     }
 }

@@ -4,7 +4,7 @@
 //! A template is a snapshot of the host: its key covers the host's mount table and the
 //! identity of `/`'s entries and of every hidden, writable and read-only path, so a change
 //! there builds a new one. A change of the mount table or of `/` drops every template; one of
-//! a shape's own paths leaves its old template to go out as the least recently used. A
+//! a shape's own paths drops that shape's (other shapes keep theirs). A
 //! template pins what it binds (a filesystem unmounted on the host stays busy while a
 //! template holds it), so the daemon drops them all whenever no task is running
 //! ([`SandboxTemplates::clear`]), and keeps at most [`MAX_TEMPLATES`]. The host's side of the
@@ -25,6 +25,7 @@ pub const MAX_TEMPLATES: usize = 4;
 
 struct Entry {
     key: u64,
+    shape: u64,
     host: u64,
     ns: OwnedFd,
     dir: PathBuf,
@@ -90,10 +91,14 @@ impl SandboxTemplates {
         }
         // Snapshots of a host that has changed since: nothing will use them again, and they
         // keep what they bound busy.
-        for stale in self.entries.iter().filter(|e| e.host != attempt.host) {
-            remove_dir(&stale.dir);
+        // A snapshot of another host, or of this shape's paths as they were: out of date for
+        // good (should a path come back as it was — a new file given the old one's inode —
+        // its hide would be gone all the same: a rename over a hidden file detaches it).
+        let stale = |e: &Entry| attempt.outdates(e.key, e.shape, e.host);
+        for entry in self.entries.iter().filter(|e| stale(e)) {
+            remove_dir(&entry.dir);
         }
-        self.entries.retain(|e| e.host == attempt.host);
+        self.entries.retain(|e| !stale(e));
         self.last = Some(attempt.clone());
         if let Some(entry) = self.entries.iter_mut().find(|e| e.key == attempt.key) {
             entry.used = Instant::now();
@@ -119,6 +124,7 @@ impl SandboxTemplates {
                 let copy = ns.as_fd().try_clone_to_owned().ok();
                 self.entries.push(Entry {
                     key: attempt.key,
+                    shape: attempt.shape,
                     host: attempt.host,
                     ns,
                     dir,

@@ -49,6 +49,9 @@ pub struct AttemptOnTemplate {
     /// A key naming the template's shape (equal layouts but for the per-attempt parts, over
     /// the same host): attempts with equal keys share a template.
     pub key: u64,
+    /// The shape alone (the template's mounts, without the host's state): a template of the
+    /// same shape but another key is out of date.
+    pub shape: u64,
     /// The host's state as every shape sees it (its mount table and the entries of `/`; the
     /// layout's own paths are in `key` only): templates of another are out of date.
     pub host: u64,
@@ -122,9 +125,11 @@ pub fn attempt_on_template(
     template_rest
         .iter()
         .for_each(|(_, op)| op.hash(&mut hasher));
+    let shape = hasher.finish();
     host_state.hash(&mut hasher);
     Some(AttemptOnTemplate {
         key: hasher.finish(),
+        shape,
         host,
         fresh,
         binds,
@@ -147,19 +152,30 @@ pub fn attempt_on_template(
 pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry], mount_table: &str) -> String {
     use std::os::unix::fs::MetadataExt;
     let mut state = mount_table.to_owned();
-    let top = host_root.iter().map(|e| Path::new("/").join(&e.name));
-    let listed = layout
-        .hidden
+    let top = host_root
         .iter()
-        .chain(&layout.writable)
+        .map(|e| (Path::new("/").join(&e.name), false));
+    let hidden = layout.hidden.iter().map(|p| (p.clone(), true));
+    let others = layout
+        .writable
+        .iter()
         .chain(&layout.readonly)
-        .cloned();
-    for (i, path) in top.chain(listed).enumerate() {
+        .map(|p| (p.clone(), false));
+    for (i, (path, is_hidden)) in top.chain(hidden).chain(others).enumerate() {
         if i == host_root.len() {
             state.push_str(LAYOUT_PATHS);
         }
-        let identity =
-            |m: &std::fs::Metadata| format!("{} {} {:o}", m.dev(), m.ino(), m.mode() & 0o170000);
+        // A hidden file's change time too: a file that replaces it by rename may be given the
+        // inode number of the one before, and the hide of the old one is gone. (Not a
+        // directory's: it changes with every entry made in it — keel's own state directory
+        // is hidden.)
+        let identity = |m: &std::fs::Metadata| {
+            let mut id = format!("{} {} {:o}", m.dev(), m.ino(), m.mode() & 0o170000);
+            if is_hidden && !m.is_dir() {
+                id.push_str(&format!(" {}.{:09}", m.ctime(), m.ctime_nsec()));
+            }
+            id
+        };
         let line = match std::fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_symlink() => {
                 let target = std::fs::metadata(&path)
@@ -510,6 +526,13 @@ impl AttemptOnTemplate {
             Self::attach(clones)
         };
         finish().map_err(EnterError::Failed)
+    }
+
+    /// Whether a template kept for another attempt (its key, shape and host) is out of date
+    /// once this one is computed: made of another host, or of this shape's own paths as they
+    /// were.
+    pub fn outdates(&self, key: u64, shape: u64, host: u64) -> bool {
+        host != self.host || (shape == self.shape && key != self.key)
     }
 
     /// Whether a copy prepared for `other` serves this attempt: the same template, the same

@@ -158,3 +158,35 @@ fn a_prepared_copy_serves_attempts_of_its_template_only() {
     let json = serde_json::to_string(&b).unwrap();
     assert_eq!(serde_json::from_str::<AttemptOnTemplate>(&json).unwrap(), b);
 }
+
+#[test]
+fn a_changed_hidden_file_outdates_its_shapes_template_and_no_other() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("keel-outdates-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "old").unwrap();
+    let mut shape = layout();
+    shape.hidden.push(secret.clone());
+    let mut other = layout();
+    other.hidden.push(p("/etc/other-secret"));
+    let on_host = |l: &SandboxLayout| {
+        attempt_on_template(l, &host(), &host_state(l, &host(), MOUNTS)).unwrap()
+    };
+    let (before, other_before) = (on_host(&shape), on_host(&other));
+    // Replaced by rename, as passwd(1) does: its hide in the old template is gone.
+    std::fs::write(dir.join("new"), "new").unwrap();
+    std::fs::rename(dir.join("new"), &secret).unwrap();
+    let after = on_host(&shape);
+    assert!(after.outdates(before.key, before.shape, before.host));
+    assert!(!after.outdates(other_before.key, other_before.shape, other_before.host));
+    assert!(!after.outdates(after.key, after.shape, after.host));
+    // The change time is part of a hidden file's identity: a new file given the old inode
+    // number still makes another key (here: a chmod, which changes only the change time).
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let later = on_host(&shape);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_ne!(later.key, after.key);
+    assert!(later.outdates(after.key, after.shape, after.host));
+}
