@@ -311,7 +311,7 @@ fn spare_ready(templates: &mut SandboxTemplates, keel_bin: &Path) {
         return;
     };
     // Before the first start there is no template to copy.
-    if spare.prepared_for().is_some() {
+    if spare.copying() {
         let word = spare.wait_ready(Duration::from_secs(5));
         assert_eq!(word.as_deref(), Some("ready"), "the spare's copy");
     }

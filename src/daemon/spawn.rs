@@ -1,7 +1,7 @@
 //! Turning a decision to start into a running shim: the attempt's spec, its environment
 //! contract, and the clone3 call.
 
-use crate::sandbox::launch::{launch_for_exec, shim_env, shim_envp, Launch};
+use crate::sandbox::launch::{launch_for_exec, shim_argv, shim_env, shim_envp, Launch};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
 use crate::sandbox::templates::SandboxTemplates;
 use crate::state::StateDir;
@@ -250,13 +250,7 @@ pub fn spawn_shim_program(
     }
     let program =
         CString::new(keel.as_os_str().as_encoded_bytes()).map_err(|_| SpawnError::NulInPath)?;
-    let argv = [
-        CString::new("keel").expect("no NUL"),
-        CString::new("shim").expect("no NUL"),
-        CString::new("--spec").expect("no NUL"),
-        CString::new(spec_path.as_os_str().as_encoded_bytes())
-            .map_err(|_| SpawnError::NulInPath)?,
-    ];
+    let argv = shim_argv(&spec_path).map_err(|_| SpawnError::NulInPath)?;
     let envp = shim_envp();
     let request = crate::sys::SpawnRequest {
         program: &program,

@@ -107,6 +107,17 @@ pub fn shim_env() -> impl Iterator<Item = (OsString, OsString)> {
     std::env::vars_os().filter(|(k, _)| k != "KEEL_CRASH_AT")
 }
 
+/// `keel shim --spec SPEC_PATH`: the shim's command line, before what [`Handed::to_args`]
+/// appends. `Err` for a path with a NUL byte.
+pub fn shim_argv(spec_path: &Path) -> Result<Vec<CString>, std::ffi::NulError> {
+    let mut argv: Vec<CString> = ["keel", "shim", "--spec"]
+        .iter()
+        .map(|a| CString::new(*a).expect("no NUL"))
+        .collect();
+    argv.push(CString::new(spec_path.as_os_str().as_encoded_bytes())?);
+    Ok(argv)
+}
+
 /// [`shim_env`] as execve(2) takes it.
 pub fn shim_envp() -> Vec<CString> {
     shim_env()

@@ -190,10 +190,10 @@ impl Prepared {
     pub fn from_parts(
         parts: PreparedParts,
         template: Option<OwnedFd>,
-        prepared: Option<(&AttemptOnTemplate, OwnedFd)>,
+        prepared: Option<(AttemptOnTemplate, OwnedFd)>,
     ) -> Prepared {
         let ns = match (&parts.template, prepared, template) {
-            (Some(attempt), Some((made_for, copy)), _) if attempt.can_use_copy_of(made_for) => {
+            (Some(attempt), Some((made_for, copy)), _) if attempt.can_use_copy_of(&made_for) => {
                 Some(TemplateNs::PreparedCopy(copy))
             }
             (Some(_), _, Some(fd)) => Some(TemplateNs::Template(fd)),

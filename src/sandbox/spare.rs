@@ -23,7 +23,7 @@
 //! and exits; one that cannot take a start (gone, the message too large) is dropped and the
 //! start takes the usual path.
 
-use crate::sandbox::launch::{hand_over, start_agent, Launch};
+use crate::sandbox::launch::{hand_over, shim_argv, start_agent, Launch};
 use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
 use crate::sandbox::prepare::{Prepared, PreparedParts};
 use crate::sandbox::shim::SETUP_FAILURE;
@@ -142,7 +142,8 @@ fn receive(
 }
 
 /// The attempt's shim from here on: its descriptors where the daemon's clone has them, its
-/// cgroup joined, its agent started, its spec written, then [`crate::sandbox::shim::run`].
+/// cgroup joined, its agent started, its spec written, then `keel shim --spec …` exec'd with
+/// the agent handed over (or, should that exec fail, [`crate::sandbox::shim::run`] here).
 fn become_shim(
     assignment: Assignment,
     fds: Vec<OwnedFd>,
@@ -183,11 +184,7 @@ fn become_shim(
         sandbox,
         ..
     } = assignment;
-    let (made_for, copy) = match prepared {
-        Some((attempt, copy)) => (Some(attempt), Some(copy)),
-        None => (None, None),
-    };
-    let sandbox = Prepared::from_parts(sandbox, template, made_for.as_ref().zip(copy));
+    let sandbox = Prepared::from_parts(sandbox, template, prepared);
     let built = if sandbox.on_prepared_copy() {
         "on the copy it prepared"
     } else if sandbox.template_fd().is_some() {
@@ -213,12 +210,8 @@ fn become_shim(
     // …` in `ps` like every other, on a fresh image. The lock goes with it as fd 3.
     // Signals stay blocked across the exec: those that came meanwhile wait for the shim.
     crate::sys::process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
-    let mut argv = vec![
-        CString::new("keel").expect("no NUL"),
-        CString::new("shim").expect("no NUL"),
-        CString::new("--spec").expect("no NUL"),
-        CString::new(spec_path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
-    ];
+    // The daemon opened files under this path: it has no NUL.
+    let mut argv = shim_argv(&spec_path).unwrap_or_default();
     argv.extend(handed.to_args());
     let error = crate::sys::process::exec_as_is(c"/proc/self/exe", &argv);
     // The same shim, without the fresh image.
@@ -240,8 +233,8 @@ pub struct Spare {
     /// `None` once the spare took a start (its pidfd went with it).
     pidfd: Option<OwnedFd>,
     socket: OwnedFd,
-    /// The template it copies (or copied), if it was asked to.
-    prepared_for: Option<AttemptOnTemplate>,
+    /// It was asked to copy a template.
+    copying: bool,
 }
 
 impl Spare {
@@ -288,11 +281,11 @@ impl Spare {
             pid,
             pidfd: Some(pidfd),
             socket: ours,
-            prepared_for: None,
+            copying: false,
         };
         if let Some((attempt, ns)) = template {
             spare.send(&Request::Prepare(attempt.clone()), &[ns.as_raw_fd()])?;
-            spare.prepared_for = Some(attempt.clone());
+            spare.copying = true;
         }
         Ok(spare)
     }
@@ -304,9 +297,9 @@ impl Spare {
         })
     }
 
-    /// The template the spare was asked to copy.
-    pub fn prepared_for(&self) -> Option<&AttemptOnTemplate> {
-        self.prepared_for.as_ref()
+    /// Whether the spare was asked to copy a template (there was one to copy).
+    pub fn copying(&self) -> bool {
+        self.copying
     }
 
     pub fn pid(&self) -> i32 {

@@ -60,6 +60,7 @@ const REMEMBERED_SHAPES: usize = 64;
 
 impl SandboxTemplates {
     pub fn new(dir: PathBuf) -> SandboxTemplates {
+        let spares_allowed = std::env::var_os("KEEL_NO_SPARE").is_none_or(|v| v != "1");
         // What an earlier daemon left: empty placeholders (its namespaces died with it).
         remove_dir(&dir);
         SandboxTemplates {
@@ -69,8 +70,8 @@ impl SandboxTemplates {
             shapes: Vec::new(),
             host: HostView::new(),
             spare: None,
-            spares: std::env::var_os("KEEL_NO_SPARE").is_none_or(|v| v != "1"),
-            spares_allowed: std::env::var_os("KEEL_NO_SPARE").is_none_or(|v| v != "1"),
+            spares: spares_allowed,
+            spares_allowed,
             last: None,
             disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1")
                 || !can_join_mount_namespaces(),
