@@ -4,8 +4,8 @@
 //! task's cgroup) from its own image and, *before* that process execs `keel shim`, starts the
 //! agent's child from it (a vfork-style clone: `crate::sys::process::fork_agent`): the child
 //! builds the sandbox and execs the agent, then the shim's exec and set-up (spec, records, log)
-//! follow. The agent's start never waits for a 4 MB binary to load (README, "Benchmarks":
-//! start latency).
+//! follow. The agent's start never waits for a 4 MB binary to load (docs/benchmarks.md,
+//! "Start latency").
 //!
 //! The shim takes the agent over from its argv (`--agent PID --started-ms MS`) and two
 //! descriptors: [`HANDOFF_OUTPUT_FD`], the read end of the agent's output pipe, and

@@ -150,7 +150,7 @@ const LEAF_RULES: usize = 4;
 /// Why a search and not a list: when a filter is installed, the kernel runs it for every
 /// syscall number to find the ones it always allows (seccomp's action cache) — with a list of
 /// fifty comparisons, ~23,000 emulated instructions, 145–195 µs to install on the development
-/// hosts; with the search, at most 14 per number, 108–119 µs (README, "Benchmarks").
+/// hosts; with the search, at most 14 per number, 108–119 µs (docs/benchmarks.md).
 fn decide(rules: &[(u32, Rule)]) -> Vec<Instruction> {
     if rules.len() <= LEAF_RULES {
         let mut p = Vec::new();

@@ -1,7 +1,7 @@
 //! Spare shims: the part of a sandboxed start that is not the task's own, done ahead.
 //!
-//! Half of a sandboxed start happens before anything of the task's is done (README,
-//! "Benchmarks"): the daemon's clone3 copies its page tables (~0.3 ms here), and the agent's
+//! Half of a sandboxed start happens before anything of the task's is done
+//! (docs/benchmarks.md): the daemon's clone3 copies its page tables (~0.3 ms here), and the agent's
 //! child joins the sandbox template, copies it and mounts `/proc` and `/dev/pts` (~0.25 ms).
 //! A spare is that part made while no start waits: `keel shim --spare STATE_DIR`, cloned with
 //! `CLONE_NEWPID` (PID 1 of the PID namespace its task will have) and exec'd, which copies the

@@ -358,8 +358,8 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
 
 /// The kernel's boot id: changes at every boot, so a recorded pid from an earlier boot is
 /// known to be gone. Test hook: `KEEL_TEST_BOOT_ID`, when set, replaces it, so that a test can
-/// simulate a host reboot (README, "Testing hooks"); the shims inherit it with the daemon's
-/// environment, so one daemon and its shims agree.
+/// simulate a host reboot (docs/testing.md, "Testing hooks"); the shims inherit it with the
+/// daemon's environment, so one daemon and its shims agree.
 pub fn boot_id() -> String {
     if let Some(id) = std::env::var_os("KEEL_TEST_BOOT_ID") {
         return id.to_string_lossy().into_owned();

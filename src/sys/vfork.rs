@@ -4,7 +4,7 @@
 //! Why: a fork copies the parent's page tables and every page either side writes afterwards
 //! is copied again; the exec then tears that copy down. On the development hosts (a
 //! paravirtualised VM where page-table updates trap) a fork of even a small process costs
-//! ~220 µs, a vfork ~50 µs (README, "Benchmarks"), and the agent's exec no longer has a copied
+//! ~220 µs, a vfork ~50 µs (docs/benchmarks.md), and the agent's exec no longer has a copied
 //! address space to unmap.
 //!
 //! What sharing the memory asks of the caller and the child:
