@@ -174,8 +174,8 @@ fn the_installed_unit_passes_systemd_analyze_verify() {
         .unwrap();
     let problems: Vec<String> = stderr_of(&out)
         .lines()
-        // DelegateSubgroup= came with systemd 254; older ones ignore it (README says what
-        // then to do on cgroup v2).
+        // DelegateSubgroup= came with systemd 254; older ones ignore it (docs/operations.md,
+        // "systemd", says what then to do on cgroup v2).
         .filter(|l| !(systemd_version() < 254 && l.contains("Unknown key 'DelegateSubgroup'")))
         .map(str::to_string)
         .collect();
