@@ -300,6 +300,41 @@ impl Daemon {
             .collect()
     }
 
+    /// `tasks/<unit>/state.ron`, read with the daemon's own type.
+    pub fn record(&self, unit: &str) -> keel::daemon::record::TaskRecord {
+        let path = self.task_dir(unit).join("state.ron");
+        keel::state::read_ron(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .unwrap_or_else(|| panic!("{}: missing", path.display()))
+    }
+
+    /// Replace `tasks/<unit>/state.ron` as the daemon writes it (temp file, fsync, rename,
+    /// directory fsync). Only while no daemon of this fixture runs: it owns the file.
+    pub fn write_record(&self, unit: &str, record: &keel::daemon::record::TaskRecord) {
+        assert!(
+            self.child.is_none(),
+            "state.ron rewritten under a live daemon"
+        );
+        keel::state::write_ron(&self.task_dir(unit).join("state.ron"), record).unwrap();
+    }
+
+    /// Plant `tasks/<unit>/run/exit.ron` as a shim writes it (atomically): an agent of
+    /// attempt `attempt`, generation `generation`, that exited 0.
+    pub fn plant_exit_record(&self, unit: &str, generation: u64, attempt: u32) {
+        let now = keel::state::now_ms();
+        let record = keel::sandbox::spec::ExitRecord {
+            generation,
+            attempt,
+            status: keel::sandbox::spec::AgentStatus::Exited(0),
+            agent_pid: 1,
+            started_ms: now.saturating_sub(1000),
+            ended_ms: now,
+            spawn_error: None,
+        };
+        let run = self.task_dir(unit).join("run");
+        keel::state::write_ron(&keel::sandbox::spec::exit_record_path(&run), &record).unwrap();
+    }
+
     /// SIGKILL the daemon (not its tasks) and reap it.
     pub fn crash(&mut self) {
         if let Some(mut child) = self.child.take() {
