@@ -1,9 +1,10 @@
 //! Chaos: 20 tasks (sleeping, heartbeating, crash-looping, finishing) while the daemon is
 //! SIGKILLed 50 times at random moments and once at each crash point (`KEEL_CRASH_AT`),
-//! restarted each time. Checked: never two live attempts of a task (sampled from the
-//! processes during the run, and from the journal after), every task accounted for, the
-//! long-running ones never restarted, every finished task's exit code, every state file
-//! parses, and nothing of keel's left behind after the final shutdown.
+//! restarted each time. Checked: each crash point reached (the daemon dies of SIGKILL there,
+//! saying so), never two live attempts of a task (sampled from the processes during the run,
+//! and from the journal after), every task accounted for, the long-running ones never
+//! restarted, every finished task's exit code, every state file parses, and nothing of keel's
+//! left behind after the final shutdown.
 //!
 //! The moments are drawn from a xorshift generator seeded from the clock; the seed is printed
 //! (and `KEEL_CHAOS_SEED=<n>` replays it).
@@ -12,7 +13,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,40 +130,6 @@ fn units(d: &Daemon) -> Vec<(String, Option<i32>)> {
     expected
 }
 
-/// Start a daemon that is meant to die at a crash point; wait for that (or give up after a
-/// while and kill it: the point may not be reached in time, which is no failure).
-fn run_to_crash_point(d: &mut Daemon, point: &str) -> bool {
-    let log = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(d.scratch.dir.join("daemon.log"))
-        .unwrap();
-    let mut child = Command::new(keel_bin())
-        .arg("daemon")
-        .arg("--state")
-        .arg(d.state())
-        .arg("--units")
-        .arg(d.units())
-        .arg("--cgroup-name")
-        .arg(&d.cgroup_name)
-        .env("KEEL_CRASH_AT", point)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(8);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    false
-}
-
 #[test]
 fn twenty_tasks_survive_fifty_kills_and_every_crash_point() {
     if !require_root("chaos") {
@@ -248,15 +214,22 @@ fn twenty_tasks_survive_fifty_kills_and_every_crash_point() {
         if let Some(p) = at.iter().position(|&k| k == kill) {
             // Two or three starts in, so that it falls among the crash-loopers' starts.
             let point = format!("{}:{}", CRASH_POINTS[p], 1 + rng.below(3));
-            let hit = run_to_crash_point(&mut d, &point);
-            crash_points_hit.push(format!(
-                "{point}: {}",
-                if hit { "died" } else { "not reached" }
-            ));
+            // Fails unless the daemon dies of SIGKILL at that point, saying so, in time.
+            d.die_at(&point);
+            crash_points_hit.push(point);
         }
         d.spawn();
     }
     let chaos_time = started.elapsed();
+    // Each point was reached (die_at saw the daemon die there), not only scheduled.
+    for point in CRASH_POINTS {
+        assert!(
+            crash_points_hit
+                .iter()
+                .any(|hit| hit.split(':').next() == Some(point)),
+            "{point} never reached: {crash_points_hit:?}; seed {seed}"
+        );
+    }
     // Let the finishers finish.
     for (unit, code) in &expected {
         if code.is_some() {

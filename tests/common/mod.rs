@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// How long a daemon run with `KEEL_CRASH_AT` may take to reach its point (generous: a busy
+/// 2-core CI machine).
+pub const CRASH_DEADLINE: Duration = Duration::from_secs(30);
+
 pub fn keel_bin() -> &'static str {
     env!("CARGO_BIN_EXE_keel")
 }
@@ -150,16 +154,55 @@ impl Daemon {
         cmd
     }
 
-    /// Run a daemon with `KEEL_CRASH_AT=point` in the foreground until it dies there (it must:
-    /// the point is reached during start-up or at the first start).
+    /// Run a daemon with `KEEL_CRASH_AT=point` until it dies there (it must: the point is
+    /// reached during start-up or at a start soon after). Asserts that it died of SIGKILL —
+    /// what the crash hook (`state::crash_point`) raises — and that its log names the point,
+    /// within [`CRASH_DEADLINE`]; a daemon still alive then is killed and the test fails.
+    /// Its log is appended to `daemon.log`.
     pub fn die_at(&self, point: &str) {
-        let status = self
-            .daemon_command()
-            .env("KEEL_CRASH_AT", point)
-            .stderr(Stdio::null())
-            .status()
+        let log_path = self.scratch.dir.join("daemon.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
             .unwrap();
-        assert!(!status.success(), "{point}: the daemon should have died");
+        let log_before = log.metadata().unwrap().len() as usize;
+        let mut cmd = self.daemon_command();
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        // The hook's line is a warning: no inherited KEEL_LOG may hide it.
+        cmd.env_remove("KEEL_LOG").env("KEEL_CRASH_AT", point);
+        let mut child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + CRASH_DEADLINE;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{point}: the daemon did not reach its crash point within {CRASH_DEADLINE:?}\n{}",
+                    self.daemon_log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let log = self.daemon_log();
+        let this_run = log.get(log_before..).unwrap_or_default();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "{point}: the daemon should have died of SIGKILL at its crash point, not {status}\n{this_run}"
+        );
+        assert!(
+            this_run.contains(&format!("KEEL_CRASH_AT={point}: dying on purpose")),
+            "{point}: the daemon died without reaching its crash point\n{this_run}"
+        );
     }
 
     pub fn spawn(&mut self) {
@@ -255,6 +298,41 @@ impl Daemon {
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|e| unit.is_none_or(|u| e["unit"] == u))
             .collect()
+    }
+
+    /// `tasks/<unit>/state.ron`, read with the daemon's own type.
+    pub fn record(&self, unit: &str) -> keel::daemon::record::TaskRecord {
+        let path = self.task_dir(unit).join("state.ron");
+        keel::state::read_ron(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .unwrap_or_else(|| panic!("{}: missing", path.display()))
+    }
+
+    /// Replace `tasks/<unit>/state.ron` as the daemon writes it (temp file, fsync, rename,
+    /// directory fsync). Only while no daemon of this fixture runs: it owns the file.
+    pub fn write_record(&self, unit: &str, record: &keel::daemon::record::TaskRecord) {
+        assert!(
+            self.child.is_none(),
+            "state.ron rewritten under a live daemon"
+        );
+        keel::state::write_ron(&self.task_dir(unit).join("state.ron"), record).unwrap();
+    }
+
+    /// Plant `tasks/<unit>/run/exit.ron` as a shim writes it (atomically): an agent of
+    /// attempt `attempt`, generation `generation`, that exited 0.
+    pub fn plant_exit_record(&self, unit: &str, generation: u64, attempt: u32) {
+        let now = keel::state::now_ms();
+        let record = keel::sandbox::spec::ExitRecord {
+            generation,
+            attempt,
+            status: keel::sandbox::spec::AgentStatus::Exited(0),
+            agent_pid: 1,
+            started_ms: now.saturating_sub(1000),
+            ended_ms: now,
+            spawn_error: None,
+        };
+        let run = self.task_dir(unit).join("run");
+        keel::state::write_ron(&keel::sandbox::spec::exit_record_path(&run), &record).unwrap();
     }
 
     /// SIGKILL the daemon (not its tasks) and reap it.
