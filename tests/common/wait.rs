@@ -44,3 +44,36 @@ pub fn unix_now_ms() -> u64 {
         .unwrap()
         .as_millis() as u64
 }
+
+/// The lines of a stream (a child's stdout), read on a thread of their own so that a test can
+/// wait for each with a deadline instead of blocking on a read forever.
+pub struct Lines(std::sync::mpsc::Receiver<std::io::Result<String>>);
+
+impl Lines {
+    pub fn of(stream: impl std::io::Read + Send + 'static) -> Lines {
+        use std::io::BufRead;
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream).lines() {
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines(receive)
+    }
+
+    /// The next line; panics naming `what` if none comes within `within` or the stream ends.
+    pub fn next_within(&self, within: Duration, what: &str) -> String {
+        match self.0.recv_timeout(within) {
+            Ok(Ok(line)) => line,
+            Ok(Err(e)) => panic!("reading {what}: {e}"),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("timed out after {within:?} waiting for a line of {what}")
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("{what} ended before the line the test waits for")
+            }
+        }
+    }
+}
