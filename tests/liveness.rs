@@ -287,6 +287,7 @@ fn an_adopted_attempt_is_still_watched() {
         ),
     );
     let running = d.wait_state("long", "running", Duration::from_secs(10));
+    // A few heartbeats under this daemon first (the scenario: an attempt well under way).
     std::thread::sleep(Duration::from_millis(500));
     d.crash();
     d.spawn();
