@@ -141,7 +141,15 @@ fn removal_keeps_unsaved_work_and_prune_frees_what_is_safe() {
     }
     let d = Daemon::start("co-remove");
     let repo = make_repo(&d);
-    d.write_unit("dirty", &unit_with_repo(&repo, "echo wip > wip.txt", ""));
+    // A commit, then uncommitted work on top.
+    d.write_unit(
+        "dirty",
+        &unit_with_repo(
+            &repo,
+            "echo d > d.txt && git add d.txt && git commit -qm dirty-commit && echo wip > wip.txt",
+            "",
+        ),
+    );
     d.write_unit(
         "clean",
         &unit_with_repo(
@@ -165,10 +173,23 @@ fn removal_keeps_unsaved_work_and_prune_frees_what_is_safe() {
     assert!(said.contains("freed") && said.contains("clean"), "{said}");
     assert!(!d.task_dir("clean").join("checkout").exists());
     assert!(git(&repo, &["log", "--format=%s", "keel/clean"]).starts_with('x'));
-    // --force removes the dirty one, harvesting first.
+    // --force removes the dirty one, harvesting first. Its commit came home when its attempt
+    // ended; gone from the main repository again, only this harvest can bring it back.
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", "keel/dirty"]).trim(),
+        "dirty-commit"
+    );
+    git(&repo, &["branch", "-D", "keel/dirty"]);
     let out = d.keel(&["rm", "--force", "dirty"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
-    assert!(!d.task_dir("dirty").exists(), "{}", stdout_of(&out));
+    let said = stdout_of(&out);
+    assert!(!d.task_dir("dirty").exists(), "{said}");
+    assert!(said.contains("harvested keel/dirty"), "{said}");
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", "keel/dirty"]).trim(),
+        "dirty-commit",
+        "harvested before the checkout went: {said}"
+    );
 }
 
 #[test]

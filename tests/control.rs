@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
+use wait::{holds_throughout, Lines, PATIENCE};
 
 #[test]
 fn stop_escalates_to_sigkill_after_the_timeout() {
@@ -17,9 +18,9 @@ fn stop_escalates_to_sigkill_after_the_timeout() {
     restart: Always,
 )"#,
     );
-    d.wait_state("stubborn", "running", Duration::from_secs(10));
+    d.wait_state("stubborn", "running", PATIENCE);
     let log = d.task_dir("stubborn").join("run/output.log");
-    wait_until(Duration::from_secs(5), "agent ready", || {
+    wait_until(PATIENCE, "agent ready", || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
             .contains("ready")
@@ -47,12 +48,13 @@ fn stop_escalates_to_sigkill_after_the_timeout() {
         .map(|e| e["event"].as_str().unwrap().to_string())
         .collect();
     assert!(events.contains(&"stop-timeout".to_string()), "{events:?}");
-    // Stopped is final: the Always policy does not bring it back.
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(d.task("stubborn").unwrap()["state"], "stopped");
+    // Stopped is final: the Always policy does not bring it back (a negative check).
+    holds_throughout(Duration::from_secs(1), "stubborn stays stopped", || {
+        d.task("stubborn").unwrap()["state"] == "stopped"
+    });
     // And `keel start` does.
     assert!(d.keel(&["start", "stubborn"]).status.success());
-    d.wait_state("stubborn", "running", Duration::from_secs(10));
+    d.wait_state("stubborn", "running", PATIENCE);
 }
 
 #[test]
@@ -119,7 +121,7 @@ fn garbage_in_the_units_directory_harms_nothing() {
     d.wait_state("good", "running", Duration::from_secs(10));
     d.write_unit("bad", "Unit(command: [\"x\"],\n  restart: Sometimes)");
     std::fs::write(d.units().join("binary.ron"), [0xff, 0xfe, 0, 1, 2]).unwrap();
-    wait_until(Duration::from_secs(5), "both reported", || {
+    wait_until(PATIENCE, "both reported", || {
         d.status()["invalid_units"].as_array().unwrap().len() == 2
     });
     let status = d.status();
@@ -140,42 +142,38 @@ fn garbage_in_the_units_directory_harms_nothing() {
         "bad",
         r#"Unit(command: ["/bin/sh", "-c", "exit 0"], restart: Never)"#,
     );
-    d.wait_state("bad", "succeeded", Duration::from_secs(5));
+    d.wait_state("bad", "succeeded", PATIENCE);
     assert!(d.keel(&["health"]).status.success());
 }
 
+/// How fast is for scripts/bench; here: each change is acted on, with no reload asked for.
 #[test]
-fn units_directory_changes_are_acted_on_within_a_second() {
+fn units_directory_changes_are_acted_on_live() {
     let d = Daemon::start("inotify");
-    let t0 = Instant::now();
     d.write_unit("watched", r#"Unit(command: ["/bin/sh", "-c", "sleep 30"])"#);
-    d.wait_state("watched", "running", Duration::from_secs(1));
-    assert!(t0.elapsed() < Duration::from_secs(1));
+    let first = d.wait_state("watched", "running", PATIENCE);
     // An edit is noted, applied at the next start.
     d.write_unit(
         "watched",
         r#"Unit(command: ["/bin/sh", "-c", "echo v2; sleep 30"])"#,
     );
-    wait_until(Duration::from_secs(1), "edit noticed", || {
+    wait_until(PATIENCE, "edit noticed", || {
         d.task("watched").unwrap()["unit_changed"] == true
     });
+    assert_eq!(d.task("watched").unwrap()["pid"], first["pid"]);
     assert!(d.keel(&["restart", "watched"]).status.success());
     let log = d.task_dir("watched").join("run/output.log");
-    wait_until(Duration::from_secs(10), "v2 running", || {
+    wait_until(PATIENCE, "v2 running", || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
             .contains("v2")
     });
     // Removal stops and forgets the task.
-    let t1 = Instant::now();
     std::fs::remove_file(d.units().join("watched.ron")).unwrap();
-    wait_until(Duration::from_secs(2), "task removed", || {
-        d.task("watched").is_none()
-    });
+    wait_until(PATIENCE, "task removed", || d.task("watched").is_none());
     assert!(
-        t1.elapsed() < Duration::from_secs(1),
-        "removal took {:?}",
-        t1.elapsed()
+        !d.events(None).iter().any(|e| e["event"] == "reload"),
+        "seen through the watch, not a reload"
     );
 }
 
@@ -191,8 +189,8 @@ fn add_rm_kill_logs_events_through_the_cli() {
     let out = d.keel(&["add", file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(d.units().join("talker.ron").exists());
-    d.wait_state("talker", "running", Duration::from_secs(5));
-    wait_until(Duration::from_secs(5), "output captured", || {
+    d.wait_state("talker", "running", PATIENCE);
+    wait_until(PATIENCE, "output captured", || {
         stdout_of(&d.keel(&["logs", "talker"])).contains("err")
     });
     assert_eq!(
@@ -313,7 +311,7 @@ fn logs_follow_streams_new_output() {
         "chatty",
         r#"Unit(command: ["/bin/sh", "-c", "i=0; while :; do echo n$i; i=$((i+1)); sleep 0.05; done"])"#,
     );
-    d.wait_state("chatty", "running", Duration::from_secs(5));
+    d.wait_state("chatty", "running", PATIENCE);
     let mut child = KillOnDrop(
         std::process::Command::new(keel_bin())
             .arg("--state")
@@ -323,11 +321,10 @@ fn logs_follow_streams_new_output() {
             .spawn()
             .unwrap(),
     );
-    use std::io::BufRead;
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let lines = Lines::of(child.stdout.take().unwrap());
     let mut numbers = Vec::new();
     while numbers.len() < 30 {
-        let line = lines.next().unwrap().unwrap();
+        let line = lines.next_within(PATIENCE, "keel logs -f");
         numbers.push(line.trim_start_matches('n').parse::<u64>().unwrap());
     }
     child.kill().unwrap();
@@ -348,10 +345,10 @@ fn sighup_reloads_the_units_directory() {
         nix::sys::signal::Signal::SIGHUP,
     )
     .unwrap();
-    wait_until(Duration::from_secs(5), "reload journaled", || {
+    wait_until(PATIENCE, "reload journaled", || {
         d.events(None).iter().any(|e| e["event"] == "reload")
     });
-    d.wait_state("late", "running", Duration::from_secs(5));
+    d.wait_state("late", "running", PATIENCE);
     assert!(
         d.keel(&["health"]).status.success(),
         "SIGHUP must not end the daemon"

@@ -2,6 +2,8 @@
 //! while a task runs. Requests that must be recorded are refused with a message naming the
 //! state directory and the lack of space, nothing is done that was not recorded, the daemon
 //! keeps running, no torn or temporary file is left; once space returns, keel works again.
+//! And a full log disk (the task's `run/` a tmpfs of its own): the agent's output never blocks
+//! it, its heartbeats go on, and the gap is noted in its log once space returns.
 
 mod common;
 use common::*;
@@ -9,12 +11,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// A tmpfs of `size` over `path` (the state directory of a scratch directory), unmounted
-/// (lazily, so even a busy one goes) when dropped, whether the test passed or not.
-struct Tmpfs(PathBuf);
+/// A tmpfs of `size` over `path` (a directory in a scratch directory), unmounted (lazily, so
+/// even a busy one goes) when dropped, whether the test passed or not; then the scratch
+/// directory, which could not be removed while this was mounted in it, is removed.
+struct Tmpfs {
+    path: PathBuf,
+    scratch: PathBuf,
+}
 
 impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Tmpfs {
+    fn mount(path: &Path, size: &str, scratch: &Path) -> Tmpfs {
         std::fs::create_dir_all(path).unwrap();
         nix::mount::mount(
             Some("tmpfs"),
@@ -24,18 +30,18 @@ impl Tmpfs {
             Some(format!("size={size},mode=0700").as_str()),
         )
         .unwrap_or_else(|e| panic!("mount a tmpfs on {}: {e}", path.display()));
-        Tmpfs(path.to_path_buf())
+        Tmpfs {
+            path: path.to_path_buf(),
+            scratch: scratch.to_path_buf(),
+        }
     }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
-        // The fixture's scratch directory, which it could not remove while this was mounted
-        // in it (the daemon's fixture is dropped first).
-        if let Some(scratch) = self.0.parent() {
-            let _ = std::fs::remove_dir_all(scratch);
-        }
+        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+        // The daemon's fixture is dropped first: nothing of it uses the directory any more.
+        let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }
 
@@ -49,7 +55,7 @@ impl Fixture {
     /// A daemon whose state directory is a 2 MiB tmpfs.
     fn start(name: &str) -> Fixture {
         let mut daemon = Daemon::prepare(name);
-        let tmpfs = Tmpfs::mount(&daemon.state(), "2m");
+        let tmpfs = Tmpfs::mount(&daemon.state(), "2m", &daemon.scratch.dir);
         daemon.spawn();
         Fixture {
             daemon,
@@ -163,6 +169,7 @@ fn a_full_state_disk_is_refused_clearly_loses_nothing_and_recovers() {
     let pid = nix::unistd::Pid::from_raw(d.child.as_ref().unwrap().id() as i32);
     for _ in 0..50 {
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        // Spread out, so that each is handled on its own (the scenario, not a wait).
         std::thread::sleep(Duration::from_millis(10));
     }
     // A stop cannot be recorded: refused, with the state directory and the fix; the task runs on.
@@ -172,10 +179,11 @@ fn a_full_state_disk_is_refused_clearly_loses_nothing_and_recovers() {
     assert!(err.contains(&state_name), "{err}");
     assert!(err.contains("no space left on its filesystem"), "{err}");
     assert!(err.contains("nothing was done"), "{err}");
-    std::thread::sleep(Duration::from_millis(500));
-    let steady = d.task("steady").unwrap();
-    assert_eq!(steady["state"], "running");
-    assert_eq!(steady["pid"], before["pid"]);
+    // Negative check: the refused stop is not carried out later either.
+    wait::holds_throughout(Duration::from_secs(1), "steady runs on", || {
+        let steady = d.task("steady").unwrap();
+        steady["state"] == "running" && steady["pid"] == before["pid"]
+    });
     // The daemon lives and says what happened, naming the file and the error.
     assert!(d.keel(&["health"]).status.success());
     let log = d.daemon_log();
@@ -245,4 +253,107 @@ fn a_shutdown_on_a_full_disk_leaves_tasks_to_the_next_daemon() {
         .wait_state("steady", "running", Duration::from_secs(10));
     assert_eq!(again["pid"], before["pid"]);
     assert_eq!(again["attempt"], 1);
+}
+
+/// 16 KiB of output and a heartbeat (`touch`: no space needed) in each round; the round's
+/// number in the checkpoint, which is not on the full disk.
+const CHATTY: &str = r#"Unit(
+    command: ["/bin/sh", "-c", "s=x; for k in 1 2 3 4 5 6 7 8 9 10 11 12 13 14; do s=$s$s; done; i=0; while :; do i=$((i+1)); echo \"$i $s\"; touch $KEEL_PROGRESS; echo $i > $KEEL_CHECKPOINT_DIR/round; sleep 0.02; done"],
+    resources: Resources(cpu: 0.2, memory: "32M", pids: 16),
+    liveness: Liveness(heartbeat_timeout: "10m", progress_timeout: "10m", startup_grace: "10m", signals: [Heartbeat]),
+    stop: Stop(timeout: "5s"),
+)"#;
+
+/// Rounds the agent must get through on the full disk: 64 × 16 KiB is 16 times a pipe's
+/// buffer, so an agent whose output blocked could not.
+const ROUNDS_ON_A_FULL_DISK: u64 = 64;
+const ROUND_BYTES: u64 = 16 * 1024;
+
+#[test]
+fn a_full_log_disk_never_blocks_the_agent_and_the_gap_is_noted() {
+    if !require_root("a_full_log_disk_never_blocks_the_agent_and_the_gap_is_noted") {
+        return;
+    }
+    // The task's run/ (output.log, progress) on a 1 MiB tmpfs; the state beside it is not full.
+    let mut d = Daemon::prepare("full-log");
+    let run = d.task_dir("chatty").join("run");
+    let tmpfs = Tmpfs::mount(&run, "1m", &d.scratch.dir);
+    d.spawn();
+    d.write_unit("chatty", CHATTY);
+    let before = d.wait_state("chatty", "running", wait::PATIENCE);
+    shim_set_up(&d, "chatty");
+    let round_file = d.task_dir("chatty").join("checkpoint/round");
+    let round = || -> Option<u64> {
+        std::fs::read_to_string(&round_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let log = run.join("output.log");
+    wait_until(wait::PATIENCE, "output captured", || {
+        std::fs::metadata(&log).is_ok_and(|m| m.len() > 0)
+    });
+
+    let filler = fill(&run);
+    let logged_at_fill = std::fs::metadata(&log).unwrap().len();
+    let first = wait::wait_for(wait::PATIENCE, "the agent's round", round);
+    wait::wait_for(
+        wait::PATIENCE,
+        "the agent to go on writing on the full disk",
+        || round().filter(|&r| r >= first + ROUNDS_ON_A_FULL_DISK),
+    );
+    let logged = std::fs::metadata(&log).unwrap().len();
+    assert!(
+        logged - logged_at_fill < ROUND_BYTES,
+        "the disk was not full: the log grew from {logged_at_fill} to {logged}"
+    );
+    // The daemon sees heartbeats made after all that output: they went on.
+    let since = wait::unix_now_ms();
+    let task = wait::wait_for(wait::PATIENCE, "a heartbeat seen after the rounds", || {
+        d.task("chatty").filter(|t| {
+            t["last_activity_kind"] == "heartbeat"
+                && t["last_activity_ms"].as_u64().is_some_and(|at| at >= since)
+        })
+    });
+    assert_eq!(task["state"], "running", "{task}");
+    assert_eq!(task["liveness"], "running", "{task}");
+    assert_eq!(task["pid"], before["pid"], "the same attempt: {task}");
+
+    // Space returns: the next write notes what was dropped, on its own line, then output
+    // goes on (the first line after the note may be the tail of a round cut by the drop).
+    std::fs::remove_file(&filler).unwrap();
+    let whole_round = |line: &str| {
+        let (number, rest) = line.split_once(' ')?;
+        let number = number.parse::<u64>().ok()?;
+        (rest.len() as u64 == ROUND_BYTES && rest.bytes().all(|b| b == b'x')).then_some(number)
+    };
+    let (text, at, line) = wait::wait_for(wait::PATIENCE, "the dropped-bytes note", || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        let at = text.find("[keel: ")?;
+        let line = text[at..].lines().next()?.to_string();
+        let resumed = text[at + line.len()..].lines().find_map(whole_round)?;
+        assert!(resumed > first + ROUNDS_ON_A_FULL_DISK, "round {resumed}");
+        Some((text, at, line))
+    });
+    assert!(at == 0 || text.as_bytes()[at - 1] == b'\n', "{line}");
+    let dropped: u64 = line
+        .strip_prefix("[keel: ")
+        .and_then(|rest| rest.strip_suffix(" bytes of output dropped: No space left on device]"))
+        .unwrap_or_else(|| panic!("not a dropped-bytes note: {line:?}"))
+        .parse()
+        .unwrap();
+    // Every round on the full disk, but for what the log grew by (under one round).
+    assert!(
+        dropped >= (ROUNDS_ON_A_FULL_DISK - 1) * ROUND_BYTES,
+        "{dropped} bytes dropped"
+    );
+    assert_eq!(
+        text.matches("[keel: ").count(),
+        1,
+        "one note for the one gap"
+    );
+    assert_eq!(d.task("chatty").unwrap()["pid"], before["pid"]);
+    drop(d);
+    drop(tmpfs);
 }

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::time::{Duration, SystemTime};
+use wait::holds_throughout;
 
 /// Small reservations: several tasks run side by side on a 2-core machine.
 const SMALL: &str = r#"resources: Resources(cpu: 0.2, memory: "64M")"#;
@@ -71,10 +72,19 @@ fn a_silent_agent_is_stalled_on_time_and_restarted_as_stalled_without_overlap() 
     );
     let running = d.wait_state("hang", "running", Duration::from_secs(10));
     assert_eq!(running["liveness"], "running", "{running}");
+    // Attempt 1's sandbox (its PID namespace), to see it empty before attempt 2 runs.
+    let first_sandbox = namespace_members(running["pid"].as_i64().unwrap() as i32);
+    assert!(!first_sandbox().is_empty());
     let second = wait_task(&d, "hang", "attempt 2 running", |t| {
         t["attempt"] == 2 && t["state"] == "running"
     });
     assert_eq!(second["last_exit"], "stalled", "{second}");
+    assert_ne!(second["pid"], running["pid"]);
+    assert!(
+        first_sandbox().is_empty(),
+        "attempt 1 overlaps attempt 2: {:?}",
+        first_sandbox()
+    );
     let last = d.task_dir("hang").join("work/last");
     wait_until(
         Duration::from_secs(5),
@@ -163,15 +173,26 @@ fn output_and_cpu_count_only_when_listed() {
     let chatty = "while true; do echo tick; sleep 0.2; done";
     d.write_unit("chatty", &unit(chatty, ""));
     d.write_unit("chatty-unheard", &unit(chatty, ", signals: [Heartbeat]"));
-    d.write_unit("busy", &unit("while :; do :; done", ", signals: [Cpu]"));
+    let busy = "while :; do :; done";
+    d.write_unit("busy", &unit(busy, ", signals: [Cpu]"));
+    d.write_unit("busy-unheard", &unit(busy, ", signals: [Heartbeat]"));
     d.write_unit("idle", &unit("exec sleep 600", ", signals: [Cpu]"));
-    for unit in ["chatty", "chatty-unheard", "busy", "idle"] {
+    for unit in ["chatty", "chatty-unheard", "busy", "busy-unheard", "idle"] {
         d.wait_state(unit, "running", Duration::from_secs(10));
     }
-    d.wait_state("chatty-unheard", "stalled", Duration::from_secs(5));
-    d.wait_state("idle", "stalled", Duration::from_secs(5));
-    // Several timeouts later, the working ones still are.
-    std::thread::sleep(Duration::from_secs(3));
+    d.wait_state("chatty-unheard", "stalled", Duration::from_secs(30));
+    d.wait_state("busy-unheard", "stalled", Duration::from_secs(30));
+    d.wait_state("idle", "stalled", Duration::from_secs(30));
+    // Several timeouts later (a negative check), the working ones still are.
+    holds_throughout(
+        Duration::from_secs(3),
+        "chatty and busy not stalled",
+        || {
+            ["chatty", "busy"]
+                .iter()
+                .all(|u| d.task(u).unwrap()["state"] == "running")
+        },
+    );
     let chatty = d.task("chatty").unwrap();
     assert_eq!(chatty["state"], "running", "{chatty}");
     assert_eq!(chatty["liveness"], "running", "{chatty}");
@@ -185,6 +206,17 @@ fn output_and_cpu_count_only_when_listed() {
         unheard["last_activity_ms"],
         Value::Null,
         "output does not count"
+    );
+    let busy_unheard = d.task("busy-unheard").unwrap();
+    assert_eq!(busy_unheard["state"], "stalled", "{busy_unheard}");
+    assert_eq!(
+        busy_unheard["last_activity_ms"],
+        Value::Null,
+        "CPU does not count"
+    );
+    assert!(
+        busy_unheard["cpu_usec"].as_u64().unwrap() > 0,
+        "{busy_unheard}"
     );
     for unit in ["chatty", "busy"] {
         let events = d.events(Some(unit));
@@ -213,15 +245,18 @@ fn report_leaves_the_agent_running_and_a_heartbeat_brings_it_back() {
     );
     let running = d.wait_state("shy", "running", Duration::from_secs(10));
     let pid = running["pid"].as_i64().unwrap();
-    let stalled = d.wait_state("shy", "stalled", Duration::from_secs(5));
+    let stalled = d.wait_state("shy", "stalled", Duration::from_secs(30));
     assert_eq!(stalled["pid"], pid, "Report kills nothing");
     assert_eq!(stalled["liveness"], "stalled");
     assert_eq!(stalled["progress"], "hello");
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(d.task("shy").unwrap()["state"], "stalled");
-    assert!(alive(pid));
+    // Negative check: longer than the timeout again, nothing is done to it.
+    holds_throughout(
+        Duration::from_millis(1500),
+        "shy left stalled and alive",
+        || d.task("shy").unwrap()["state"] == "stalled" && alive(pid),
+    );
     std::fs::write(d.task_dir("shy").join("work/go"), "").unwrap();
-    let back = d.wait_state("shy", "running", Duration::from_secs(5));
+    let back = d.wait_state("shy", "running", Duration::from_secs(30));
     assert_eq!(back["pid"], pid);
     assert_eq!(back["attempt"], 1);
     assert_eq!(back["liveness"], "running");
@@ -252,10 +287,11 @@ fn an_adopted_attempt_is_still_watched() {
         ),
     );
     let running = d.wait_state("long", "running", Duration::from_secs(10));
+    // A few heartbeats under this daemon first (the scenario: an attempt well under way).
     std::thread::sleep(Duration::from_millis(500));
     d.crash();
     d.spawn();
-    let adopted = d.wait_state("long", "running", Duration::from_secs(5));
+    let adopted = d.wait_state("long", "running", Duration::from_secs(30));
     assert_eq!(adopted["pid"], running["pid"]);
     assert_eq!(adopted["liveness"], "running", "{adopted}");
     let stalled = d.wait_state("long", "stalled", Duration::from_secs(15));

@@ -126,9 +126,38 @@ fn a_crash_after_the_start_decision_leaves_the_task_queued() {
         r#"Unit(command: ["/bin/sh", "-c", "echo $KEEL_ATTEMPT >> /work/attempts.txt"], restart: Never)"#,
     );
     d.die_at("after-decide");
+    // Nothing of the decision reached the disk or the journal.
+    assert!(
+        !d.events(Some("job"))
+            .iter()
+            .any(|e| e["event"] == "starting"),
+        "{:?}",
+        d.events(Some("job"))
+    );
+    // Hold the next daemon back from starting it (a held attempt lock defers any start), to
+    // read what it recovered: the task as it was before the decision.
+    let run = d.task_dir("job").join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let lock = std::fs::File::create(run.join("attempt.lock")).unwrap();
+    let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .unwrap();
     d.spawn();
+    let task = wait::wait_for(wait::PATIENCE, "job's start deferred", || {
+        d.task("job").filter(|t| {
+            t["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("start deferred")
+        })
+    });
+    assert_eq!(task["state"], "queued", "{task}");
+    assert_eq!(task["attempt"], 0, "{task}");
+    assert_eq!(task["generation"], 0, "{task}");
+    assert!(!seen.exists(), "no attempt ran");
+    drop(held);
     let task = d.wait_state("job", "succeeded", Duration::from_secs(20));
-    // Nothing of the decision reached the disk: the first attempt is attempt 1.
+    // The first attempt is attempt 1.
     assert_eq!(task["attempt"], 1, "{task}");
     assert_eq!(std::fs::read_to_string(seen).unwrap(), "1\n");
 }
@@ -144,7 +173,7 @@ fn a_backoff_deadline_survives_a_daemon_restart() {
     let until = task["backoff_until_ms"].as_u64().unwrap();
     d.crash();
     d.spawn();
-    let task = d.wait_state("flaky", "backoff", Duration::from_secs(5));
+    let task = d.wait_state("flaky", "backoff", Duration::from_secs(20));
     assert_eq!(task["backoff_until_ms"].as_u64().unwrap(), until);
     assert_eq!(task["attempt"], 1);
     // Neither started early nor forgotten: attempt 2 begins at the recorded deadline.

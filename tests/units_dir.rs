@@ -4,27 +4,61 @@
 mod common;
 use common::*;
 use std::time::Duration;
+use wait::{holds_throughout, PATIENCE};
 
-const LONG: &str = r#"Unit(command: ["/bin/sh", "-c", "echo $KEEL_ATTEMPT > $KEEL_CHECKPOINT_DIR/seen; exec sleep 60"])"#;
+/// Says which attempt it is on its output and appends it to its checkpoint, then waits.
+const LONG: &str = r#"Unit(command: ["/bin/sh", "-c", "echo attempt $KEEL_ATTEMPT; echo $KEEL_ATTEMPT >> $KEEL_CHECKPOINT_DIR/seen; exec sleep 60"])"#;
+
+fn checkpoint(d: &Daemon, unit: &str) -> String {
+    std::fs::read_to_string(d.task_dir(unit).join("checkpoint/seen")).unwrap_or_default()
+}
+
+fn output(d: &Daemon, unit: &str) -> String {
+    std::fs::read_to_string(d.task_dir(unit).join("run/output.log")).unwrap_or_default()
+}
+
+/// For a task that must be left alone: the journal has no stop of it.
+fn never_stopped(d: &Daemon, unit: &str) -> bool {
+    !d.events(Some(unit))
+        .iter()
+        .any(|e| ["stopping", "stopped", "exited"].contains(&e["event"].as_str().unwrap_or("")))
+}
 
 #[test]
 fn an_editor_save_that_renames_the_file_away_and_back_harms_nothing() {
     let d = Daemon::start("rename-dance");
     d.write_unit("edited", LONG);
-    let before = d.wait_state("edited", "running", Duration::from_secs(5));
-    // vim's default: rename to a backup, write the new file, remove the backup.
+    let before = d.wait_state("edited", "running", PATIENCE);
+    wait_until(PATIENCE, "checkpoint written", || {
+        checkpoint(&d, "edited") == "1\n"
+    });
+    // vim's default: rename to a backup, write the new file, remove the backup. The file is
+    // away for as long as a slow save (longer than the daemon's rescan debounce, shorter than
+    // its removal confirmation): part of the scenario, not a synchronisation.
     let path = d.units().join("edited.ron");
     let backup = d.units().join("edited.ron~");
     std::fs::rename(&path, &backup).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     std::fs::write(&path, LONG.replace("sleep 60", "sleep 61")).unwrap();
     std::fs::remove_file(&backup).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let after = d.task("edited").unwrap();
-    assert_eq!(after["state"], "running");
-    assert_eq!(after["pid"], before["pid"], "the attempt was not touched");
-    assert_eq!(after["unit_changed"], true);
-    assert!(d.task_dir("edited").join("checkpoint/seen").exists());
+    let edited = || {
+        d.task("edited")
+            .expect("the save made the daemon forget edited")
+    };
+    wait_until(PATIENCE, "the new content seen", || {
+        edited()["unit_changed"] == true
+    });
+    // Negative check: well past the removal confirmation, the attempt is untouched.
+    holds_throughout(Duration::from_secs(2), "edited runs on, untouched", || {
+        let after = edited();
+        after["state"] == "running" && after["pid"] == before["pid"]
+    });
+    assert!(
+        never_stopped(&d, "edited"),
+        "{:?}",
+        d.events(Some("edited"))
+    );
+    assert_eq!(checkpoint(&d, "edited"), "1\n", "no second attempt");
 }
 
 #[test]
@@ -33,12 +67,12 @@ fn a_file_that_comes_back_while_its_task_stops_restarts_it() {
     // Slow to stop: 1 s between SIGTERM and exit.
     let slow = r#"Unit(command: ["/bin/sh", "-c", "trap 'sleep 1; exit 0' TERM; while :; do sleep 0.1; done"])"#;
     d.write_unit("slow", slow);
-    d.wait_state("slow", "running", Duration::from_secs(5));
+    d.wait_state("slow", "running", PATIENCE);
     let path = d.units().join("slow.ron");
     std::fs::remove_file(&path).unwrap();
-    d.wait_state("slow", "stopping", Duration::from_secs(5));
+    d.wait_state("slow", "stopping", PATIENCE);
     d.write_unit("slow", slow);
-    let task = d.wait_state("slow", "running", Duration::from_secs(10));
+    let task = d.wait_state("slow", "running", PATIENCE);
     assert_eq!(task["attempt"], 2);
 }
 
@@ -46,19 +80,23 @@ fn a_file_that_comes_back_while_its_task_stops_restarts_it() {
 fn a_removed_unit_file_keeps_checkpoint_and_logs() {
     let d = Daemon::start("forget");
     d.write_unit("gone", LONG);
-    d.wait_state("gone", "running", Duration::from_secs(5));
-    wait_until(Duration::from_secs(5), "checkpoint written", || {
-        d.task_dir("gone").join("checkpoint/seen").exists()
+    d.wait_state("gone", "running", PATIENCE);
+    wait_until(PATIENCE, "checkpoint and output written", || {
+        checkpoint(&d, "gone") == "1\n" && output(&d, "gone").contains("attempt 1\n")
     });
     std::fs::remove_file(d.units().join("gone.ron")).unwrap();
-    wait_until(Duration::from_secs(5), "task forgotten", || {
-        d.task("gone").is_none()
-    });
-    assert!(d.task_dir("gone").join("checkpoint/seen").exists());
+    wait_until(PATIENCE, "task forgotten", || d.task("gone").is_none());
+    assert_eq!(checkpoint(&d, "gone"), "1\n");
+    assert_eq!(output(&d, "gone"), "attempt 1\n", "its log is kept");
     assert!(!d.task_dir("gone").join("state.ron").exists());
-    // Brought back, it starts again with its checkpoint there.
+    // Brought back, it starts again (a new task: attempt 1) with its checkpoint there.
     d.write_unit("gone", LONG);
-    d.wait_state("gone", "running", Duration::from_secs(5));
+    d.wait_state("gone", "running", PATIENCE);
+    wait_until(
+        PATIENCE,
+        "the new attempt appended to the kept checkpoint",
+        || checkpoint(&d, "gone") == "1\n1\n",
+    );
 }
 
 #[test]
@@ -68,14 +106,18 @@ fn rewritten_in_place_symlinked_and_a_replaced_directory_are_all_seen() {
     let elsewhere = d.scratch.dir.join("linked.ron");
     std::fs::write(&elsewhere, LONG).unwrap();
     std::os::unix::fs::symlink(&elsewhere, d.units().join("linked.ron")).unwrap();
-    d.wait_state("linked", "running", Duration::from_secs(5));
+    d.wait_state("linked", "running", PATIENCE);
     // Editing the link's target is invisible to inotify: SIGHUP reloads.
     std::fs::write(&elsewhere, LONG.replace("sleep 60", "sleep 62")).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(d.task("linked").unwrap()["unit_changed"], false);
+    // Negative check: longer than a rescan's debounce, nothing notices the edit.
+    holds_throughout(
+        Duration::from_secs(1),
+        "the edit unseen before SIGHUP",
+        || d.task("linked").unwrap()["unit_changed"] == false,
+    );
     let pid = nix::unistd::Pid::from_raw(d.child.as_ref().unwrap().id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
-    wait_until(Duration::from_secs(5), "SIGHUP reload saw the edit", || {
+    wait_until(PATIENCE, "SIGHUP reload saw the edit", || {
         d.task("linked").unwrap()["unit_changed"] == true
     });
     // Rewritten in place (no rename).
@@ -83,13 +125,13 @@ fn rewritten_in_place_symlinked_and_a_replaced_directory_are_all_seen() {
         "inplace",
         r#"Unit(command: ["/bin/sh", "-c", "exit 0"], restart: Never)"#,
     );
-    d.wait_state("inplace", "succeeded", Duration::from_secs(5));
+    d.wait_state("inplace", "succeeded", PATIENCE);
     std::fs::write(
         d.units().join("inplace.ron"),
         r#"Unit(command: ["/bin/sh", "-c", "exit 3"], restart: Never)"#,
     )
     .unwrap();
-    wait_until(Duration::from_secs(5), "in-place edit seen", || {
+    wait_until(PATIENCE, "in-place edit seen", || {
         d.events(Some("inplace"))
             .iter()
             .any(|e| e["event"] == "unit-changed")
@@ -101,12 +143,16 @@ fn rewritten_in_place_symlinked_and_a_replaced_directory_are_all_seen() {
     for f in ["linked.ron", "inplace.ron"] {
         let _ = std::fs::rename(old.join(f), d.units().join(f));
     }
-    std::thread::sleep(Duration::from_millis(300));
+    let watching = format!("watching {} again", d.units().display());
+    wait_until(PATIENCE, "the new directory watched", || {
+        d.daemon_log().contains(&watching)
+    });
+    // Written after the daemon watches the new directory: seen through its watch.
     d.write_unit(
         "fresh",
         r#"Unit(command: ["/bin/sh", "-c", "exit 0"], restart: Never)"#,
     );
-    d.wait_state("fresh", "succeeded", Duration::from_secs(5));
+    d.wait_state("fresh", "succeeded", PATIENCE);
     assert_eq!(d.task("linked").unwrap()["state"], "running");
 }
 
@@ -124,21 +170,22 @@ fn steady_churn_in_the_directory_does_not_hold_back_new_units() {
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
-    let t0 = std::time::Instant::now();
+    let notes = d.units().join("notes.txt");
+    wait_until(PATIENCE, "churn under way", || notes.exists());
+    // The churn goes on until the new unit runs: a rescan that waited for a quiet directory
+    // would never come, and this would time out.
     d.write_unit("new", LONG);
-    d.wait_state("new", "running", Duration::from_secs(3));
-    let took = t0.elapsed();
+    d.wait_state("new", "running", PATIENCE);
+    assert!(!churn.is_finished(), "the churn went on throughout");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     churn.join().unwrap();
-    assert!(took < Duration::from_secs(1), "queued after {took:?}");
 }
 
 #[test]
 fn a_wrong_units_directory_is_refused_and_unseen_units_are_not_forgotten() {
     let mut d = Daemon::start("wrong-units");
     d.write_unit("kept", LONG);
-    let before = d.wait_state("kept", "running", Duration::from_secs(5));
+    let before = d.wait_state("kept", "running", PATIENCE);
     let out = d.keel(&["shutdown", "--keep-tasks"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let _ = d.child.take().unwrap().wait();
@@ -164,23 +211,29 @@ fn a_wrong_units_directory_is_refused_and_unseen_units_are_not_forgotten() {
     std::fs::rename(&real_units, d.scratch.dir.join("units.away")).unwrap();
     std::os::unix::fs::symlink(&empty, &real_units).unwrap();
     d.spawn();
-    std::thread::sleep(Duration::from_millis(1500));
-    let task = d.task("kept").unwrap();
-    assert_eq!(task["state"], "running");
+    let task = d.wait_state("kept", "running", PATIENCE);
     assert_eq!(task["pid"], before["pid"]);
     assert_eq!(task["unit_file_missing"], true);
+    // Negative check: well past the removal confirmation, still kept and running.
+    holds_throughout(Duration::from_secs(2), "kept is not forgotten", || {
+        d.task("kept").is_some_and(|t| {
+            t["state"] == "running" && t["pid"] == before["pid"] && t["unit_file_missing"] == true
+        })
+    });
+    assert!(never_stopped(&d, "kept"), "{:?}", d.events(Some("kept")));
 }
 
 #[test]
 fn rm_removes_what_a_forgotten_task_left_behind() {
     let d = Daemon::start("leftovers");
     d.write_unit("old", LONG);
-    d.wait_state("old", "running", Duration::from_secs(5));
-    std::fs::remove_file(d.units().join("old.ron")).unwrap();
-    wait_until(Duration::from_secs(5), "forgotten", || {
-        d.task("old").is_none()
+    d.wait_state("old", "running", PATIENCE);
+    wait_until(PATIENCE, "checkpoint written", || {
+        checkpoint(&d, "old") == "1\n"
     });
-    assert!(d.task_dir("old").join("checkpoint/seen").exists());
+    std::fs::remove_file(d.units().join("old.ron")).unwrap();
+    wait_until(PATIENCE, "forgotten", || d.task("old").is_none());
+    assert_eq!(checkpoint(&d, "old"), "1\n");
     let out = d.keel(&["rm", "old"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(!d.task_dir("old").exists());

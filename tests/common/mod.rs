@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod sandbox;
+pub mod wait;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
