@@ -22,7 +22,8 @@ struct ForeignCgroup {
 }
 
 impl ForeignCgroup {
-    fn new(name: String) -> Self {
+    /// `name` beside the daemon's tree, and the leaf `name/leaf` (`leaf` may be empty).
+    fn new(name: String, leaf: &str) -> Self {
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let path = own
             .lines()
@@ -36,6 +37,8 @@ impl ForeignCgroup {
         };
         let dir = mount.join(path.trim_start_matches('/')).join(&name);
         std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let dir = dir.join(leaf);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         ForeignCgroup { name, dir }
     }
 
@@ -174,10 +177,36 @@ fn a_recorded_pid_outside_the_tasks_cgroup_is_not_adopted() {
         "the task has no v2 cgroup of its own to check against: {task_cgroup:?}"
     );
     // The test's sleep, with its true start time, in a cgroup that is not the task's.
-    let foreign = ForeignCgroup::new(format!("{}-foreign", d.cgroup_name));
+    let foreign = ForeignCgroup::new(format!("{}-foreign", d.cgroup_name), "");
     let stranger = stranger_started_after(shim.start_time);
     foreign.add(stranger.id());
     assert_ne!(v2_cgroup_of(stranger.id()), task_cgroup);
+    let start_time = keel::sys::process_start_time(stranger.id() as i32).unwrap();
+    record_shim_as(&d, stranger.id(), start_time);
+    assert_not_adopted(
+        &mut d,
+        stranger,
+        "its shim's pid names a process outside the task's cgroup",
+    );
+}
+
+/// The cgroup check compares the whole path: a process in a cgroup elsewhere whose last
+/// components are the task's (`…-foreign/tasks/job`) is not the task's shim either.
+#[test]
+fn a_recorded_pid_in_a_cgroup_named_like_the_tasks_is_not_adopted() {
+    if !require_root("adoption") {
+        return;
+    }
+    let (mut d, shim) = daemon_killed_under_a_running_task("adopt-lookalike");
+    let task_cgroup = v2_cgroup_of(shim.pid as u32);
+    let foreign = ForeignCgroup::new(format!("{}-foreign", d.cgroup_name), "tasks/job");
+    let stranger = stranger_started_after(shim.start_time);
+    foreign.add(stranger.id());
+    let stranger_cgroup = v2_cgroup_of(stranger.id());
+    assert!(
+        stranger_cgroup.ends_with("/tasks/job") && stranger_cgroup != task_cgroup,
+        "the stranger's cgroup {stranger_cgroup:?} should look like the task's {task_cgroup:?}"
+    );
     let start_time = keel::sys::process_start_time(stranger.id() as i32).unwrap();
     record_shim_as(&d, stranger.id(), start_time);
     assert_not_adopted(

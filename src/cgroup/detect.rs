@@ -66,6 +66,9 @@ impl fmt::Display for V1Controller {
 pub struct Layout {
     pub mode: Mode,
     pub v2_base: PathBuf,
+    /// The same base as `/proc/<pid>/cgroup` names it (relative to our cgroup namespace's
+    /// root): the mount's root joined with the base's path below the mount point.
+    pub v2_base_cgroup: PathBuf,
     /// Hybrid only: one entry per v1 controller in use; co-mounted controllers (`cpu,cpuacct`)
     /// share a path. Empty on v2.
     pub v1: Vec<(V1Controller, PathBuf)>,
@@ -208,13 +211,11 @@ pub fn parse_layout(
     // exist only there.
     let v2_mount = mounts.iter().find(|m| m.v2).ok_or(CgroupError::NoV2Mount)?;
     let v2_path = v2_path.ok_or(CgroupError::NoV2Mount)?;
-    let (v2_base, adopted) =
-        base_in(&mounts, true, None, &v2_path, tree_name).ok_or_else(|| {
-            CgroupError::OutsideMount {
-                hierarchy: "cgroup2".into(),
-                cgroup: v2_path.clone(),
-                mount_root: v2_mount.root.clone(),
-            }
+    let (v2_base, v2_base_cgroup, adopted) = base_in(&mounts, true, None, &v2_path, tree_name)
+        .ok_or_else(|| CgroupError::OutsideMount {
+            hierarchy: "cgroup2".into(),
+            cgroup: v2_path.clone(),
+            mount_root: v2_mount.root.clone(),
         })?;
 
     // A controller listed on a non-zero hierarchy of /proc/self/cgroup is bound to v1 and cannot
@@ -233,6 +234,7 @@ pub fn parse_layout(
         return Ok(Layout {
             mode: Mode::V2,
             v2_base,
+            v2_base_cgroup,
             v1: Vec::new(),
             adopted,
         });
@@ -266,22 +268,24 @@ pub fn parse_layout(
             }
             return Err(CgroupError::V1NotMounted { controller: name });
         }
-        let (base, _) = base_in(&mounts, false, Some(name), path, tree_name).ok_or_else(|| {
-            CgroupError::OutsideMount {
-                hierarchy: name.into(),
-                cgroup: path.clone(),
-                mount_root: mounts
-                    .iter()
-                    .find(|m| !m.v2 && m.controllers.iter().any(|c| c == name))
-                    .map(|m| m.root.clone())
-                    .unwrap_or_default(),
-            }
-        })?;
+        let (base, _, _) =
+            base_in(&mounts, false, Some(name), path, tree_name).ok_or_else(|| {
+                CgroupError::OutsideMount {
+                    hierarchy: name.into(),
+                    cgroup: path.clone(),
+                    mount_root: mounts
+                        .iter()
+                        .find(|m| !m.v2 && m.controllers.iter().any(|c| c == name))
+                        .map(|m| m.root.clone())
+                        .unwrap_or_default(),
+                }
+            })?;
         v1.push((controller, base));
     }
     Ok(Layout {
         mode: Mode::Hybrid,
         v2_base,
+        v2_base_cgroup,
         v1,
         adopted,
     })
@@ -295,7 +299,7 @@ fn base_in(
     controller: Option<&str>,
     cgroup_path: &str,
     tree_name: &str,
-) -> Option<(PathBuf, bool)> {
+) -> Option<(PathBuf, PathBuf, bool)> {
     mounts
         .iter()
         .filter(|m| m.v2 == v2)
@@ -303,12 +307,15 @@ fn base_in(
         .find_map(|m| {
             let relative = relative_to_root(&m.root, cgroup_path)?;
             let (relative, adopted) = strip_supervisor(relative, tree_name);
-            let base = if relative.as_os_str().is_empty() {
-                m.mount_point.clone()
+            let (base, cgroup) = if relative.as_os_str().is_empty() {
+                (m.mount_point.clone(), PathBuf::from(&m.root))
             } else {
-                m.mount_point.join(relative)
+                (
+                    m.mount_point.join(&relative),
+                    Path::new(&m.root).join(&relative),
+                )
             };
-            Some((base, adopted))
+            Some((base, cgroup, adopted))
         })
 }
 

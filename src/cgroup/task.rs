@@ -21,6 +21,8 @@ pub struct TaskCgroup {
     mode: Mode,
     unit: String,
     v2: PathBuf,
+    /// `v2` as `/proc/<pid>/cgroup` names it (relative to our cgroup namespace's root).
+    v2_cgroup: PathBuf,
     /// Hybrid: one entry per v1 controller; co-mounted controllers share a path.
     v1: Vec<(V1Controller, PathBuf)>,
 }
@@ -34,7 +36,7 @@ impl TaskCgroup {
         fs: Arc<dyn CgroupFs>,
         mode: Mode,
         unit: &str,
-        v2: PathBuf,
+        (v2, v2_cgroup): (PathBuf, PathBuf),
         v1: Vec<(V1Controller, PathBuf)>,
     ) -> TaskCgroup {
         TaskCgroup {
@@ -42,6 +44,7 @@ impl TaskCgroup {
             mode,
             unit: unit.to_string(),
             v2,
+            v2_cgroup,
             v1,
         }
     }
@@ -53,6 +56,12 @@ impl TaskCgroup {
     /// The task's directory in the v2 hierarchy (both modes).
     pub fn v2_path(&self) -> &Path {
         &self.v2
+    }
+
+    /// The task's cgroup as `/proc/<pid>/cgroup` names it on its `0::` line: what a process
+    /// in this cgroup, and only such a process, shows there.
+    pub fn v2_cgroup(&self) -> &Path {
+        &self.v2_cgroup
     }
 
     /// The task's directory in a v1 hierarchy (hybrid only).

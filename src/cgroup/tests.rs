@@ -86,6 +86,7 @@ fn this_hybrid_host() {
     let layout = parse_layout(HYBRID_MOUNTINFO, HYBRID_CGROUP, "keel").unwrap();
     assert_eq!(layout.mode, Mode::Hybrid);
     assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup/unified");
+    assert_eq!(layout.v2_base_cgroup, p("/"));
     assert_eq!(
         layout.v1,
         vec![
@@ -165,6 +166,7 @@ fn cgroup_namespace_root() {
 fn cgroup_namespace_after_moving_into_a_child() {
     let layout = parse_layout(CONTAINER_MOUNTINFO, "0::/init.scope\n", "keel").unwrap();
     assert_eq!(layout.v2_base, p("/sys/fs/cgroup/init.scope"));
+    assert_eq!(layout.v2_base_cgroup, p("/init.scope"));
 }
 
 #[test]
@@ -175,8 +177,11 @@ fn host_namespace_with_a_bound_subtree() {
         "1021 1020 0:29 /docker/abc123 /sys/fs/cgroup rw,relatime - cgroup2 cgroup rw\n";
     let layout = parse_layout(mountinfo, "0::/docker/abc123\n", "keel").unwrap();
     assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup");
+    // As /proc/<pid>/cgroup names it: the mount's root, then the path below the mount point.
+    assert_eq!(layout.v2_base_cgroup, p("/docker/abc123"));
     let layout = parse_layout(mountinfo, "0::/docker/abc123/sub\n", "keel").unwrap();
     assert_eq!(layout.v2_base, p("/sys/fs/cgroup/sub"));
+    assert_eq!(layout.v2_base_cgroup, p("/docker/abc123/sub"));
     // A process elsewhere in the hierarchy is not under that mount.
     let err = parse_layout(mountinfo, "0::/docker/other\n", "keel").unwrap_err();
     assert!(matches!(err, CgroupError::OutsideMount { .. }), "{err}");

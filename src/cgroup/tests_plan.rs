@@ -14,6 +14,7 @@ fn v2_layout() -> Layout {
     Layout {
         mode: Mode::V2,
         v2_base: p("/cg/svc"),
+        v2_base_cgroup: p("/svc"),
         v1: Vec::new(),
         adopted: false,
     }
@@ -23,6 +24,7 @@ fn hybrid_layout() -> Layout {
     Layout {
         mode: Mode::Hybrid,
         v2_base: p("/u"),
+        v2_base_cgroup: p("/"),
         v1: vec![
             (V1Controller::Cpu, p("/v1/cpu,cpuacct/b")),
             (V1Controller::Cpuacct, p("/v1/cpu,cpuacct/b")),

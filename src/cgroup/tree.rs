@@ -160,7 +160,10 @@ impl Tree {
             self.fs.clone(),
             self.layout.mode,
             unit,
-            at(&self.layout.v2_base, V2_TASKS),
+            (
+                at(&self.layout.v2_base, V2_TASKS),
+                at(&self.layout.v2_base_cgroup, V2_TASKS),
+            ),
             self.layout
                 .v1
                 .iter()

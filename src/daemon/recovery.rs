@@ -254,7 +254,7 @@ impl Daemon {
         // spawned into it and never leaves it.
         let slice = self.slice(unit);
         if let Some(slice) = slice {
-            if let Ok(false) = crate::sys::process_in_v2_cgroup(shim.pid, slice.v2_path()) {
+            if let Ok(false) = crate::sys::process_in_v2_cgroup(shim.pid, slice.v2_cgroup()) {
                 let ending = Ending::from_records(
                     &self.dirs.run_dir(unit),
                     generation,

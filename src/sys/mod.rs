@@ -377,25 +377,25 @@ pub fn same_process_alive(pid: i32, start_time: u64) -> bool {
     }
 }
 
-/// Does `/proc/<pid>/cgroup` put the process in the v2 cgroup whose directory is `v2_dir`?
+/// Does `/proc/<pid>/cgroup` put the process in the v2 cgroup `cgroup` (as that file names
+/// cgroups: relative to the reader's cgroup namespace, e.g. `/system.slice/keel/tasks/a`)?
 /// Part of a recorded shim's identity at adoption: a pid + start time that match by chance
 /// (another boot's clock, a hand-edited record) still cannot name a process outside the
 /// task's own cgroup. `Err` when the process is gone.
-pub fn process_in_v2_cgroup(pid: i32, v2_dir: &std::path::Path) -> io::Result<bool> {
+pub fn process_in_v2_cgroup(pid: i32, cgroup: &std::path::Path) -> io::Result<bool> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
-    Ok(v2_cgroup_matches(&text, v2_dir))
+    Ok(v2_cgroup_matches(&text, cgroup))
 }
 
-/// The pure part of [`process_in_v2_cgroup`]: the `0::<path>` line (relative to the reader's
-/// cgroup namespace, as the daemon's own tree paths are) must name `v2_dir` — the directory is
-/// the hierarchy's mount point joined with that path, so it ends with its components.
-pub fn v2_cgroup_matches(proc_cgroup: &str, v2_dir: &std::path::Path) -> bool {
+/// The pure part of [`process_in_v2_cgroup`]: the `0::<path>` line must name `cgroup` whole.
+/// (A suffix match let a process in `/job` pass for the shim of unit `job`.)
+pub fn v2_cgroup_matches(proc_cgroup: &str, cgroup: &std::path::Path) -> bool {
     proc_cgroup
         .lines()
         .filter_map(|line| line.strip_prefix("0::"))
-        .map(|path| path.trim().trim_start_matches('/'))
-        // The root cgroup ("/") would match any directory: it is never a task's.
-        .any(|path| !path.is_empty() && v2_dir.ends_with(path))
+        .map(|path| std::path::Path::new(path.trim()))
+        // The root cgroup ("/") is never a task's.
+        .any(|path| path != std::path::Path::new("/") && path == cgroup)
 }
 
 fn is_zombie(pid: i32) -> bool {
@@ -420,8 +420,8 @@ mod tests {
     }
 
     #[test]
-    fn v2_cgroup_membership_is_matched_by_whole_components() {
-        let dir = std::path::Path::new("/sys/fs/cgroup/unified/user.slice/keel/tasks/a");
+    fn v2_cgroup_membership_is_matched_by_the_whole_path() {
+        let dir = std::path::Path::new("/user.slice/keel/tasks/a");
         assert!(v2_cgroup_matches(
             "12:pids:/user.slice\n0::/user.slice/keel/tasks/a\n",
             dir
@@ -431,6 +431,14 @@ mod tests {
         assert!(!v2_cgroup_matches("0::/user.slice/keel/tasks/aa\n", dir));
         assert!(!v2_cgroup_matches("0::/keel/tasks/a/sub\n", dir));
         assert!(!v2_cgroup_matches("0::/\n", dir));
+        // A cgroup elsewhere whose last components are the task's: not ours either.
+        assert!(!v2_cgroup_matches("0::/a\n", dir));
+        assert!(!v2_cgroup_matches("0::/tasks/a\n", dir));
+        assert!(!v2_cgroup_matches("0::/keel/tasks/a\n", dir));
+        assert!(!v2_cgroup_matches(
+            "0::/other/user.slice/keel/tasks/a\n",
+            dir
+        ));
         assert!(!v2_cgroup_matches(
             "4:memory:/user.slice/keel/tasks/a\n",
             dir
