@@ -165,22 +165,24 @@ fn a_recorded_pid_with_another_start_time_is_not_adopted() {
     );
 }
 
-#[test]
-fn a_recorded_pid_outside_the_tasks_cgroup_is_not_adopted() {
-    if !require_root("adoption") {
-        return;
-    }
-    let (mut d, shim) = daemon_killed_under_a_running_task("adopt-cgroup");
+/// The test's sleep, with its true start time, in the cgroup `<tree>-foreign/<leaf>` beside the
+/// daemon's tree (not the task's), is recorded as the task's shim: refused by cgroup.
+fn assert_foreign_cgroup_not_adopted(name: &str, leaf: &str) {
+    let (mut d, shim) = daemon_killed_under_a_running_task(name);
     let task_cgroup = v2_cgroup_of(shim.pid as u32);
     assert!(
         task_cgroup.ends_with("/tasks/job"),
         "the task has no v2 cgroup of its own to check against: {task_cgroup:?}"
     );
-    // The test's sleep, with its true start time, in a cgroup that is not the task's.
-    let foreign = ForeignCgroup::new(format!("{}-foreign", d.cgroup_name), "");
+    let foreign = ForeignCgroup::new(format!("{}-foreign", d.cgroup_name), leaf);
     let stranger = stranger_started_after(shim.start_time);
     foreign.add(stranger.id());
-    assert_ne!(v2_cgroup_of(stranger.id()), task_cgroup);
+    let stranger_cgroup = v2_cgroup_of(stranger.id());
+    assert_ne!(stranger_cgroup, task_cgroup);
+    assert!(
+        stranger_cgroup.ends_with(leaf),
+        "{stranger_cgroup:?} should end with {leaf:?}"
+    );
     let start_time = keel::sys::process_start_time(stranger.id() as i32).unwrap();
     record_shim_as(&d, stranger.id(), start_time);
     assert_not_adopted(
@@ -190,6 +192,14 @@ fn a_recorded_pid_outside_the_tasks_cgroup_is_not_adopted() {
     );
 }
 
+#[test]
+fn a_recorded_pid_outside_the_tasks_cgroup_is_not_adopted() {
+    if !require_root("adoption") {
+        return;
+    }
+    assert_foreign_cgroup_not_adopted("adopt-cgroup", "");
+}
+
 /// The cgroup check compares the whole path: a process in a cgroup elsewhere whose last
 /// components are the task's (`…-foreign/tasks/job`) is not the task's shim either.
 #[test]
@@ -197,21 +207,5 @@ fn a_recorded_pid_in_a_cgroup_named_like_the_tasks_is_not_adopted() {
     if !require_root("adoption") {
         return;
     }
-    let (mut d, shim) = daemon_killed_under_a_running_task("adopt-lookalike");
-    let task_cgroup = v2_cgroup_of(shim.pid as u32);
-    let foreign = ForeignCgroup::new(format!("{}-foreign", d.cgroup_name), "tasks/job");
-    let stranger = stranger_started_after(shim.start_time);
-    foreign.add(stranger.id());
-    let stranger_cgroup = v2_cgroup_of(stranger.id());
-    assert!(
-        stranger_cgroup.ends_with("/tasks/job") && stranger_cgroup != task_cgroup,
-        "the stranger's cgroup {stranger_cgroup:?} should look like the task's {task_cgroup:?}"
-    );
-    let start_time = keel::sys::process_start_time(stranger.id() as i32).unwrap();
-    record_shim_as(&d, stranger.id(), start_time);
-    assert_not_adopted(
-        &mut d,
-        stranger,
-        "its shim's pid names a process outside the task's cgroup",
-    );
+    assert_foreign_cgroup_not_adopted("adopt-lookalike", "tasks/job");
 }

@@ -161,20 +161,7 @@ impl Daemon {
     /// within [`CRASH_DEADLINE`]; a daemon still alive then is killed and the test fails.
     /// Its log is appended to `daemon.log`.
     pub fn die_at(&self, point: &str) {
-        let log_path = self.scratch.dir.join("daemon.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .unwrap();
-        let log_before = log.metadata().unwrap().len() as usize;
-        let mut cmd = self.daemon_command();
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
+        let (mut cmd, log_before) = self.logged_daemon_command();
         // The hook's line is a warning: no inherited KEEL_LOG may hide it.
         cmd.env_remove("KEEL_LOG").env("KEEL_CRASH_AT", point);
         let mut child = cmd.spawn().unwrap();
@@ -206,12 +193,15 @@ impl Daemon {
         );
     }
 
-    pub fn spawn(&mut self) {
+    /// `keel daemon` with the test's environment, its output appended to `daemon.log`, and
+    /// that log's length before it starts.
+    fn logged_daemon_command(&self) -> (Command, usize) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.scratch.dir.join("daemon.log"))
             .unwrap();
+        let log_before = log.metadata().unwrap().len() as usize;
         let mut cmd = self.daemon_command();
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -219,6 +209,11 @@ impl Daemon {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
+        (cmd, log_before)
+    }
+
+    pub fn spawn(&mut self) {
+        let (mut cmd, _) = self.logged_daemon_command();
         self.child = Some(cmd.spawn().unwrap());
         let deadline = Instant::now() + Duration::from_secs(10);
         while !self.keel(&["health"]).status.success() {
