@@ -23,7 +23,7 @@ impl Daemon {
         };
         let owner = agent_owner(unit_def)?;
         let prepared = checkout::prepare(
-            &self.dirs,
+            &self.store.dirs,
             unit,
             repo,
             &PrepareOptions { owner, full: false },
@@ -41,7 +41,8 @@ impl Daemon {
                 repo.path
             );
             log::info!("{unit}: checkout created: {detail}");
-            self.journal_event(unit, attempt, generation, "checkout-created", &detail);
+            self.store
+                .event(unit, attempt, generation, "checkout-created", &detail);
         }
         if let Some(sandbox) = spec.sandbox.as_mut() {
             sandbox.checkout = Some(prepared.mounts);
@@ -52,21 +53,23 @@ impl Daemon {
     /// After every attempt (whatever ended it): bring the task's branch home, fast-forward
     /// only. A failure is reported, never the task's.
     pub(crate) fn harvest_checkout(&mut self, unit: &str, attempt: u32, generation: u64) {
-        if !checkout::exists(&self.dirs, unit) {
+        if !checkout::exists(&self.store.dirs, unit) {
             return;
         }
-        match checkout::harvest(&self.dirs, unit, attempt) {
+        match checkout::harvest(&self.store.dirs, unit, attempt) {
             Ok(harvest) => {
                 if let Some(task) = self.tasks.get(unit) {
                     task.kept_branches.take();
                 }
                 let detail = harvest.to_string();
                 log::info!("{unit}: harvest: {detail}");
-                self.journal_event(unit, attempt, generation, "harvest", &detail);
+                self.store
+                    .event(unit, attempt, generation, "harvest", &detail);
             }
             Err(e) => {
                 log::warn!("{unit}: harvest failed: {e}");
-                self.journal_event(unit, attempt, generation, "harvest-failed", &e.to_string());
+                self.store
+                    .event(unit, attempt, generation, "harvest-failed", &e.to_string());
             }
         }
     }
@@ -74,7 +77,7 @@ impl Daemon {
     /// `keel harvest UNIT`: the same, now — between attempts. While an agent runs it can
     /// rewrite its git directory under the harvest's feet; its attempt's end harvests anyway.
     pub(crate) fn harvest_request(&mut self, unit: &str) -> Response {
-        if super::spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+        if super::spawn::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             return Response::Error {
                 message: format!(
                     "{unit}: running; its branch is harvested when the attempt ends (or `keel stop {unit}` first)"
@@ -85,18 +88,19 @@ impl Daemon {
             .tasks
             .get(unit)
             .map_or((0, 0), |t| (t.record.attempt, t.record.generation));
-        if !checkout::exists(&self.dirs, unit) {
+        if !checkout::exists(&self.store.dirs, unit) {
             return Response::Error {
                 message: format!("{unit}: has no checkout (its unit has no repo)"),
             };
         }
-        match checkout::harvest(&self.dirs, unit, attempt) {
+        match checkout::harvest(&self.store.dirs, unit, attempt) {
             Ok(harvest) => {
                 if let Some(task) = self.tasks.get(unit) {
                     task.kept_branches.take();
                 }
                 let detail = harvest.to_string();
-                self.journal_event(unit, attempt, generation, "harvest", &detail);
+                self.store
+                    .event(unit, attempt, generation, "harvest", &detail);
                 Response::Ok {
                     message: format!("{unit}: {detail}"),
                 }
@@ -115,10 +119,10 @@ impl Daemon {
         attempt: u32,
         force: bool,
     ) -> Result<String, String> {
-        if !checkout::exists(&self.dirs, unit) {
+        if !checkout::exists(&self.store.dirs, unit) {
             return Ok(String::new());
         }
-        match checkout::remove(&self.dirs, unit, attempt, force) {
+        match checkout::remove(&self.store.dirs, unit, attempt, force) {
             Ok(removed) => {
                 let mut note = format!(
                     "checkout removed ({} freed)",
@@ -155,19 +159,20 @@ impl Daemon {
             .collect();
         let (mut freed, mut removed, mut kept) = (0u64, Vec::new(), Vec::new());
         for (unit, attempt) in finished {
-            if !checkout::exists(&self.dirs, &unit) {
+            if !checkout::exists(&self.store.dirs, &unit) {
                 continue;
             }
-            match checkout::remove(&self.dirs, &unit, attempt, false) {
+            match checkout::remove(&self.store.dirs, &unit, attempt, false) {
                 Ok(done) => {
                     freed += done.freed_bytes;
                     removed.push(unit.clone());
-                    self.journal_event(&unit, attempt, 0, "checkout-removed", "keel prune");
+                    self.store
+                        .event(&unit, attempt, 0, "checkout-removed", "keel prune");
                 }
                 Err(e) => kept.push(format!("{unit}: {e}")),
             }
         }
-        match checkout::prune_bases(&self.dirs) {
+        match checkout::prune_bases(&self.store.dirs) {
             Ok(bytes) => freed += bytes,
             Err(e) => kept.push(format!("base trees: {e}")),
         }
@@ -198,10 +203,10 @@ impl Daemon {
                 return Some(bytes);
             }
         }
-        if !checkout::exists(&self.dirs, unit) {
+        if !checkout::exists(&self.store.dirs, unit) {
             return None;
         }
-        let bytes = checkout::disk_bytes(&checkout::checkout_dir(&self.dirs, unit));
+        let bytes = checkout::disk_bytes(&checkout::checkout_dir(&self.store.dirs, unit));
         task.checkout_bytes
             .set(Some((bytes, std::time::Instant::now())));
         Some(bytes)
@@ -218,7 +223,7 @@ impl Daemon {
                 return kept.clone();
             }
         }
-        let kept = match checkout::record(&self.dirs, unit) {
+        let kept = match checkout::record(&self.store.dirs, unit) {
             Ok(Some(record)) => checkout::kept_branches(&record).unwrap_or_else(|e| {
                 log::warn!("{unit}: cannot list the kept branches: {e}");
                 Vec::new()

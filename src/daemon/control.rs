@@ -2,12 +2,14 @@
 //! or the daemon's own uid). One JSON request line per connection, one JSON response line.
 //! A client's mistake gets an error response; it never takes the daemon down.
 
+use super::event_loop::{EventLoop, Source, LISTENER};
 use super::record::{Intent, TaskState};
 use super::timers::Timer;
-use super::{Daemon, DaemonError, Shutdown, Source};
+use super::{Daemon, DaemonError, Shutdown};
 use crate::protocol::{Request, Response};
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Token};
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -29,7 +31,29 @@ pub(crate) struct Client {
     done_reading: bool,
 }
 
-pub(super) fn bind(path: &Path) -> Result<UnixListener, DaemonError> {
+/// The control socket and its connected clients.
+pub(crate) struct Control {
+    listener: UnixListener,
+    pub clients: HashMap<Token, Client>,
+}
+
+impl Control {
+    /// Bind the socket (mode 0600) and register it in the loop.
+    pub fn bind(path: &Path, events: &EventLoop) -> Result<Self, DaemonError> {
+        let mut listener = bind(path)?;
+        events
+            .poll
+            .registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(super::setup("register the control socket"))?;
+        Ok(Control {
+            listener,
+            clients: HashMap::new(),
+        })
+    }
+}
+
+fn bind(path: &Path) -> Result<UnixListener, DaemonError> {
     // We hold the instance lock, so a socket file here is a leftover of a dead daemon.
     let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path).map_err(|source| DaemonError::Setup {
@@ -73,9 +97,9 @@ fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
 impl Daemon {
     pub(super) fn accept_clients(&mut self) {
         loop {
-            match self.listener.accept() {
+            match self.control.listener.accept() {
                 Ok((mut stream, _)) => {
-                    let refusal = if self.clients.len() >= MAX_CLIENTS {
+                    let refusal = if self.control.clients.len() >= MAX_CLIENTS {
                         Err(format!(
                             "too many clients ({MAX_CLIENTS} connected): try again shortly"
                         ))
@@ -89,8 +113,9 @@ impl Daemon {
                         let _ = stream.write_all(format!("{line}\n").as_bytes());
                         continue;
                     }
-                    let token = self.new_token();
+                    let token = self.events.new_token();
                     if self
+                        .events
                         .poll
                         .registry()
                         .register(&mut stream, token, Interest::READABLE)
@@ -98,10 +123,11 @@ impl Daemon {
                     {
                         continue;
                     }
-                    self.sources.insert(token, Source::Client);
-                    self.timers
+                    self.events.sources.insert(token, Source::Client);
+                    self.events
+                        .timers
                         .add_after(CLIENT_DEADLINE, Timer::ClientDeadline { token: token.0 });
-                    self.clients.insert(
+                    self.control.clients.insert(
                         token,
                         Client {
                             stream,
@@ -124,7 +150,7 @@ impl Daemon {
     /// A client that has not sent its request (or read its answer) in time is dropped. One
     /// waiting for a stop to complete is not: a stop may take its `stop.timeout`.
     pub(super) fn on_client_deadline(&mut self, token: Token) {
-        let Some(client) = self.clients.get(&token) else {
+        let Some(client) = self.control.clients.get(&token) else {
             return;
         };
         if client.waiting_for.is_some() {
@@ -144,7 +170,7 @@ impl Daemon {
     }
 
     fn read_client(&mut self, token: Token) {
-        let Some(client) = self.clients.get_mut(&token) else {
+        let Some(client) = self.control.clients.get_mut(&token) else {
             return;
         };
         let mut buf = [0u8; 8192];
@@ -201,7 +227,7 @@ impl Daemon {
 
     /// Queue a response and close once it is written.
     pub(super) fn respond(&mut self, token: Token, response: &Response) {
-        let Some(client) = self.clients.get_mut(&token) else {
+        let Some(client) = self.control.clients.get_mut(&token) else {
             return;
         };
         let mut line = serde_json::to_vec(response).unwrap_or_default();
@@ -209,14 +235,15 @@ impl Daemon {
         client.output.extend_from_slice(&line);
         if client.waiting_for.take().is_some() {
             // A fresh deadline to read the answer.
-            self.timers
+            self.events
+                .timers
                 .add_after(CLIENT_DEADLINE, Timer::ClientDeadline { token: token.0 });
         }
         self.flush_client(token);
     }
 
     fn flush_client(&mut self, token: Token) {
-        let Some(client) = self.clients.get_mut(&token) else {
+        let Some(client) = self.control.clients.get_mut(&token) else {
             return;
         };
         while !client.output.is_empty() {
@@ -225,7 +252,7 @@ impl Daemon {
                     client.output.drain(..n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let _ = self.poll.registry().reregister(
+                    let _ = self.events.poll.registry().reregister(
                         &mut client.stream,
                         token,
                         Interest::READABLE | Interest::WRITABLE,
@@ -244,15 +271,16 @@ impl Daemon {
     }
 
     fn close_client(&mut self, token: Token) {
-        if let Some(mut client) = self.clients.remove(&token) {
-            let _ = self.poll.registry().deregister(&mut client.stream);
+        if let Some(mut client) = self.control.clients.remove(&token) {
+            let _ = self.events.poll.registry().deregister(&mut client.stream);
         }
-        self.sources.remove(&token);
+        self.events.sources.remove(&token);
     }
 
     /// Answer the clients waiting for a stop or removal that has completed.
     pub(super) fn answer_waiters(&mut self) {
         let done: Vec<(Token, String)> = self
+            .control
             .clients
             .iter()
             .filter_map(|(token, c)| {
@@ -268,7 +296,7 @@ impl Daemon {
         for (token, unit) in done {
             let message = match self.tasks.get(&unit) {
                 Some(task) => format!("{unit}: {}", task.record.state),
-                None => match self.removal_notes.remove(&unit) {
+                None => match self.tasks.removal_notes.remove(&unit) {
                     Some(note) => format!("{unit}: removed; {note}"),
                     None => format!("{unit}: removed"),
                 },
@@ -278,13 +306,13 @@ impl Daemon {
     }
 
     pub(super) fn known(&self, unit: &str) -> Result<(), Box<Response>> {
-        if self.tasks.contains_key(unit) {
+        if self.tasks.contains(unit) {
             Ok(())
         } else {
             Err(Box::new(Response::Error {
                 message: format!(
                     "unknown unit {unit:?} (keel status lists the units; unit files live in {})",
-                    self.units_dir.display()
+                    self.units.dir.display()
                 ),
             }))
         }
@@ -295,7 +323,7 @@ impl Daemon {
         log::debug!("control: {request:?}");
         let wait_for = |daemon: &mut Daemon, unit: &str| {
             let generation = daemon.tasks.get(unit).map_or(0, |t| t.record.generation);
-            if let Some(client) = daemon.clients.get_mut(&token) {
+            if let Some(client) = daemon.control.clients.get_mut(&token) {
                 client.waiting_for = Some((unit.to_string(), generation));
             }
             None
@@ -305,7 +333,7 @@ impl Daemon {
             // (systemd.rs). `loop_age_ms` is how long this round had run before answering.
             Request::Health => Some(Response::Health {
                 pid: std::process::id() as i32,
-                loop_age_ms: self.last_tick.elapsed().as_millis() as u64,
+                loop_age_ms: self.events.last_tick.elapsed().as_millis() as u64,
                 tasks: self.tasks.len(),
             }),
             Request::Status { unit } => Some(self.status(unit.as_deref())),
@@ -333,7 +361,7 @@ impl Daemon {
                     return Some(*e);
                 }
                 if !self.stop_task(&unit, Intent::Stop) {
-                    return Some(not_persisted(&unit, &self.dirs.root));
+                    return Some(not_persisted(&unit, &self.store.dirs.root));
                 }
                 wait_for(self, &unit)
             }
@@ -342,7 +370,7 @@ impl Daemon {
                     return Some(*e);
                 }
                 if !self.stop_task(&unit, Intent::Restart) {
-                    return Some(not_persisted(&unit, &self.dirs.root));
+                    return Some(not_persisted(&unit, &self.store.dirs.root));
                 }
                 Some(Response::Ok {
                     message: format!("{unit}: restarting"),
@@ -357,7 +385,7 @@ impl Daemon {
                         None => *e,
                     });
                 }
-                let path = self.units_dir.join(format!("{unit}.ron"));
+                let path = self.units.file_of(&unit);
                 if let Err(e) = std::fs::remove_file(&path) {
                     if e.kind() != std::io::ErrorKind::NotFound {
                         return Some(Response::Error {
@@ -371,7 +399,7 @@ impl Daemon {
                     task.force_remove = force;
                 }
                 if !self.stop_task(&unit, Intent::Remove) {
-                    return Some(not_persisted(&unit, &self.dirs.root));
+                    return Some(not_persisted(&unit, &self.store.dirs.root));
                 }
                 wait_for(self, &unit)
             }
@@ -399,7 +427,7 @@ impl Daemon {
                 })
             }
             Request::Shutdown { keep_tasks } => {
-                if keep_tasks && self.under_init.is_some() {
+                if keep_tasks && self.instance.under_init.is_some() {
                     return Some(Response::Error {
                         message: "under keel init, --keep-tasks would end PID 1 and with it every task; to restart the daemon alone, kill it: keel init respawns it and the tasks are re-adopted".into(),
                     });
@@ -439,7 +467,7 @@ impl Daemon {
                 task.record.backoff_until_ms = None;
                 task.record.reason = None;
                 self.transition(unit, TaskState::Queued, "started by request");
-                self.schedule_pending = true;
+                self.store.queue_changed = true;
                 Response::Ok {
                     message: format!("{unit}: queued"),
                 }
@@ -447,7 +475,7 @@ impl Daemon {
             TaskState::Stopping => {
                 // A start during a stop: start again once it has stopped (unless removed).
                 if !self.stop_task(unit, Intent::Restart) {
-                    return not_persisted(unit, &self.dirs.root);
+                    return not_persisted(unit, &self.store.dirs.root);
                 }
                 Response::Ok {
                     message: format!("{unit}: starts again once stopped"),
@@ -464,7 +492,7 @@ impl Daemon {
         if let Err(message) = crate::unit::validate_name(name) {
             return Response::Error { message };
         }
-        let path = self.units_dir.join(format!("{name}.ron"));
+        let path = self.units.file_of(name);
         let unit = match crate::unit::parse_unit(&path, text) {
             Ok(unit) => unit,
             Err(e) => {
@@ -476,14 +504,14 @@ impl Daemon {
         if let Some(repo) = &unit.repo {
             // A repository that is missing, not git, without the base, or a branch taken at
             // another commit: refused now, nothing started.
-            if let Err(e) = crate::checkout::check(&self.dirs, name, repo) {
+            if let Err(e) = crate::checkout::check(&self.store.dirs, name, repo) {
                 return Response::Error {
                     message: format!("{name}: {e}"),
                 };
             }
         }
         let reservation = super::queue::Reservation::of(&unit.resources);
-        if let Some(why) = super::queue::never_fits(&reservation, &self.config.capacity) {
+        if let Some(why) = super::queue::never_fits(&reservation, &self.settings.config.capacity) {
             return Response::Error {
                 message: format!("{name}: can never start: {why}"),
             };

@@ -61,12 +61,10 @@ impl Ending {
 impl Daemon {
     /// Persist a task's record.
     pub(crate) fn persist(&mut self, unit: &str) -> Result<(), StateError> {
-        let Some(task) = self.tasks.get(unit) else {
-            return Ok(());
-        };
-        state::write_ron(&self.dirs.record_path(unit), &task.record).inspect_err(|e| {
-            log::error!("{unit}: cannot persist state: {e}");
-        })
+        match self.tasks.get(unit) {
+            Some(task) => self.store.persist(task),
+            None => Ok(()),
+        }
     }
 
     /// Change state, persist, journal — in that order. Returns whether the record reached
@@ -83,7 +81,7 @@ impl Daemon {
         }
         if task.record.state.has_attempt() && !to.has_attempt() {
             // What this attempt reserved is free again.
-            self.schedule_pending = true;
+            self.store.queue_changed = true;
         }
         task.record.state = to;
         let (attempt, generation) = (task.record.attempt, task.record.generation);
@@ -94,7 +92,8 @@ impl Daemon {
             format!("{to} ({detail})")
         };
         if persisted {
-            self.journal_event(unit, attempt, generation, to.as_str(), detail);
+            self.store
+                .event(unit, attempt, generation, to.as_str(), detail);
             log::info!("{unit}: {what}");
         } else {
             // Not journaled either: the caller may take it back (a stop, a start), and the
@@ -143,9 +142,9 @@ impl Daemon {
         let decision = super::queue::decide(
             &queued,
             &running,
-            &self.config.capacity,
+            &self.settings.config.capacity,
             now_ms(),
-            self.config.starvation_limit_ms(),
+            self.settings.config.starvation_limit_ms(),
         );
         for (unit, why) in decision.waiting {
             let why = why.to_string();
@@ -156,7 +155,8 @@ impl Daemon {
                 // One journal line when the reason changes, not one per round.
                 let (attempt, generation) = (task.record.attempt, task.record.generation);
                 task.waiting = Some(why.clone());
-                self.journal_event(&unit, attempt, generation, "waiting", &why);
+                self.store
+                    .event(&unit, attempt, generation, "waiting", &why);
             }
         }
         for unit in decision.start {
@@ -174,7 +174,7 @@ impl Daemon {
         let (Some(unit_def), Some(text)) = (task.unit.clone(), task.unit_text.clone()) else {
             return;
         };
-        if spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+        if spawn::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             // A shim of an earlier attempt is still alive (not ours to watch: it will be
             // adopted, or it is ending). Never two live attempts: try again later.
             let before = task.record.clone();
@@ -196,7 +196,9 @@ impl Daemon {
                     task.start_retry_at = Some(Instant::now() + SLICE_BUSY_RETRY);
                     task.waiting = Some(why);
                 }
-                self.timers.add_after(SLICE_BUSY_RETRY, Timer::Schedule);
+                self.events
+                    .timers
+                    .add_after(SLICE_BUSY_RETRY, Timer::Schedule);
                 return;
             }
             Err(SliceProblem::Failed(why)) => Err(why),
@@ -223,6 +225,7 @@ impl Daemon {
         state::crash_point("after-decide");
         // Decide, persist, then (only then) say so and act.
         let persisted = self
+            .store
             .dirs
             .create_task_dirs(unit)
             .map_err(|e| format!("cannot create the task's directories: {e}"))
@@ -234,7 +237,7 @@ impl Daemon {
             self.defer_start(unit, before, &why);
             return;
         }
-        self.journal_event(
+        self.store.event(
             unit,
             attempt,
             generation,
@@ -253,14 +256,14 @@ impl Daemon {
         }
         // A restart of an unchanged unit finds its copy already there: no second durable
         // write (a temporary file, two fsyncs and a rename: milliseconds on a slow disk).
-        let accepted_path = self.dirs.accepted_unit_path(unit);
+        let accepted_path = self.store.dirs.accepted_unit_path(unit);
         let kept = std::fs::read(&accepted_path).is_ok_and(|held| held == text.as_bytes());
         if !kept {
             if let Err(e) = state::atomic_write(&accepted_path, text.as_bytes()) {
                 log::warn!("{unit}: cannot keep a copy of the accepted unit: {e}");
             }
         }
-        let run_dir = self.dirs.run_dir(unit);
+        let run_dir = self.store.dirs.run_dir(unit);
         let ctx = AttemptContext {
             unit_name: unit,
             attempt,
@@ -268,11 +271,11 @@ impl Daemon {
             last_exit,
             last_progress: spawn::last_progress_line(&run_dir),
         };
-        let mut attempt_spec = spawn::attempt_spec(&self.dirs, &unit_def, &ctx);
+        let mut attempt_spec = spawn::attempt_spec(&self.store.dirs, &unit_def, &ctx);
         if let Some(sandbox) = attempt_spec.sandbox.as_mut() {
             // Unit files hold other tasks' settings (and their env: API keys).
-            if !self.units_dir.starts_with(&self.dirs.root) {
-                sandbox.hidden.push(self.units_dir.clone());
+            if !self.units.dir.starts_with(&self.store.dirs.root) {
+                sandbox.hidden.push(self.units.dir.clone());
             }
         }
         // The task's checkout (made, or reused as it was) before its cgroup is used.
@@ -289,18 +292,15 @@ impl Daemon {
             }
         };
         attempt_spec.cgroup_v1_procs = slice.v1_procs.clone();
-        let templates = Some(&mut self.templates);
+        let templates = Some(&mut self.sandboxing.templates);
         match spawn::spawn_shim(&attempt_spec, Some(slice.v2_dir.as_fd()), templates) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");
-                if attempt_spec.sandbox.is_some() && !self.spare_due {
-                    self.spare_due = true;
-                    self.timers
-                        .add_after(super::SPARE_DELAY, Timer::ReplenishSpare);
-                }
-                let shim = self.register_shim(unit, pid, pidfd);
+                self.sandboxing
+                    .after_start(attempt_spec.sandbox.is_some(), &mut self.events.timers);
+                let shim = self.events.watch_shim(unit, pid, pidfd);
                 let start_time = crate::sys::process_start_time(pid).unwrap_or(0);
-                let boot_id = self.boot_id.clone();
+                let boot_id = self.instance.boot_id.clone();
                 if let Some(task) = self.tasks.get_mut(unit) {
                     task.record.shim = Some(ShimIdentity {
                         pid,
@@ -327,7 +327,8 @@ impl Daemon {
             Err(e) => {
                 let why = e.to_string();
                 log::error!("{unit}: cannot start: {why}");
-                self.journal_event(unit, attempt, generation, "start-failed", &why);
+                self.store
+                    .event(unit, attempt, generation, "start-failed", &why);
                 self.settle(unit, Ending::lost(why));
             }
         }
@@ -337,7 +338,8 @@ impl Daemon {
     /// journaled, and settled as `spawn-failed` with the reason.
     fn fail_spawn(&mut self, unit: &str, (attempt, generation): (u32, u64), why: String) {
         log::error!("{unit}: cannot start: {why}");
-        self.journal_event(unit, attempt, generation, "start-failed", &why);
+        self.store
+            .event(unit, attempt, generation, "start-failed", &why);
         self.settle(
             unit,
             Ending {
@@ -362,9 +364,10 @@ impl Daemon {
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         if !repeated {
             log::error!("{unit}: start deferred: {why}");
-            self.journal_event(unit, attempt, generation, "start-deferred", why);
+            self.store
+                .event(unit, attempt, generation, "start-deferred", why);
         }
-        self.timers.add_after(START_RETRY, Timer::Schedule);
+        self.events.timers.add_after(START_RETRY, Timer::Schedule);
     }
 
     /// A shim's pidfd became readable: the attempt is over. Learn how, then settle.
@@ -378,8 +381,8 @@ impl Daemon {
         };
         let generation = task.record.generation;
         // Before the deregistration, which forgets it.
-        let reaped = self.reaped.remove(&shim.pid);
-        self.deregister_shim(&shim);
+        let reaped = self.tasks.reaped.remove(&shim.pid);
+        self.events.unwatch_shim(&shim);
         let how = match reaped {
             Some(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => {
                 format!("shim killed by {}", sig.as_str())
@@ -395,12 +398,12 @@ impl Daemon {
             }
             _ => "shim vanished without an exit record".to_string(),
         };
-        let ending = Ending::from_records(&self.dirs.run_dir(unit), generation, &how);
+        let ending = Ending::from_records(&self.store.dirs.run_dir(unit), generation, &how);
         if ending.exit == LastExit::Lost {
             if let Some(note) = &ending.note {
                 if note.contains("ignored") {
                     let attempt = self.tasks.get(unit).map_or(0, |t| t.record.attempt);
-                    self.journal_event(unit, attempt, generation, "fenced", note);
+                    self.store.event(unit, attempt, generation, "fenced", note);
                 }
             }
         }
@@ -409,12 +412,7 @@ impl Daemon {
 
     /// Apply the restart policy (or the pending intent) to an ended attempt.
     pub(crate) fn settle(&mut self, unit: &str, mut ending: Ending) {
-        let holds = !self.templates.is_empty() || self.templates.spare().is_some();
-        if holds && !self.tasks.values().any(|t| t.shim.is_some()) {
-            // Nothing runs: no template (or spare's copy of one) may keep the host's
-            // filesystems busy, and an idle daemon keeps no spare process.
-            self.templates.clear();
-        }
+        self.sandboxing.release_when_idle(self.tasks.any_shim());
         let jitter = jitter();
         // An OOM event that came in the same round as the exit: journal it first.
         self.check_oom(unit, false);
@@ -471,7 +469,8 @@ impl Daemon {
         if let Some(note) = &ending.note {
             detail.push_str(&format!("; {note}"));
         }
-        self.journal_event(unit, attempt, generation, "exited", &detail);
+        self.store
+            .event(unit, attempt, generation, "exited", &detail);
         log::info!("{unit}: attempt {attempt} ended: {detail}");
 
         if matches!(intent, Intent::Remove | Intent::Forget) {
@@ -511,7 +510,7 @@ impl Daemon {
         let shutting_down = self.shutdown.is_some();
         if matches!(decision, Decision::Succeeded | Decision::Failed { .. })
             && unit_def.essential
-            && self.under_init.is_some()
+            && self.instance.under_init.is_some()
         {
             // The shutdown this final state implies is recorded first: a crash between the
             // two writes must not leave a final essential unit and a container that never ends.
@@ -547,7 +546,7 @@ impl Daemon {
             }
             Decision::Restart { delay } if delay.is_zero() => {
                 self.transition(unit, TaskState::Queued, "restart");
-                self.schedule_pending = true;
+                self.store.queue_changed = true;
             }
             Decision::Restart { delay } => {
                 let until = now_ms() + delay.as_millis() as u64;
@@ -558,7 +557,7 @@ impl Daemon {
                     TaskState::Backoff,
                     &format!("restart in {}", crate::cli::format::duration_precise(delay)),
                 );
-                self.timers.add_after(
+                self.events.timers.add_after(
                     delay,
                     Timer::BackoffExpired {
                         unit: unit.to_string(),
@@ -581,12 +580,12 @@ impl Daemon {
             .get(unit)
             .and_then(|t| t.unit.as_ref())
             .is_some_and(|u| u.essential);
-        if essential && self.under_init.is_some() {
+        if essential && self.instance.under_init.is_some() {
             let code = exit.exit_code();
             log::info!(
                 "{unit}: essential unit finished ({exit}): shutting down with status {code}"
             );
-            self.journal_event(
+            self.store.event(
                 unit,
                 0,
                 0,
@@ -605,7 +604,7 @@ impl Daemon {
             return;
         }
         self.transition(unit, TaskState::Queued, "backoff over");
-        self.schedule_pending = true;
+        self.store.queue_changed = true;
     }
 }
 

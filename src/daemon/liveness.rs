@@ -180,7 +180,7 @@ impl Daemon {
         let generation = task.record.generation;
         let (now, now_wall) = (mono_ms(), now_ms());
         let started_wall = task.record.started_ms.unwrap_or(now_wall);
-        let progress = spec::progress_path(&self.dirs.run_dir(unit));
+        let progress = spec::progress_path(&self.store.dirs.run_dir(unit));
         let flags = AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_ATTRIB;
         let wd = match self.liveness.inotify.add_watch(&progress, flags) {
             Ok(wd) => Some(wd),
@@ -284,7 +284,7 @@ impl Daemon {
 
     fn on_progress_write(&mut self, unit: &str, modified: bool) {
         let now = mono_ms();
-        let path = spec::progress_path(&self.dirs.run_dir(unit));
+        let path = spec::progress_path(&self.store.dirs.run_dir(unit));
         let Some(watch) = self.liveness.tasks.get_mut(unit) else {
             return;
         };
@@ -329,7 +329,7 @@ impl Daemon {
         let (output, cpu) = (watch.settings.output, watch.settings.cpu);
         if output {
             let started_wall = watch.started_wall;
-            if let Some(at) = output_time(&self.dirs.run_dir(unit), started_wall) {
+            if let Some(at) = output_time(&self.store.dirs.run_dir(unit), started_wall) {
                 let at = mono_of_wall(at, now, now_ms());
                 if let Some(watch) = self.liveness.tasks.get_mut(unit) {
                     watch.evidence.output = watch.evidence.output.max(Some(at));
@@ -399,7 +399,7 @@ impl Daemon {
             unit: unit.to_string(),
             generation: watch.generation,
         };
-        self.timers.add(
+        self.events.timers.add(
             Instant::now() + Duration::from_millis(at.saturating_sub(now)),
             timer,
         );
@@ -429,14 +429,14 @@ impl Daemon {
                 // The state change is the journal entry; a missing change of content gets
                 // its own word first.
                 if verdict == Verdict::NoProgress {
-                    self.journal_event(unit, attempt, generation, word, detail);
+                    self.store.event(unit, attempt, generation, word, detail);
                 }
                 log::warn!("{unit}: {word}: {detail}; on_stall Report: left running");
                 self.note_state(unit, TaskState::Stalled, &format!("{word}: {detail}"));
             }
             (_, OnStall::Report) => {
                 log::warn!("{unit}: {word}: {detail}");
-                self.journal_event(unit, attempt, generation, word, detail);
+                self.store.event(unit, attempt, generation, word, detail);
             }
             (_, OnStall::Restart | OnStall::Kill) => {
                 let kill = on_stall == OnStall::Kill;
@@ -446,7 +446,7 @@ impl Daemon {
                     "restarting it"
                 };
                 log::warn!("{unit}: {word}: {detail}; {action}");
-                self.journal_event(
+                self.store.event(
                     unit,
                     attempt,
                     generation,
@@ -468,7 +468,8 @@ impl Daemon {
         };
         task.record.state = to;
         let (attempt, generation) = (task.record.attempt, task.record.generation);
-        self.journal_event(unit, attempt, generation, to.as_str(), detail);
+        self.store
+            .event(unit, attempt, generation, to.as_str(), detail);
     }
 
     /// Stop a stalled attempt as `keel stop` would (stop signal, timeout, SIGKILL); the stop
@@ -506,7 +507,7 @@ impl Daemon {
         let (now, now_wall) = (mono_ms(), now_ms());
         let mut evidence = watch.evidence;
         if watch.settings.output {
-            let seen = output_time(&self.dirs.run_dir(unit), watch.started_wall)
+            let seen = output_time(&self.store.dirs.run_dir(unit), watch.started_wall)
                 .map(|at| mono_of_wall(at, now, now_wall));
             evidence.output = evidence.output.max(seen);
         }

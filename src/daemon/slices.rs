@@ -32,7 +32,7 @@ pub(crate) type Slices = Result<Tree, String>;
 
 /// Set up keel's tree under the cgroup the daemon was started in (`layout`, detected),
 /// moving the daemon into its own leaf.
-pub(crate) fn setup_slices(layout: Result<Layout, CgroupError>, name: &str) -> Slices {
+fn setup_slices(layout: Result<Layout, CgroupError>, name: &str) -> Slices {
     let tree = layout.and_then(|layout| Tree::setup(layout, name));
     match tree {
         Ok(tree) => {
@@ -44,6 +44,21 @@ pub(crate) fn setup_slices(layout: Result<Layout, CgroupError>, name: &str) -> S
             Err(e.to_string())
         }
     }
+}
+
+/// [`setup_slices`], and tell the templates whether spare shims pay off with these cgroups.
+pub(crate) fn set_up(
+    layout: Result<Layout, CgroupError>,
+    name: &str,
+    templates: &mut crate::sandbox::templates::SandboxTemplates,
+) -> Slices {
+    let slices = setup_slices(layout, name);
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    templates.spares_pay_off(spares_pay_off(
+        slices.as_ref().ok().map(|t| t.mode()),
+        &mountinfo,
+    ));
+    slices
 }
 
 /// Whether spare shims make sandboxed starts faster with these cgroups
@@ -181,17 +196,20 @@ impl Daemon {
                 return;
             }
         };
-        let token = self.new_token();
+        let token = self.events.new_token();
         let fd = watch.as_raw_fd();
-        if let Err(e) = self
-            .poll
-            .registry()
-            .register(&mut SourceFd(&fd), token, watch.interest())
+        if let Err(e) =
+            self.events
+                .poll
+                .registry()
+                .register(&mut SourceFd(&fd), token, watch.interest())
         {
             log::warn!("{unit}: cannot watch for OOM kills: {e}");
             return;
         }
-        self.sources.insert(token, Source::Oom(unit.to_string()));
+        self.events
+            .sources
+            .insert(token, Source::Oom(unit.to_string()));
         if let Some(task) = self.tasks.get_mut(unit) {
             task.oom = Some(OomWatched { watch, token });
         }
@@ -202,8 +220,8 @@ impl Daemon {
             return;
         };
         let fd = watched.watch.as_raw_fd();
-        let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
-        self.sources.remove(&watched.token);
+        let _ = self.events.poll.registry().deregister(&mut SourceFd(&fd));
+        self.events.sources.remove(&watched.token);
     }
 
     /// The slice's OOM watch fired (or a recheck is due): if the OOM killer struck, say so at
@@ -228,7 +246,7 @@ impl Daemon {
                     .map(|u| crate::unit::format_size(u.resources.memory.0))
                     .unwrap_or_default();
                 log::warn!("{unit}: OOM kill in the task's cgroup (memory limit {limit})");
-                self.journal_event(
+                self.store.event(
                     unit,
                     attempt,
                     generation,
@@ -236,7 +254,7 @@ impl Daemon {
                     &format!("{kills} so far; memory limit {limit}"),
                 );
             }
-            Ok(false) if recheck => self.timers.add_after(
+            Ok(false) if recheck => self.events.timers.add_after(
                 OOM_RECHECK,
                 Timer::OomRecheck {
                     unit: unit.to_string(),
@@ -321,7 +339,7 @@ impl Daemon {
     fn try_remove_slice(&mut self, unit: &str, slice: &TaskCgroup, tries: u32) {
         match slice.try_remove() {
             Ok(Removal::Removed) => {}
-            Ok(Removal::Busy) if tries < REMOVE_TRIES => self.timers.add_after(
+            Ok(Removal::Busy) if tries < REMOVE_TRIES => self.events.timers.add_after(
                 (REMOVE_RETRY_FIRST * 2u32.saturating_pow(tries.min(10))).min(REMOVE_RETRY_MAX),
                 Timer::RemoveSlice {
                     unit: unit.to_string(),
@@ -378,7 +396,7 @@ impl Daemon {
                 Some(task) if task.record.state.has_attempt() => {}
                 // A live shim this daemon does not supervise (its record was unreadable, say)
                 // is never killed behind the operator's back.
-                _ if super::spawn::attempt_lock_held(&self.dirs.run_dir(&unit)) => {
+                _ if super::spawn::attempt_lock_held(&self.store.dirs.run_dir(&unit)) => {
                     log::warn!(
                         "{unit}: a cgroup whose shim is alive but not supervised: left alone"
                     );

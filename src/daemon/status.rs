@@ -32,14 +32,14 @@ impl Daemon {
         Response::Status(StatusReport {
             daemon: DaemonInfo {
                 pid: std::process::id() as i32,
-                started_ms: self.started_ms,
-                state_dir: self.dirs.root.display().to_string(),
-                units_dir: self.units_dir.display().to_string(),
+                started_ms: self.instance.started_ms,
+                state_dir: self.store.dirs.root.display().to_string(),
+                units_dir: self.units.dir.display().to_string(),
                 cgroup_mode: self.cgroup_mode(),
-                under_init: self.under_init.is_some(),
+                under_init: self.instance.under_init.is_some(),
             },
             tasks,
-            invalid_units: self.invalid_units.values().cloned().collect(),
+            invalid_units: self.units.invalid.values().cloned().collect(),
         })
     }
 
@@ -67,7 +67,7 @@ impl Daemon {
                 (Some(waiting), TaskState::Queued) => Some(waiting.clone()),
                 _ => r.reason.clone(),
             },
-            progress: super::last_progress_line(&self.dirs.run_dir(&t.name)),
+            progress: super::last_progress_line(&self.store.dirs.run_dir(&t.name)),
             unit_changed: r.state.has_attempt() && t.accepted_text != t.unit_text,
             unit_file_missing: !t.seen_file,
             cpu_usec: figures.map(|f| f.cpu_usec),
@@ -92,18 +92,15 @@ impl Daemon {
     fn task_detail(&self, t: &Task) -> TaskDetail {
         let r = &t.record;
         // The limits of the live (or last) attempt are those of the unit it started with.
-        let accepted: Option<Unit> = t.accepted_text.as_deref().and_then(|text| {
-            crate::unit::parse_unit(&self.units_dir.join(format!("{}.ron", t.name)), text).ok()
-        });
+        let accepted: Option<Unit> = t
+            .accepted_text
+            .as_deref()
+            .and_then(|text| crate::unit::parse_unit(&self.units.file_of(&t.name), text).ok());
         let limits = accepted.as_ref().or(t.unit.as_ref());
         TaskDetail {
-            unit_file: self
-                .units_dir
-                .join(format!("{}.ron", t.name))
-                .display()
-                .to_string(),
+            unit_file: self.units.file_of(&t.name).display().to_string(),
             command: t.unit.as_ref().map(|u| u.command.0.clone()),
-            log_path: crate::sandbox::spec::output_log_path(&self.dirs.run_dir(&t.name))
+            log_path: crate::sandbox::spec::output_log_path(&self.store.dirs.run_dir(&t.name))
                 .display()
                 .to_string(),
             started_ms: r.started_ms,
@@ -130,7 +127,7 @@ impl Daemon {
     }
 
     fn checkout_info(&self, unit: &str) -> Option<CheckoutInfo> {
-        let record = match checkout::record(&self.dirs, unit) {
+        let record = match checkout::record(&self.store.dirs, unit) {
             Ok(record) => record?,
             Err(e) => {
                 log::warn!("{unit}: status: {e}");
@@ -138,7 +135,7 @@ impl Daemon {
             }
         };
         Some(CheckoutInfo {
-            path: checkout::checkout_dir(&self.dirs, unit)
+            path: checkout::checkout_dir(&self.store.dirs, unit)
                 .display()
                 .to_string(),
             repo: record.repo.display().to_string(),

@@ -49,7 +49,7 @@ impl Daemon {
                     task.record.backoff_until_ms = None;
                     task.record.reason = None;
                     self.transition(unit, TaskState::Queued, "restart");
-                    self.schedule_pending = true;
+                    self.store.queue_changed = true;
                 }
                 Intent::Stop | Intent::Interrupt | Intent::None => {}
             }
@@ -92,7 +92,7 @@ impl Daemon {
             return false;
         }
         self.send_stop_signal(unit, signal);
-        self.timers.add_after(
+        self.events.timers.add_after(
             timeout,
             Timer::StopTimeout {
                 unit: unit.to_string(),
@@ -131,8 +131,8 @@ impl Daemon {
             }
             log::warn!(
                 "{unit}: left running: its stop could not be recorded in {}: {}",
-                self.dirs.root.display(),
-                super::unwritable::why_unwritable(&self.dirs.root)
+                self.store.dirs.root.display(),
+                super::unwritable::why_unwritable(&self.store.dirs.root)
             );
         }
     }
@@ -164,10 +164,11 @@ impl Daemon {
             return;
         }
         let attempt = self.tasks.get(unit).map_or(0, |t| t.record.attempt);
-        self.journal_event(unit, attempt, generation, "stop-timeout", "SIGKILL");
+        self.store
+            .event(unit, attempt, generation, "stop-timeout", "SIGKILL");
         log::warn!("{unit}: stop timeout: SIGKILL");
         self.signal_shim(unit, spec::kill_request_signal());
-        self.timers.add_after(
+        self.events.timers.add_after(
             FORCE_KILL_GRACE,
             Timer::StopForce {
                 unit: unit.to_string(),
@@ -200,15 +201,15 @@ impl Daemon {
     /// its directory, keeping a work directory that holds files. `None` if there is nothing.
     pub(crate) fn remove_leftovers(&mut self, unit: &str, force: bool) -> Option<String> {
         crate::unit::validate_name(unit).ok()?;
-        let dir = self.dirs.task_dir(unit);
-        if !dir.is_dir() || super::spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+        let dir = self.store.dirs.task_dir(unit);
+        if !dir.is_dir() || super::spawn::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             return None;
         }
         let message = match self.delete_task_files(unit, 0, force) {
             kept if kept.is_empty() => format!("{unit}: leftovers removed"),
             kept => format!("{unit}: leftovers removed; {kept}"),
         };
-        self.journal_event(unit, 0, 0, "removed", &message);
+        self.store.event(unit, 0, 0, "removed", &message);
         Some(message)
     }
 
@@ -223,7 +224,7 @@ impl Daemon {
                 log::warn!("{unit}: task directory kept: {why}");
                 return format!(
                     "task directory {} kept: {why}",
-                    self.dirs.task_dir(unit).display()
+                    self.store.dirs.task_dir(unit).display()
                 );
             }
         };
@@ -236,8 +237,8 @@ impl Daemon {
     }
 
     fn delete_files_but_work(&self, unit: &str) -> String {
-        let run = self.dirs.run_dir(unit);
-        let work = self.dirs.work_dir(unit);
+        let run = self.store.dirs.run_dir(unit);
+        let work = self.store.dirs.work_dir(unit);
         let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
         if super::spawn::attempt_lock_held(&run) {
             // Never pull run/ (and its lock) from under a live shim.
@@ -245,11 +246,11 @@ impl Daemon {
         } else {
             let _ = std::fs::remove_dir_all(&run);
         }
-        let _ = std::fs::remove_dir_all(self.dirs.checkpoint_dir(unit));
+        let _ = std::fs::remove_dir_all(self.store.dirs.checkpoint_dir(unit));
         if work_has_files {
             format!("work directory kept: {}", work.display())
         } else {
-            let _ = std::fs::remove_dir_all(self.dirs.task_dir(unit));
+            let _ = std::fs::remove_dir_all(self.store.dirs.task_dir(unit));
             String::new()
         }
     }
@@ -263,14 +264,15 @@ impl Daemon {
             return;
         };
         if let Some(shim) = &task.shim {
-            self.deregister_shim(shim);
+            self.events.unwatch_shim(shim);
+            self.tasks.reaped.remove(&shim.pid);
         }
         // Whatever it reserved is free for the queue.
-        self.schedule_pending = true;
+        self.store.queue_changed = true;
         let (attempt, generation) = (task.record.attempt, task.record.generation);
-        let run = self.dirs.run_dir(unit);
-        let _ = std::fs::remove_file(self.dirs.record_path(unit));
-        let _ = std::fs::remove_file(self.dirs.accepted_unit_path(unit));
+        let run = self.store.dirs.run_dir(unit);
+        let _ = std::fs::remove_file(self.store.dirs.record_path(unit));
+        let _ = std::fs::remove_file(self.store.dirs.accepted_unit_path(unit));
         let detail = if explicit {
             self.delete_task_files(unit, attempt, task.force_remove)
         } else {
@@ -283,16 +285,17 @@ impl Daemon {
             }
             format!(
                 "unit file gone; checkpoint, work and logs kept in {}",
-                self.dirs.task_dir(unit).display()
+                self.store.dirs.task_dir(unit).display()
             )
         };
-        self.journal_event(unit, attempt, generation, "removed", &detail);
+        self.store
+            .event(unit, attempt, generation, "removed", &detail);
         log::info!("{unit}: removed {detail}");
         if !detail.is_empty() {
-            self.removal_notes.insert(unit.to_string(), detail);
+            self.tasks.removal_notes.insert(unit.to_string(), detail);
         }
         // The file may have come back while the task was stopping.
-        if self.units_dir.join(format!("{unit}.ron")).exists() {
+        if self.units.file_of(unit).exists() {
             self.request_rescan();
         }
     }
