@@ -16,7 +16,6 @@ mod settings;
 mod shutdown;
 mod slices;
 pub mod spawn;
-mod status;
 mod stopping;
 mod store;
 mod systemd;

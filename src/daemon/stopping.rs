@@ -197,27 +197,11 @@ impl Daemon {
         })
     }
 
-    /// `keel rm` of a task without a record (forgotten when its unit file went away): remove
-    /// its directory, keeping a work directory that holds files. `None` if there is nothing.
-    pub(crate) fn remove_leftovers(&mut self, unit: &str, force: bool) -> Option<String> {
-        crate::unit::validate_name(unit).ok()?;
-        let dir = self.store.dirs.task_dir(unit);
-        if !dir.is_dir() || super::spawn::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
-            return None;
-        }
-        let message = match self.delete_task_files(unit, 0, force) {
-            kept if kept.is_empty() => format!("{unit}: leftovers removed"),
-            kept => format!("{unit}: leftovers removed; {kept}"),
-        };
-        self.store.event(unit, 0, 0, "removed", &message);
-        Some(message)
-    }
-
     /// `keel rm`'s deletion: run files (unless a shim still holds their lock), checkpoint, and
     /// the task directory itself unless its work directory holds files. A checkout goes only
     /// when clean and harvested (or with `force`, harvested first); otherwise the whole task
     /// directory stays. Returns what was kept, and what became of the checkout.
-    fn delete_task_files(&mut self, unit: &str, attempt: u32, force: bool) -> String {
+    pub(crate) fn delete_task_files(&mut self, unit: &str, attempt: u32, force: bool) -> String {
         let checkout_note = match self.remove_checkout(unit, attempt, force) {
             Ok(note) => note,
             Err(why) => {

@@ -1,11 +1,22 @@
 //! The control socket: `state_dir/keel.sock`, mode 0600, peers checked with SO_PEERCRED (root
 //! or the daemon's own uid). One JSON request line per connection, one JSON response line.
 //! A client's mistake gets an error response; it never takes the daemon down.
+//!
+//! This file accepts clients, reads their request line within a deadline, dispatches it and
+//! writes the answer; each request is handled in a file of its own beside it.
+
+mod add;
+mod checkouts;
+mod daemon;
+mod rm;
+mod start;
+mod status;
+mod stop;
 
 use super::event_loop::{EventLoop, Source, LISTENER};
-use super::record::{Intent, TaskState};
+
 use super::timers::Timer;
-use super::{Daemon, DaemonError, Shutdown};
+use super::{Daemon, DaemonError};
 use crate::protocol::{Request, Response};
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Token};
@@ -318,212 +329,32 @@ impl Daemon {
         }
     }
 
-    /// Handle one request. `None` means the answer comes later (the client waits).
+    /// Handle one request (a file per request beside this one). `None` means the answer
+    /// comes later (the client waits).
     fn handle(&mut self, token: Token, request: Request) -> Option<Response> {
         log::debug!("control: {request:?}");
-        let wait_for = |daemon: &mut Daemon, unit: &str| {
-            let generation = daemon.tasks.get(unit).map_or(0, |t| t.record.generation);
-            if let Some(client) = daemon.control.clients.get_mut(&token) {
-                client.waiting_for = Some((unit.to_string(), generation));
-            }
-            None
-        };
         match request {
-            // Read and answered by the loop: the answer is the proof that the loop runs
-            // (systemd.rs). `loop_age_ms` is how long this round had run before answering.
-            Request::Health => Some(Response::Health {
-                pid: std::process::id() as i32,
-                loop_age_ms: self.events.last_tick.elapsed().as_millis() as u64,
-                tasks: self.tasks.len(),
-            }),
+            Request::Health => Some(self.health()),
             Request::Status { unit } => Some(self.status(unit.as_deref())),
-            Request::Reload => {
-                let config = self.reload_config();
-                self.scan_units();
-                Some(match config {
-                    Ok(()) => Response::Ok {
-                        message: format!("reloaded {} units", self.tasks.len()),
-                    },
-                    Err(message) => Response::Error { message },
-                })
-            }
+            Request::Reload => Some(self.reload()),
             Request::Add { name, text } => Some(self.add_unit(&name, &text)),
             Request::Harvest { unit } => Some(self.harvest_request(&unit)),
             Request::Prune => Some(self.prune()),
-            Request::Start { unit } => {
-                if let Err(e) = self.known(&unit) {
-                    return Some(*e);
-                }
-                Some(self.user_start(&unit))
-            }
-            Request::Stop { unit } => {
-                if let Err(e) = self.known(&unit) {
-                    return Some(*e);
-                }
-                if !self.stop_task(&unit, Intent::Stop) {
-                    return Some(not_persisted(&unit, &self.store.dirs.root));
-                }
-                wait_for(self, &unit)
-            }
-            Request::Restart { unit } => {
-                if let Err(e) = self.known(&unit) {
-                    return Some(*e);
-                }
-                if !self.stop_task(&unit, Intent::Restart) {
-                    return Some(not_persisted(&unit, &self.store.dirs.root));
-                }
-                Some(Response::Ok {
-                    message: format!("{unit}: restarting"),
-                })
-            }
-            Request::Remove { unit, force } => {
-                if let Err(e) = self.known(&unit) {
-                    // A task forgotten when its unit file went away leaves its directory
-                    // (checkpoint, work, logs) behind: `keel rm` removes that too.
-                    return Some(match self.remove_leftovers(&unit, force) {
-                        Some(message) => Response::Ok { message },
-                        None => *e,
-                    });
-                }
-                let path = self.units.file_of(&unit);
-                if let Err(e) = std::fs::remove_file(&path) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        return Some(Response::Error {
-                            message: format!("cannot remove {}: {e}", path.display()),
-                        });
-                    }
-                }
-                if let Some(task) = self.tasks.get_mut(&unit) {
-                    task.unit = None;
-                    task.unit_text = None;
-                    task.force_remove = force;
-                }
-                if !self.stop_task(&unit, Intent::Remove) {
-                    return Some(not_persisted(&unit, &self.store.dirs.root));
-                }
-                wait_for(self, &unit)
-            }
-            Request::Kill { unit, signal } => {
-                if let Err(e) = self.known(&unit) {
-                    return Some(*e);
-                }
-                let Some(to_shim) = crate::sandbox::spec::signal_for_shim(signal) else {
-                    return Some(Response::Error {
-                        message: format!(
-                            "{} cannot be sent to a task: use SIGKILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH or SIGCONT",
-                            crate::unit::signal_name(signal)
-                        ),
-                    });
-                };
-                let sent = self.signal_shim(&unit, to_shim);
-                Some(if sent {
-                    Response::Ok {
-                        message: format!("{unit}: sent {}", crate::unit::signal_name(signal)),
-                    }
-                } else {
-                    Response::Error {
-                        message: format!("{unit}: not running"),
-                    }
-                })
-            }
-            Request::Shutdown { keep_tasks } => {
-                if keep_tasks && self.instance.under_init.is_some() {
-                    return Some(Response::Error {
-                        message: "under keel init, --keep-tasks would end PID 1 and with it every task; to restart the daemon alone, kill it: keel init respawns it and the tasks are re-adopted".into(),
-                    });
-                }
-                let kind = if keep_tasks {
-                    Shutdown::KeepTasks
-                } else {
-                    Shutdown::StopTasks { exit_code: 0 }
-                };
-                self.begin_shutdown(kind);
-                Some(Response::Ok {
-                    message: if keep_tasks {
-                        "shutting down; tasks keep running".into()
-                    } else {
-                        "shutting down; stopping tasks".into()
-                    },
-                })
-            }
+            Request::Start { unit } => Some(self.start_request(&unit)),
+            Request::Restart { unit } => Some(self.restart_request(&unit)),
+            Request::Stop { unit } => self.stop_request(token, &unit),
+            Request::Kill { unit, signal } => Some(self.kill_request(&unit, signal)),
+            Request::Remove { unit, force } => self.remove_request(token, &unit, force),
+            Request::Shutdown { keep_tasks } => Some(self.shutdown_request(keep_tasks)),
         }
     }
 
-    fn user_start(&mut self, unit: &str) -> Response {
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return Response::Error {
-                message: format!("unknown unit {unit:?}"),
-            };
-        };
-        if task.unit.is_none() {
-            return Response::Error {
-                message: format!("{unit}: its unit file is gone or invalid (see keel status)"),
-            };
+    /// The client's answer comes once the task's current attempt has ended.
+    fn answer_when_ended(&mut self, token: Token, unit: &str) -> Option<Response> {
+        let generation = self.tasks.get(unit).map_or(0, |t| t.record.generation);
+        if let Some(client) = self.control.clients.get_mut(&token) {
+            client.waiting_for = Some((unit.to_string(), generation));
         }
-        match task.record.state {
-            TaskState::Succeeded | TaskState::Failed | TaskState::Stopped | TaskState::Backoff => {
-                task.record.restarts.clear();
-                task.record.consecutive_failures = 0;
-                task.record.backoff_until_ms = None;
-                task.record.reason = None;
-                self.transition(unit, TaskState::Queued, "started by request");
-                self.store.queue_changed = true;
-                Response::Ok {
-                    message: format!("{unit}: queued"),
-                }
-            }
-            TaskState::Stopping => {
-                // A start during a stop: start again once it has stopped (unless removed).
-                if !self.stop_task(unit, Intent::Restart) {
-                    return not_persisted(unit, &self.store.dirs.root);
-                }
-                Response::Ok {
-                    message: format!("{unit}: starts again once stopped"),
-                }
-            }
-            state => Response::Ok {
-                message: format!("{unit}: already {state}"),
-            },
-        }
-    }
-
-    /// `keel add`: validate, then install atomically into the units directory.
-    fn add_unit(&mut self, name: &str, text: &str) -> Response {
-        if let Err(message) = crate::unit::validate_name(name) {
-            return Response::Error { message };
-        }
-        let path = self.units.file_of(name);
-        let unit = match crate::unit::parse_unit(&path, text) {
-            Ok(unit) => unit,
-            Err(e) => {
-                return Response::Error {
-                    message: e.to_string(),
-                }
-            }
-        };
-        if let Some(repo) = &unit.repo {
-            // A repository that is missing, not git, without the base, or a branch taken at
-            // another commit: refused now, nothing started.
-            if let Err(e) = crate::checkout::check(&self.store.dirs, name, repo) {
-                return Response::Error {
-                    message: format!("{name}: {e}"),
-                };
-            }
-        }
-        let reservation = super::queue::Reservation::of(&unit.resources);
-        if let Some(why) = super::queue::never_fits(&reservation, &self.settings.config.capacity) {
-            return Response::Error {
-                message: format!("{name}: can never start: {why}"),
-            };
-        }
-        if let Err(e) = crate::state::atomic_write(&path, text.as_bytes()) {
-            return Response::Error {
-                message: format!("cannot install the unit: {e}"),
-            };
-        }
-        self.scan_units();
-        Response::Ok {
-            message: format!("{name}: installed as {}", path.display()),
-        }
+        None
     }
 }

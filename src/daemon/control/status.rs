@@ -1,9 +1,9 @@
 //! `keel status`: every task in a line's worth of figures, and one task in full
 //! ([`TaskDetail`]) when the client names it.
 
-use super::record::{PastExit, TaskState};
-use super::{Daemon, Task};
 use crate::checkout;
+use crate::daemon::record::{PastExit, TaskState};
+use crate::daemon::{Daemon, Task};
 use crate::protocol::{
     CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, Response, RestartInfo, SignalInfo,
     StatusReport, TaskDetail, TaskInfo,
@@ -67,7 +67,7 @@ impl Daemon {
                 (Some(waiting), TaskState::Queued) => Some(waiting.clone()),
                 _ => r.reason.clone(),
             },
-            progress: super::last_progress_line(&self.store.dirs.run_dir(&t.name)),
+            progress: crate::daemon::last_progress_line(&self.store.dirs.run_dir(&t.name)),
             unit_changed: r.state.has_attempt() && t.accepted_text != t.unit_text,
             unit_file_missing: !t.seen_file,
             cpu_usec: figures.map(|f| f.cpu_usec),

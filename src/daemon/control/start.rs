@@ -1,0 +1,66 @@
+//! `keel start` (queue a finished, stopped or backing-off task again, its restart count
+//! cleared) and `keel restart` (stop the attempt, then start again at once).
+
+use super::not_persisted;
+use crate::daemon::record::{Intent, TaskState};
+use crate::daemon::Daemon;
+use crate::protocol::Response;
+
+impl Daemon {
+    pub(super) fn start_request(&mut self, unit: &str) -> Response {
+        if let Err(e) = self.known(unit) {
+            return *e;
+        }
+        self.user_start(unit)
+    }
+
+    pub(super) fn restart_request(&mut self, unit: &str) -> Response {
+        if let Err(e) = self.known(unit) {
+            return *e;
+        }
+        if !self.stop_task(unit, Intent::Restart) {
+            return not_persisted(unit, &self.store.dirs.root);
+        }
+        Response::Ok {
+            message: format!("{unit}: restarting"),
+        }
+    }
+
+    fn user_start(&mut self, unit: &str) -> Response {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return Response::Error {
+                message: format!("unknown unit {unit:?}"),
+            };
+        };
+        if task.unit.is_none() {
+            return Response::Error {
+                message: format!("{unit}: its unit file is gone or invalid (see keel status)"),
+            };
+        }
+        match task.record.state {
+            TaskState::Succeeded | TaskState::Failed | TaskState::Stopped | TaskState::Backoff => {
+                task.record.restarts.clear();
+                task.record.consecutive_failures = 0;
+                task.record.backoff_until_ms = None;
+                task.record.reason = None;
+                self.transition(unit, TaskState::Queued, "started by request");
+                self.store.queue_changed = true;
+                Response::Ok {
+                    message: format!("{unit}: queued"),
+                }
+            }
+            TaskState::Stopping => {
+                // A start during a stop: start again once it has stopped (unless removed).
+                if !self.stop_task(unit, Intent::Restart) {
+                    return not_persisted(unit, &self.store.dirs.root);
+                }
+                Response::Ok {
+                    message: format!("{unit}: starts again once stopped"),
+                }
+            }
+            state => Response::Ok {
+                message: format!("{unit}: already {state}"),
+            },
+        }
+    }
+}
