@@ -24,7 +24,7 @@
 use super::lifecycle::Ending;
 use super::record::{Intent, LastExit, StallStop, TaskRecord, TaskState};
 use super::timers::Timer;
-use super::Daemon;
+use super::{slices, Daemon};
 use crate::liveness::{self, Evidence, Ms, Settings, Verdict};
 use crate::sandbox::spec;
 use crate::state::now_ms;
@@ -92,6 +92,16 @@ impl Watches {
 
     pub fn raw_fd(&self) -> RawFd {
         self.inotify.as_fd().as_raw_fd()
+    }
+
+    pub fn unwatch(&mut self, unit: &str) {
+        let Some(watch) = self.tasks.remove(unit) else {
+            return;
+        };
+        if let Some(wd) = watch.wd {
+            self.by_wd.remove(&wd);
+            let _ = self.inotify.rm_watch(wd);
+        }
     }
 }
 
@@ -169,7 +179,7 @@ impl Daemon {
     /// Begin watching a live attempt: just started (`adopted: false`) or re-adopted by this
     /// daemon after a restart.
     pub(crate) fn watch_liveness(&mut self, unit: &str, adopted: bool) {
-        self.unwatch_liveness(unit);
+        self.liveness.unwatch(unit);
         let Some(task) = self.tasks.get(unit) else {
             return;
         };
@@ -229,17 +239,6 @@ impl Daemon {
             self.sample_cpu(unit, now);
         }
         self.check_liveness(unit);
-    }
-
-    /// The attempt is over (or forgotten): stop watching it.
-    pub(crate) fn unwatch_liveness(&mut self, unit: &str) {
-        let Some(watch) = self.liveness.tasks.remove(unit) else {
-            return;
-        };
-        if let Some(wd) = watch.wd {
-            self.liveness.by_wd.remove(&wd);
-            let _ = self.liveness.inotify.rm_watch(wd);
-        }
     }
 
     /// Progress files were written: heartbeats (and maybe progress) for their tasks.
@@ -343,7 +342,8 @@ impl Daemon {
     }
 
     fn sample_cpu(&mut self, unit: &str, now: Ms) {
-        let Some(Ok(usage)) = self.slice(unit).map(|s| s.cpu_usage_usec()) else {
+        let Some(Ok(usage)) = slices::slice_of(&self.slices, unit).map(|s| s.cpu_usage_usec())
+        else {
             return;
         };
         let Some(watch) = self.liveness.tasks.get_mut(unit) else {

@@ -13,6 +13,7 @@ pub mod record;
 mod recovery;
 mod sandboxing;
 mod settings;
+mod settle;
 mod shutdown;
 mod slices;
 pub mod spawn;
@@ -260,7 +261,7 @@ impl Daemon {
                 }
                 Some(Source::Oom(unit)) => {
                     let unit = unit.clone();
-                    self.check_oom(&unit, true);
+                    self.on_oom_event(&unit, true);
                 }
                 Some(Source::Client) => self.on_client_event(token, event),
                 None => {}
@@ -337,7 +338,7 @@ impl Daemon {
             Timer::StopTimeout { unit, generation } => self.on_stop_timeout(&unit, generation),
             Timer::StopForce { unit, generation } => self.on_stop_force(&unit, generation),
             Timer::RemoveSlice { unit, tries } => self.on_remove_slice_due(&unit, tries),
-            Timer::OomRecheck { unit } => self.check_oom(&unit, false),
+            Timer::OomRecheck { unit } => self.on_oom_event(&unit, false),
             Timer::Liveness { unit, generation } => self.on_liveness_due(&unit, generation),
             Timer::Watchdog => self.on_watchdog_due(),
             Timer::ReplenishSpare => self

@@ -2,11 +2,12 @@
 //! settled (its attempt ended while nobody watched), or left as it was. A shutdown that a
 //! crash interrupted under `keel init` is resumed.
 
+use super::lifecycle::transition;
 use super::lifecycle::Ending;
 use super::reconcile::{self, Action, Observed};
 use super::record::{Intent, ShimIdentity, TaskRecord, TaskState};
 use super::timers::Timer;
-use super::{spawn, Daemon, Task};
+use super::{slices, spawn, stopping, Daemon, Task};
 use crate::sandbox::spec::{self, AttemptSpec, ShimRecord};
 use crate::state::{self, now_ms};
 use std::time::{Duration, Instant};
@@ -239,7 +240,7 @@ impl Daemon {
         }
         // And it must sit in the task's own cgroup (its slice in the v2 hierarchy): a shim is
         // spawned into it and never leaves it.
-        let slice = self.slice(unit);
+        let slice = slices::slice_of(&self.slices, unit);
         if let Some(slice) = slice {
             if let Ok(false) = crate::sys::process_in_v2_cgroup(shim.pid, slice.v2_path()) {
                 let ending = Ending::from_records(
@@ -270,10 +271,7 @@ impl Daemon {
             })
             .or_else(|| task.unit.clone())
             .map(|u| super::queue::Reservation::of(&u.resources));
-        self.watch_oom(unit);
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
+        slices::watch_oom(task, &self.slices, &mut self.events);
         if task.record.state != TaskState::Stopping && task.record.intent != Intent::None {
             // A stop, restart or removal requested while the shim was not adopted yet.
             let intent = task.record.intent;
@@ -288,15 +286,12 @@ impl Daemon {
         } else if task.record.state == TaskState::Stopping {
             // Resume the stop: send the signal again (the daemon may have died before sending
             // it; twice is harmless), with what is left of the timeout.
-            let signal = task
-                .unit
-                .as_ref()
-                .map_or(libc::SIGTERM, |u| u.stop.signal.0);
+            let signal = task.stop_signal();
             let elapsed = Duration::from_millis(
                 now_ms().saturating_sub(task.record.stop_started_ms.unwrap_or_else(now_ms)),
             );
-            let timeout = self.stop_timeout(unit);
-            self.send_stop_signal(unit, signal);
+            let timeout = task.stop_timeout();
+            stopping::send_stop_signal(task, signal);
             self.events.timers.add_after(
                 timeout.saturating_sub(elapsed),
                 Timer::StopTimeout {
@@ -311,22 +306,13 @@ impl Daemon {
                 "adopted",
                 &format!("shim pid {} (stopping)", shim.pid),
             );
-            let _ = self.persist(unit);
+            let _ = self.store.persist(task);
         } else if unchanged {
-            let attempt = task.record.attempt;
-            self.store.event(
-                unit,
-                attempt,
-                generation,
-                "running",
-                &format!("adopted shim pid {}", shim.pid),
-            );
+            self.store
+                .task_event(task, "running", &format!("adopted shim pid {}", shim.pid));
         } else {
-            self.transition(
-                unit,
-                TaskState::Running,
-                &format!("adopted shim pid {}", shim.pid),
-            );
+            let detail = format!("adopted shim pid {}", shim.pid);
+            transition(task, TaskState::Running, &detail, &mut self.store);
         }
         self.watch_liveness(unit, true);
     }

@@ -2,8 +2,8 @@
 //! `--keep-tasks` leaves them to the next daemon. Under `keel init` a decided shutdown is
 //! recorded first (`shutdown.ron`), so that a daemon respawned in the middle finishes it.
 
-use super::Daemon;
-use crate::state;
+use super::{Daemon, Instance};
+use crate::state::{self, StateDir};
 use serde::{Deserialize, Serialize};
 
 /// Why the loop is ending.
@@ -81,16 +81,7 @@ impl Daemon {
 
     /// Record a shutdown decided under `keel init`, before acting on it.
     pub(crate) fn persist_shutdown(&mut self, exit_code: i32) {
-        let Some(instance) = self.instance.under_init.clone() else {
-            return;
-        };
-        let marker = ShutdownMarker {
-            exit_code,
-            init_instance: instance,
-        };
-        if let Err(e) = state::write_ron(&self.store.dirs.shutdown_marker_path(), &marker) {
-            log::error!("cannot record the shutdown: {e}");
-        }
+        record_shutdown(&self.instance, &self.store.dirs, exit_code);
     }
 
     /// A shutdown recorded by an earlier daemon under this same `keel init`, to be finished.
@@ -112,5 +103,19 @@ impl Daemon {
             }
             (None, _) => {}
         }
+    }
+}
+
+/// Record a shutdown decided under `keel init` (`instance`), before acting on it.
+pub(crate) fn record_shutdown(instance: &Instance, dirs: &StateDir, exit_code: i32) {
+    let Some(init_instance) = instance.under_init.clone() else {
+        return;
+    };
+    let marker = ShutdownMarker {
+        exit_code,
+        init_instance,
+    };
+    if let Err(e) = state::write_ron(&dirs.shutdown_marker_path(), &marker) {
+        log::error!("cannot record the shutdown: {e}");
     }
 }

@@ -2,12 +2,12 @@
 //! The stop signal first, SIGKILL after `stop.timeout`, and what happens afterwards is the
 //! task's persisted intent.
 
+use super::lifecycle::transition;
 use super::record::{Intent, TaskState};
 use super::timers::Timer;
-use super::{Daemon, FORCE_KILL_GRACE};
+use super::{checkouts, slices, Daemon, Task, FORCE_KILL_GRACE};
 use crate::sandbox::spec;
 use crate::state::now_ms;
-use std::time::Duration;
 
 /// Which pending intent wins when a second request arrives during a stop: removal beats
 /// everything, forgetting beats the rest, a user's stop is not undone by a shutdown, and
@@ -21,6 +21,41 @@ pub fn merge_intent(pending: Intent, new: Intent) -> Intent {
     }
 }
 
+/// Send a signal to the attempt's shim through its pidfd (never a recycled pid).
+pub(crate) fn signal_shim(task: &mut Task, signal: i32) -> bool {
+    if signal == spec::kill_request_signal() || signal == libc::SIGKILL {
+        // A SIGKILL of keel's own making: the attempt's end is not the OOM killer's.
+        task.keel_kill_ms = Some(now_ms());
+    }
+    let Some(shim) = task.shim.as_ref() else {
+        return false;
+    };
+    match crate::sys::pidfd_send_signal(&shim.pidfd, signal) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!(
+                "{}: signal {} to shim {}: {e}",
+                task.name,
+                crate::unit::signal_name(signal),
+                shim.pid
+            );
+            false
+        }
+    }
+}
+
+/// The unit's stop signal, through the shim (SIGKILL as the shim's kill request).
+pub(crate) fn send_stop_signal(task: &mut Task, signal: i32) {
+    let to_shim = spec::signal_for_shim(signal).unwrap_or(libc::SIGTERM);
+    signal_shim(task, to_shim);
+}
+
+fn still_stopping(task: &Task, generation: u64) -> bool {
+    task.record.generation == generation
+        && task.record.state == TaskState::Stopping
+        && task.shim.is_some()
+}
+
 impl Daemon {
     /// Ask the attempt to end: `stop.signal` now, SIGKILL after `stop.timeout`. What happens
     /// once it has ended is `intent`. A task without a live attempt is settled at once. Returns
@@ -29,11 +64,12 @@ impl Daemon {
         let Some(task) = self.tasks.get_mut(unit) else {
             return true;
         };
+        let store = &mut self.store;
         if task.shim.is_none() && task.record.state.has_attempt() {
             // A live shim not adopted yet (reconcile is waiting for it to say who it is): the
             // intent is recorded now and carried out when it is adopted.
             task.record.intent = merge_intent(task.record.intent, intent);
-            return self.persist(unit).is_ok();
+            return store.persist(task).is_ok();
         }
         if task.shim.is_none() {
             match intent {
@@ -41,15 +77,15 @@ impl Daemon {
                 Intent::Stop if !task.record.state.is_final() => {
                     task.record.reason = Some("stopped by request".into());
                     task.record.backoff_until_ms = None;
-                    self.transition(unit, TaskState::Stopped, "");
+                    transition(task, TaskState::Stopped, "", store);
                 }
                 Intent::Restart => {
                     task.record.restarts.clear();
                     task.record.consecutive_failures = 0;
                     task.record.backoff_until_ms = None;
                     task.record.reason = None;
-                    self.transition(unit, TaskState::Queued, "restart");
-                    self.store.queue_changed = true;
+                    transition(task, TaskState::Queued, "restart", store);
+                    store.queue_changed = true;
                 }
                 Intent::Stop | Intent::Interrupt | Intent::None => {}
             }
@@ -58,40 +94,32 @@ impl Daemon {
         let previous_intent = task.record.intent;
         task.record.intent = merge_intent(previous_intent, intent);
         if task.record.state == TaskState::Stopping {
-            return self.persist(unit).is_ok();
+            return store.persist(task).is_ok();
         }
-        let signal = task
-            .unit
-            .as_ref()
-            .map_or(libc::SIGTERM, |u| u.stop.signal.0);
-        let timeout = self.stop_timeout(unit);
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return true;
-        };
+        let (signal, timeout) = (task.stop_signal(), task.stop_timeout());
         let previous_state = task.record.state;
         task.record.stop_started_ms = Some(now_ms());
         let generation = task.record.generation;
-        let persisted = self.transition(
-            unit,
+        let persisted = transition(
+            task,
             TaskState::Stopping,
             &format!(
                 "{}, SIGKILL after {}",
                 crate::unit::signal_name(signal),
                 crate::cli::format::duration_precise(timeout)
             ),
+            store,
         );
         if !persisted {
             // Decide, persist, act: an unrecorded stop is not carried out (after a crash the
             // record would say running, and the policy would bring the task back).
-            if let Some(task) = self.tasks.get_mut(unit) {
-                task.record.state = previous_state;
-                task.record.intent = previous_intent;
-                task.record.stop_started_ms = None;
-            }
+            task.record.state = previous_state;
+            task.record.intent = previous_intent;
+            task.record.stop_started_ms = None;
             log::warn!("{unit}: stop not carried out: it could not be recorded first; still {previous_state}");
             return false;
         }
-        self.send_stop_signal(unit, signal);
+        send_stop_signal(task, signal);
         self.events.timers.add_after(
             timeout,
             Timer::StopTimeout {
@@ -100,19 +128,6 @@ impl Daemon {
             },
         );
         true
-    }
-
-    pub(crate) fn stop_timeout(&self, unit: &str) -> Duration {
-        self.tasks
-            .get(unit)
-            .and_then(|t| t.unit.as_ref())
-            .map_or(Duration::from_secs(30), |u| u.stop.timeout.0)
-    }
-
-    /// The unit's stop signal, through the shim (SIGKILL as the shim's kill request).
-    pub(crate) fn send_stop_signal(&mut self, unit: &str, signal: i32) {
-        let to_shim = spec::signal_for_shim(signal).unwrap_or(libc::SIGTERM);
-        self.signal_shim(unit, to_shim);
     }
 
     /// Shutdown: stop a running task so that it resumes at the next start.
@@ -137,37 +152,25 @@ impl Daemon {
         }
     }
 
-    /// Send a signal to the attempt's shim through its pidfd (never a recycled pid).
-    pub(crate) fn signal_shim(&mut self, unit: &str, signal: i32) -> bool {
-        if signal == spec::kill_request_signal() || signal == libc::SIGKILL {
-            // A SIGKILL of keel's own making: the attempt's end is not the OOM killer's.
-            self.note_keel_kill(unit);
-        }
-        let Some(shim) = self.tasks.get(unit).and_then(|t| t.shim.as_ref()) else {
-            return false;
-        };
-        match crate::sys::pidfd_send_signal(&shim.pidfd, signal) {
-            Ok(()) => true,
-            Err(e) => {
-                log::warn!(
-                    "{unit}: signal {} to shim {}: {e}",
-                    crate::unit::signal_name(signal),
-                    shim.pid
-                );
-                false
-            }
-        }
+    /// [`signal_shim`] of the task named `unit`: false when there is none.
+    pub(crate) fn signal_task(&mut self, unit: &str, signal: i32) -> bool {
+        self.tasks
+            .get_mut(unit)
+            .is_some_and(|task| signal_shim(task, signal))
     }
 
     pub(crate) fn on_stop_timeout(&mut self, unit: &str, generation: u64) {
-        if !self.still_stopping(unit, generation) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        if !still_stopping(task, generation) {
             return;
         }
-        let attempt = self.tasks.get(unit).map_or(0, |t| t.record.attempt);
+        let attempt = task.record.attempt;
         self.store
             .event(unit, attempt, generation, "stop-timeout", "SIGKILL");
         log::warn!("{unit}: stop timeout: SIGKILL");
-        self.signal_shim(unit, spec::kill_request_signal());
+        signal_shim(task, spec::kill_request_signal());
         self.events.timers.add_after(
             FORCE_KILL_GRACE,
             Timer::StopForce {
@@ -178,23 +181,18 @@ impl Daemon {
     }
 
     pub(crate) fn on_stop_force(&mut self, unit: &str, generation: u64) {
-        if !self.still_stopping(unit, generation) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        if !still_stopping(task, generation) {
             return;
         }
         log::error!("{unit}: shim did not end after SIGKILL of its agent: killing its cgroup");
         // cgroup.kill takes the shim and everything left with it; without a slice, the shim.
-        self.note_keel_kill(unit);
-        if !self.kill_slice(unit) {
-            self.signal_shim(unit, libc::SIGKILL);
+        task.keel_kill_ms = Some(now_ms());
+        if !slices::kill_slice(&self.slices, unit) {
+            signal_shim(task, libc::SIGKILL);
         }
-    }
-
-    fn still_stopping(&self, unit: &str, generation: u64) -> bool {
-        self.tasks.get(unit).is_some_and(|t| {
-            t.record.generation == generation
-                && t.record.state == TaskState::Stopping
-                && t.shim.is_some()
-        })
     }
 
     /// `keel rm`'s deletion: run files (unless a shim still holds their lock), checkpoint, and
@@ -202,7 +200,8 @@ impl Daemon {
     /// when clean and harvested (or with `force`, harvested first); otherwise the whole task
     /// directory stays. Returns what was kept, and what became of the checkout.
     pub(crate) fn delete_task_files(&mut self, unit: &str, attempt: u32, force: bool) -> String {
-        let checkout_note = match self.remove_checkout(unit, attempt, force) {
+        let checkout_note = match checkouts::remove_checkout(&self.store.dirs, unit, attempt, force)
+        {
             Ok(note) => note,
             Err(why) => {
                 log::warn!("{unit}: task directory kept: {why}");
@@ -243,10 +242,10 @@ impl Daemon {
     /// work directory unless it holds files. Otherwise (its unit file vanished) only the
     /// record goes: checkpoint, work and logs stay for whoever brings the file back.
     pub(crate) fn remove_task(&mut self, unit: &str, explicit: bool) {
-        self.release_slice(unit);
-        let Some(task) = self.tasks.remove(unit) else {
+        let Some(mut task) = self.tasks.remove(unit) else {
             return;
         };
+        slices::release_slice(&mut task, &self.slices, &mut self.events);
         if let Some(shim) = &task.shim {
             self.events.unwatch_shim(shim);
             self.tasks.reaped.remove(&shim.pid);

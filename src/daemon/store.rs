@@ -43,6 +43,12 @@ impl Store {
         }
     }
 
+    /// A journal entry about the task's current attempt.
+    pub fn task_event(&mut self, task: &Task, event: &str, detail: &str) {
+        let (attempt, generation) = (task.record.attempt, task.record.generation);
+        self.event(&task.name, attempt, generation, event, detail);
+    }
+
     /// Write the task's record.
     pub fn persist(&self, task: &Task) -> Result<(), StateError> {
         crate::state::write_ron(&self.dirs.record_path(&task.name), &task.record).inspect_err(|e| {

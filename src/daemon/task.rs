@@ -123,6 +123,20 @@ pub(crate) struct Task {
 }
 
 impl Task {
+    /// The unit's stop signal (SIGTERM without a unit).
+    pub(crate) fn stop_signal(&self) -> i32 {
+        self.unit
+            .as_ref()
+            .map_or(libc::SIGTERM, |u| u.stop.signal.0)
+    }
+
+    /// How long after the stop signal the attempt is killed (30 s without a unit).
+    pub(crate) fn stop_timeout(&self) -> std::time::Duration {
+        self.unit
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(30), |u| u.stop.timeout.0)
+    }
+
     /// A task as the daemon first holds it: no live attempt, nothing observed yet. Callers set
     /// what they know (the accepted unit, when the attempt started, whether the file was seen).
     pub(crate) fn new(

@@ -3,7 +3,7 @@
 
 use crate::checkout;
 use crate::daemon::record::{PastExit, TaskState};
-use crate::daemon::{Daemon, Task};
+use crate::daemon::{checkouts, slices, Daemon, Task};
 use crate::protocol::{
     CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, Response, RestartInfo, SignalInfo,
     StatusReport, TaskDetail, TaskInfo,
@@ -45,7 +45,7 @@ impl Daemon {
 
     fn task_info(&self, t: &Task) -> TaskInfo {
         let r = &t.record;
-        let figures = self.slice_figures(&t.name);
+        let figures = slices::slice_figures(t, &self.slices);
         let live = self.liveness_view(&t.name);
         let since_ms = match r.state {
             s if s.is_final() => r.finished_ms,
@@ -75,14 +75,14 @@ impl Daemon {
             memory_bytes: figures.map(|f| f.memory),
             memory_peak_bytes: figures.and_then(|f| f.memory_peak),
             pids: figures.map(|f| f.pids),
-            checkout_bytes: self.checkout_bytes(&t.name),
+            checkout_bytes: checkouts::checkout_bytes(t, &self.store.dirs),
             last_activity_ms: live.as_ref().and_then(|l| l.last_activity.map(|a| a.0)),
             last_activity_kind: live
                 .as_ref()
                 .and_then(|l| l.last_activity.map(|a| a.1.to_string())),
             liveness: live.as_ref().map(|l| l.verdict.to_string()),
             progress_changed_ms: live.and_then(|l| l.progress_changed_ms),
-            kept_branches: self.kept_branches(&t.name),
+            kept_branches: checkouts::kept_branches(t, &self.store.dirs),
             detail: None,
         }
     }
@@ -117,8 +117,7 @@ impl Daemon {
             memory_limit_bytes: limits.map(|u| u.resources.memory.0),
             pids_limit: limits.map(|u| u64::from(u.resources.pids)),
             processes: match r.state.has_attempt() {
-                true => self
-                    .slice(&t.name)
+                true => slices::slice_of(&self.slices, &t.name)
                     .and_then(|s| s.pids().ok())
                     .unwrap_or_default(),
                 false => Vec::new(),

@@ -30,7 +30,7 @@ impl Daemon {
                 ),
             };
         };
-        if self.signal_shim(unit, to_shim) {
+        if self.signal_task(unit, to_shim) {
             Response::Ok {
                 message: format!("{unit}: sent {}", crate::unit::signal_name(signal)),
             }
