@@ -9,7 +9,7 @@ use super::slices::{self, SliceProblem};
 use super::spawn::{self, AttemptContext, SpawnError};
 use super::store::Store;
 use super::timers::{Timer, Timers};
-use super::{checkouts, Daemon, Task};
+use super::{checkouts, liveness, Daemon, Task};
 use crate::sandbox::spec::{self, ExitRecord};
 use crate::state::{self, now_ms, StateError};
 use std::os::fd::AsFd;
@@ -330,7 +330,14 @@ impl Daemon {
                     &mut self.store,
                 );
                 slices::watch_oom(task, &self.slices, &mut self.events);
-                self.watch_liveness(unit, false);
+                self.liveness
+                    .watch(task, &self.store.dirs, &self.slices, false);
+                let timers = &mut self.events.timers;
+                let stall =
+                    liveness::check_liveness(task, &mut self.liveness, &mut self.store, timers);
+                if let Some(stop) = stall {
+                    self.stop_stalled(unit, stop);
+                }
             }
             Err(SpawnError::PreviousShimAlive) => {
                 // Never two live attempts: wait for the old shim (its pidfd is not ours, or

@@ -314,6 +314,6 @@ impl Daemon {
             let detail = format!("adopted shim pid {}", shim.pid);
             transition(task, TaskState::Running, &detail, &mut self.store);
         }
-        self.watch_liveness(unit, true);
+        self.watch_adopted_liveness(unit);
     }
 }

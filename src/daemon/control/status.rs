@@ -46,7 +46,7 @@ impl Daemon {
     fn task_info(&self, t: &Task) -> TaskInfo {
         let r = &t.record;
         let figures = slices::slice_figures(t, &self.slices);
-        let live = self.liveness_view(&t.name);
+        let live = self.liveness.view(t, &self.store.dirs);
         let since_ms = match r.state {
             s if s.is_final() => r.finished_ms,
             TaskState::Queued => r.finished_ms.or(Some(r.submitted_ms)),
@@ -112,7 +112,7 @@ impl Daemon {
                 consecutive_failures: r.consecutive_failures,
             }),
             checkout: self.checkout_info(&t.name),
-            liveness: self.liveness_info(&t.name),
+            liveness: self.liveness_info(t),
             cpu_limit: limits.map(|u| u.resources.cpu),
             memory_limit_bytes: limits.map(|u| u.resources.memory.0),
             pids_limit: limits.map(|u| u64::from(u.resources.pids)),
@@ -144,8 +144,8 @@ impl Daemon {
         })
     }
 
-    fn liveness_info(&self, unit: &str) -> Option<LivenessInfo> {
-        let view = self.liveness_view(unit)?;
+    fn liveness_info(&self, t: &Task) -> Option<LivenessInfo> {
+        let view = self.liveness.view(t, &self.store.dirs)?;
         Some(LivenessInfo {
             verdict: view.verdict.to_string(),
             signals: view
