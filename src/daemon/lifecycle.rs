@@ -11,7 +11,7 @@ use super::store::Store;
 use super::timers::{Timer, Timers};
 use super::{checkouts, liveness, Daemon, Task};
 use crate::sandbox::spec::{self, ExitRecord};
-use crate::state::{self, now_ms, StateError};
+use crate::state::{self, now_ms};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -113,22 +113,6 @@ fn defer_start(
 }
 
 impl Daemon {
-    /// Persist a task's record.
-    pub(crate) fn persist(&mut self, unit: &str) -> Result<(), StateError> {
-        match self.tasks.get(unit) {
-            Some(task) => self.store.persist(task),
-            None => Ok(()),
-        }
-    }
-
-    /// [`transition`] of the task named `unit`.
-    pub(crate) fn transition(&mut self, unit: &str, to: TaskState, detail: &str) -> bool {
-        match self.tasks.get_mut(unit) {
-            Some(task) => transition(task, to, detail, &mut self.store),
-            None => false,
-        }
-    }
-
     /// Start every queued task the scheduler allows.
     pub(crate) fn schedule(&mut self) {
         if self.shutdown.is_some() {

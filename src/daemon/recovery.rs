@@ -153,7 +153,7 @@ impl Daemon {
                     },
                 );
             }
-            Action::Adopt { shim } => self.adopt(name, shim),
+            Action::Adopt { shim } => self.adopt(name, shim, record.generation),
             Action::WaitForShim => {
                 if tries == 40 {
                     log::warn!("{name}: a shim holds run/attempt.lock but has not written run/shim.ron; still waiting");
@@ -204,14 +204,14 @@ impl Daemon {
         if let Some(task) = self.tasks.get_mut(unit) {
             if interrupted && task.record.state == TaskState::Queued {
                 task.record.reason = Some("interrupted by a host reboot; resumes".into());
-                let _ = self.persist(unit);
+                let _ = self.store.persist(task);
             }
         }
         self.store.queue_changed = true;
     }
 
-    fn adopt(&mut self, unit: &str, shim: ShimIdentity) {
-        let generation = self.tasks.get(unit).map_or(0, |t| t.record.generation);
+    /// Watch the live shim of the attempt `generation` again, once it is sure to be ours.
+    fn adopt(&mut self, unit: &str, shim: ShimIdentity, generation: u64) {
         let pidfd = match crate::sys::pidfd_open(shim.pid) {
             Ok(fd) => fd,
             Err(_) => {

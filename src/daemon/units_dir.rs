@@ -3,6 +3,7 @@
 //! apart: editors and `git checkout` remove and rewrite files) removes its task, and a
 //! file that does not parse is reported without harming anything else.
 
+use super::lifecycle::transition;
 use super::record::{Intent, TaskRecord, TaskState};
 use super::timers::Timer;
 use super::{Daemon, DaemonError, Task};
@@ -305,36 +306,32 @@ impl Daemon {
                     // The file came back while its task was being stopped for its absence:
                     // start it again once it has stopped.
                     task.record.intent = Intent::Restart;
-                    let _ = self.persist(name);
+                    let _ = self.store.persist(task);
                 }
-                let Some(task) = self.tasks.get_mut(name) else {
-                    return;
-                };
                 if task.unit_text.as_deref() != Some(text.as_str()) {
                     let running = task.record.state.has_attempt();
                     task.unit = Some(unit);
                     task.unit_text = Some(text);
-                    let (attempt, generation) = (task.record.attempt, task.record.generation);
                     let detail = if running {
                         "takes effect at the next start (keel restart applies it now)"
                     } else {
                         ""
                     };
-                    self.store
-                        .event(name, attempt, generation, "unit-changed", detail);
+                    self.store.task_event(task, "unit-changed", detail);
                     log::info!("{name}: unit file changed");
                 }
             }
             None => {
                 let record = TaskRecord::new(name, now_ms());
-                self.tasks.insert(Task {
+                let mut task = Task {
                     seen_file: true,
                     ..Task::new(name, record, Some(unit), Some(text))
-                });
+                };
                 if let Err(e) = self.store.dirs.create_task_dirs(name) {
                     log::error!("{name}: {e}");
                 }
-                self.transition(name, TaskState::Queued, "new unit");
+                transition(&mut task, TaskState::Queued, "new unit", &mut self.store);
+                self.tasks.insert(task);
             }
         }
     }

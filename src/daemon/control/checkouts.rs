@@ -16,10 +16,9 @@ impl Daemon {
                 ),
             };
         }
-        let (attempt, generation) = self
-            .tasks
-            .get(unit)
-            .map_or((0, 0), |t| (t.record.attempt, t.record.generation));
+        let task = self.tasks.get(unit);
+        let (attempt, generation) =
+            task.map_or((0, 0), |t| (t.record.attempt, t.record.generation));
         if !checkout::exists(&self.store.dirs, unit) {
             return Response::Error {
                 message: format!("{unit}: has no checkout (its unit has no repo)"),
@@ -27,7 +26,7 @@ impl Daemon {
         }
         match checkout::harvest(&self.store.dirs, unit, attempt) {
             Ok(harvest) => {
-                if let Some(task) = self.tasks.get(unit) {
+                if let Some(task) = task {
                     task.kept_branches.take();
                 }
                 let detail = harvest.to_string();

@@ -2,6 +2,7 @@
 //! cleared) and `keel restart` (stop the attempt, then start again at once).
 
 use super::not_persisted;
+use crate::daemon::lifecycle::transition;
 use crate::daemon::record::{Intent, TaskState};
 use crate::daemon::Daemon;
 use crate::protocol::Response;
@@ -43,7 +44,12 @@ impl Daemon {
                 task.record.consecutive_failures = 0;
                 task.record.backoff_until_ms = None;
                 task.record.reason = None;
-                self.transition(unit, TaskState::Queued, "started by request");
+                transition(
+                    task,
+                    TaskState::Queued,
+                    "started by request",
+                    &mut self.store,
+                );
                 self.store.queue_changed = true;
                 Response::Ok {
                     message: format!("{unit}: queued"),
