@@ -253,7 +253,7 @@ impl Daemon {
             SIGNALS => self.on_signals(),
             INOTIFY => self.on_units_dir_event(),
             LIVENESS => self.on_liveness_event(),
-            LISTENER => self.accept_clients(),
+            LISTENER => self.control.accept(&mut self.events),
             token => match self.events.sources.get(&token) {
                 Some(Source::Shim(unit)) => {
                     let unit = unit.clone();
@@ -331,7 +331,9 @@ impl Daemon {
             Timer::WatchUnits => self.rewatch_units_dir(),
             Timer::Schedule => self.store.queue_changed = true,
             Timer::ReconcileRetry { unit, tries } => self.reconcile_one(&unit, tries),
-            Timer::ClientDeadline { token } => self.on_client_deadline(mio::Token(token)),
+            Timer::ClientDeadline { token } => self
+                .control
+                .on_deadline(mio::Token(token), &mut self.events),
             Timer::BackoffExpired { unit, generation } => {
                 self.on_backoff_expired(&unit, generation)
             }

@@ -105,12 +105,13 @@ fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
     }
 }
 
-impl Daemon {
-    pub(super) fn accept_clients(&mut self) {
+impl Control {
+    /// Take every pending connection: a deadline for its request, or a refusal.
+    pub fn accept(&mut self, events: &mut EventLoop) {
         loop {
-            match self.control.listener.accept() {
+            match self.listener.accept() {
                 Ok((mut stream, _)) => {
-                    let refusal = if self.control.clients.len() >= MAX_CLIENTS {
+                    let refusal = if self.clients.len() >= MAX_CLIENTS {
                         Err(format!(
                             "too many clients ({MAX_CLIENTS} connected): try again shortly"
                         ))
@@ -124,9 +125,8 @@ impl Daemon {
                         let _ = stream.write_all(format!("{line}\n").as_bytes());
                         continue;
                     }
-                    let token = self.events.new_token();
-                    if self
-                        .events
+                    let token = events.new_token();
+                    if events
                         .poll
                         .registry()
                         .register(&mut stream, token, Interest::READABLE)
@@ -134,11 +134,11 @@ impl Daemon {
                     {
                         continue;
                     }
-                    self.events.sources.insert(token, Source::Client);
-                    self.events
+                    events.sources.insert(token, Source::Client);
+                    events
                         .timers
                         .add_after(CLIENT_DEADLINE, Timer::ClientDeadline { token: token.0 });
-                    self.control.clients.insert(
+                    self.clients.insert(
                         token,
                         Client {
                             stream,
@@ -160,30 +160,21 @@ impl Daemon {
 
     /// A client that has not sent its request (or read its answer) in time is dropped. One
     /// waiting for a stop to complete is not: a stop may take its `stop.timeout`.
-    pub(super) fn on_client_deadline(&mut self, token: Token) {
-        let Some(client) = self.control.clients.get(&token) else {
+    pub fn on_deadline(&mut self, token: Token, events: &mut EventLoop) {
+        let Some(client) = self.clients.get(&token) else {
             return;
         };
         if client.waiting_for.is_some() {
             return;
         }
         log::debug!("control: dropping a client that missed its deadline");
-        self.close_client(token);
+        self.close(token, events);
     }
 
-    pub(super) fn on_client_event(&mut self, token: Token, event: &mio::event::Event) {
-        if event.is_readable() {
-            self.read_client(token);
-        }
-        if event.is_writable() {
-            self.flush_client(token);
-        }
-    }
-
-    fn read_client(&mut self, token: Token) {
-        let Some(client) = self.control.clients.get_mut(&token) else {
-            return;
-        };
+    /// Read what the client sent: its request once the line is complete (or why it is not
+    /// one), `None` while it is not.
+    fn read(&mut self, token: Token, events: &mut EventLoop) -> Option<Result<Request, String>> {
+        let client = self.clients.get_mut(&token)?;
         let mut buf = [0u8; 8192];
         let mut closed = false;
         loop {
@@ -204,9 +195,9 @@ impl Daemon {
         }
         if client.done_reading {
             if closed {
-                self.close_client(token);
+                self.close(token, events);
             }
-            return;
+            return None;
         }
         let line_end = client.input.iter().position(|&b| b == b'\n');
         let too_long = client.input.len() > MAX_REQUEST_BYTES;
@@ -222,23 +213,17 @@ impl Daemon {
                 Err("request too long".to_string())
             }
             (None, false) if closed => {
-                self.close_client(token);
-                return;
+                self.close(token, events);
+                return None;
             }
-            (None, false) => return,
+            (None, false) => return None,
         };
-        let response = match request {
-            Ok(request) => self.handle(token, request),
-            Err(message) => Some(Response::Error { message }),
-        };
-        if let Some(response) = response {
-            self.respond(token, &response);
-        }
+        Some(request)
     }
 
     /// Queue a response and close once it is written.
-    pub(super) fn respond(&mut self, token: Token, response: &Response) {
-        let Some(client) = self.control.clients.get_mut(&token) else {
+    pub fn respond(&mut self, token: Token, response: &Response, events: &mut EventLoop) {
+        let Some(client) = self.clients.get_mut(&token) else {
             return;
         };
         let mut line = serde_json::to_vec(response).unwrap_or_default();
@@ -246,15 +231,15 @@ impl Daemon {
         client.output.extend_from_slice(&line);
         if client.waiting_for.take().is_some() {
             // A fresh deadline to read the answer.
-            self.events
+            events
                 .timers
                 .add_after(CLIENT_DEADLINE, Timer::ClientDeadline { token: token.0 });
         }
-        self.flush_client(token);
+        self.flush(token, events);
     }
 
-    fn flush_client(&mut self, token: Token) {
-        let Some(client) = self.control.clients.get_mut(&token) else {
+    fn flush(&mut self, token: Token, events: &mut EventLoop) {
+        let Some(client) = self.clients.get_mut(&token) else {
             return;
         };
         while !client.output.is_empty() {
@@ -263,7 +248,7 @@ impl Daemon {
                     client.output.drain(..n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let _ = self.events.poll.registry().reregister(
+                    let _ = events.poll.registry().reregister(
                         &mut client.stream,
                         token,
                         Interest::READABLE | Interest::WRITABLE,
@@ -277,15 +262,39 @@ impl Daemon {
             }
         }
         if client.waiting_for.is_none() && client.done_reading {
-            self.close_client(token);
+            self.close(token, events);
         }
     }
 
-    fn close_client(&mut self, token: Token) {
-        if let Some(mut client) = self.control.clients.remove(&token) {
-            let _ = self.events.poll.registry().deregister(&mut client.stream);
+    fn close(&mut self, token: Token, events: &mut EventLoop) {
+        if let Some(mut client) = self.clients.remove(&token) {
+            let _ = events.poll.registry().deregister(&mut client.stream);
         }
-        self.events.sources.remove(&token);
+        events.sources.remove(&token);
+    }
+}
+
+impl Daemon {
+    pub(super) fn on_client_event(&mut self, token: Token, event: &mio::event::Event) {
+        if event.is_readable() {
+            let request = self.control.read(token, &mut self.events);
+            let response = match request {
+                Some(Ok(request)) => self.handle(token, request),
+                Some(Err(message)) => Some(Response::Error { message }),
+                None => None,
+            };
+            if let Some(response) = response {
+                self.respond(token, &response);
+            }
+        }
+        if event.is_writable() {
+            self.control.flush(token, &mut self.events);
+        }
+    }
+
+    /// Queue a response and close once it is written.
+    pub(super) fn respond(&mut self, token: Token, response: &Response) {
+        self.control.respond(token, response, &mut self.events);
     }
 
     /// Answer the clients waiting for a stop or removal that has completed.
