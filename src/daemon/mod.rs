@@ -1,5 +1,16 @@
 //! The supervisor: one synchronous mio loop (no async runtime, no threads) that owns the
 //! units, the queue, the timers, the journal and the control socket.
+//!
+//! [`Daemon`] is a set of subsystems, each owning its data in a file of its own: the loop's
+//! sources and timers (`event_loop.rs`), the state directory and journal (`store.rs`), the
+//! tasks (`task.rs`), the units directory (`units_dir.rs`), the settings (`settings.rs`),
+//! sandboxing's templates and spare (`sandboxing.rs`), the cgroup slices (`slices.rs`), the
+//! liveness watches (`liveness/`) and the control socket (`control/`, a file per request).
+//! An event is dispatched here by its token or timer; its handler looks the task up once and
+//! hands it, with the subsystems the step touches, to the lifecycle's steps: `lifecycle.rs`
+//! (transitions, scheduling, the start), `settle.rs` (the end of an attempt), `stopping.rs`,
+//! `recovery.rs` (after a restart), `shutdown.rs`. The decisions are pure and kernel-free:
+//! `queue.rs`, `policy.rs`, `reconcile.rs`, [`crate::liveness`].
 
 mod checkouts;
 mod control;
