@@ -317,11 +317,7 @@ impl Daemon {
                 self.liveness
                     .watch(task, &self.store.dirs, &self.slices, false);
                 let timers = &mut self.events.timers;
-                let stall =
-                    liveness::check_liveness(task, &mut self.liveness, &mut self.store, timers);
-                if let Some(stop) = stall {
-                    self.stop_stalled(unit, stop);
-                }
+                liveness::check_liveness(task, &mut self.liveness, &mut self.store, timers);
             }
             Err(SpawnError::PreviousShimAlive) => {
                 // Never two live attempts: wait for the old shim (its pidfd is not ours, or

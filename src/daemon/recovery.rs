@@ -6,8 +6,9 @@ use super::lifecycle::transition;
 use super::lifecycle::Ending;
 use super::reconcile::{self, Action, Observed};
 use super::record::{Intent, ShimIdentity, TaskRecord, TaskState};
+use super::stopping::{self, stop, Stop};
 use super::timers::Timer;
-use super::{slices, spawn, stopping, Daemon, Task};
+use super::{liveness, slices, spawn, Daemon, Task};
 use crate::sandbox::spec::{self, AttemptSpec, ShimRecord};
 use crate::state::{self, now_ms};
 use std::time::{Duration, Instant};
@@ -282,7 +283,13 @@ impl Daemon {
                 "adopted",
                 &format!("shim pid {}", shim.pid),
             );
-            self.stop_task(unit, intent);
+            let timers = &mut self.events.timers;
+            if let Stop::RemoveNow { explicit } = stop(task, intent, &mut self.store, timers) {
+                // (Not with a live shim, which it now has.)
+                self.remove_task(unit, explicit);
+                self.liveness.unwatch(unit);
+                return;
+            }
         } else if task.record.state == TaskState::Stopping {
             // Resume the stop: send the signal again (the daemon may have died before sending
             // it; twice is harmless), with what is left of the timeout.
@@ -314,6 +321,13 @@ impl Daemon {
             let detail = format!("adopted shim pid {}", shim.pid);
             transition(task, TaskState::Running, &detail, &mut self.store);
         }
-        self.watch_adopted_liveness(unit);
+        self.liveness
+            .watch(task, &self.store.dirs, &self.slices, true);
+        liveness::check_liveness(
+            task,
+            &mut self.liveness,
+            &mut self.store,
+            &mut self.events.timers,
+        );
     }
 }

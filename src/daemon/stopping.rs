@@ -4,7 +4,8 @@
 
 use super::lifecycle::transition;
 use super::record::{Intent, TaskState};
-use super::timers::Timer;
+use super::store::Store;
+use super::timers::{Timer, Timers};
 use super::{checkouts, slices, Daemon, Task, FORCE_KILL_GRACE};
 use crate::sandbox::spec;
 use crate::state::now_ms;
@@ -56,94 +57,131 @@ fn still_stopping(task: &Task, generation: u64) -> bool {
         && task.shim.is_some()
 }
 
+/// What [`stop`] leaves to its caller.
+pub(crate) enum Stop {
+    /// Done; `false` when the decision could not be persisted (then nothing was signalled).
+    Done(bool),
+    /// No live attempt, and the intent is to forget the task (`explicit`: `keel rm`): it goes
+    /// now ([`Daemon::remove_task`]).
+    RemoveNow { explicit: bool },
+}
+
+/// Ask the attempt to end: `stop.signal` now, SIGKILL after `stop.timeout`. What happens
+/// once it has ended is `intent`. A task without a live attempt is settled at once.
+pub(crate) fn stop(
+    task: &mut Task,
+    intent: Intent,
+    store: &mut Store,
+    timers: &mut Timers,
+) -> Stop {
+    if task.shim.is_none() && task.record.state.has_attempt() {
+        // A live shim not adopted yet (reconcile is waiting for it to say who it is): the
+        // intent is recorded now and carried out when it is adopted.
+        task.record.intent = merge_intent(task.record.intent, intent);
+        return Stop::Done(store.persist(task).is_ok());
+    }
+    if task.shim.is_none() {
+        match intent {
+            Intent::Remove | Intent::Forget => {
+                return Stop::RemoveNow {
+                    explicit: intent == Intent::Remove,
+                }
+            }
+            Intent::Stop if !task.record.state.is_final() => {
+                task.record.reason = Some("stopped by request".into());
+                task.record.backoff_until_ms = None;
+                transition(task, TaskState::Stopped, "", store);
+            }
+            Intent::Restart => {
+                task.record.restarts.clear();
+                task.record.consecutive_failures = 0;
+                task.record.backoff_until_ms = None;
+                task.record.reason = None;
+                transition(task, TaskState::Queued, "restart", store);
+                store.queue_changed = true;
+            }
+            Intent::Stop | Intent::Interrupt | Intent::None => {}
+        }
+        return Stop::Done(true);
+    }
+    let previous_intent = task.record.intent;
+    task.record.intent = merge_intent(previous_intent, intent);
+    if task.record.state == TaskState::Stopping {
+        return Stop::Done(store.persist(task).is_ok());
+    }
+    let (signal, timeout) = (task.stop_signal(), task.stop_timeout());
+    let previous_state = task.record.state;
+    task.record.stop_started_ms = Some(now_ms());
+    let generation = task.record.generation;
+    let persisted = transition(
+        task,
+        TaskState::Stopping,
+        &format!(
+            "{}, SIGKILL after {}",
+            crate::unit::signal_name(signal),
+            crate::cli::format::duration_precise(timeout)
+        ),
+        store,
+    );
+    if !persisted {
+        // Decide, persist, act: an unrecorded stop is not carried out (after a crash the
+        // record would say running, and the policy would bring the task back).
+        task.record.state = previous_state;
+        task.record.intent = previous_intent;
+        task.record.stop_started_ms = None;
+        log::warn!(
+            "{}: stop not carried out: it could not be recorded first; still {previous_state}",
+            task.name
+        );
+        return Stop::Done(false);
+    }
+    send_stop_signal(task, signal);
+    timers.add_after(
+        timeout,
+        Timer::StopTimeout {
+            unit: task.name.clone(),
+            generation,
+        },
+    );
+    Stop::Done(true)
+}
+
 impl Daemon {
-    /// Ask the attempt to end: `stop.signal` now, SIGKILL after `stop.timeout`. What happens
-    /// once it has ended is `intent`. A task without a live attempt is settled at once. Returns
-    /// false when the decision could not be persisted: then nothing was signalled.
+    /// [`stop`] the task named `unit` (nothing to do without one). Returns false when the
+    /// decision could not be persisted: then nothing was signalled.
     pub(crate) fn stop_task(&mut self, unit: &str, intent: Intent) -> bool {
         let Some(task) = self.tasks.get_mut(unit) else {
             return true;
         };
-        let store = &mut self.store;
-        if task.shim.is_none() && task.record.state.has_attempt() {
-            // A live shim not adopted yet (reconcile is waiting for it to say who it is): the
-            // intent is recorded now and carried out when it is adopted.
-            task.record.intent = merge_intent(task.record.intent, intent);
-            return store.persist(task).is_ok();
-        }
-        if task.shim.is_none() {
-            match intent {
-                Intent::Remove | Intent::Forget => self.remove_task(unit, intent == Intent::Remove),
-                Intent::Stop if !task.record.state.is_final() => {
-                    task.record.reason = Some("stopped by request".into());
-                    task.record.backoff_until_ms = None;
-                    transition(task, TaskState::Stopped, "", store);
-                }
-                Intent::Restart => {
-                    task.record.restarts.clear();
-                    task.record.consecutive_failures = 0;
-                    task.record.backoff_until_ms = None;
-                    task.record.reason = None;
-                    transition(task, TaskState::Queued, "restart", store);
-                    store.queue_changed = true;
-                }
-                Intent::Stop | Intent::Interrupt | Intent::None => {}
+        match stop(task, intent, &mut self.store, &mut self.events.timers) {
+            Stop::Done(persisted) => persisted,
+            Stop::RemoveNow { explicit } => {
+                self.remove_task(unit, explicit);
+                true
             }
-            return true;
         }
-        let previous_intent = task.record.intent;
-        task.record.intent = merge_intent(previous_intent, intent);
-        if task.record.state == TaskState::Stopping {
-            return store.persist(task).is_ok();
-        }
-        let (signal, timeout) = (task.stop_signal(), task.stop_timeout());
-        let previous_state = task.record.state;
-        task.record.stop_started_ms = Some(now_ms());
-        let generation = task.record.generation;
-        let persisted = transition(
-            task,
-            TaskState::Stopping,
-            &format!(
-                "{}, SIGKILL after {}",
-                crate::unit::signal_name(signal),
-                crate::cli::format::duration_precise(timeout)
-            ),
-            store,
-        );
-        if !persisted {
-            // Decide, persist, act: an unrecorded stop is not carried out (after a crash the
-            // record would say running, and the policy would bring the task back).
-            task.record.state = previous_state;
-            task.record.intent = previous_intent;
-            task.record.stop_started_ms = None;
-            log::warn!("{unit}: stop not carried out: it could not be recorded first; still {previous_state}");
-            return false;
-        }
-        send_stop_signal(task, signal);
-        self.events.timers.add_after(
-            timeout,
-            Timer::StopTimeout {
-                unit: unit.to_string(),
-                generation,
-            },
-        );
-        true
     }
 
     /// Shutdown: stop a running task so that it resumes at the next start.
     pub(crate) fn interrupt_for_shutdown(&mut self, unit: &str) {
-        if self
-            .tasks
-            .get(unit)
-            .is_some_and(|t| t.record.state.has_attempt())
-            && !self.stop_task(unit, Intent::Interrupt)
-        {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        if !task.record.state.has_attempt() {
+            return;
+        }
+        // An interruption never removes: only `Done`.
+        let stop = stop(
+            task,
+            Intent::Interrupt,
+            &mut self.store,
+            &mut self.events.timers,
+        );
+        if matches!(stop, Stop::Done(false)) {
             // Stopped unrecorded, it would count as a failure at the next start; left
             // running, the next daemon re-adopts it (under keel init it ends with PID 1, and
             // is then recorded as lost).
-            if let Some(task) = self.tasks.get_mut(unit) {
-                task.left_running = true;
-            }
+            task.left_running = true;
             log::warn!(
                 "{unit}: left running: its stop could not be recorded in {}: {}",
                 self.store.dirs.root.display(),

@@ -4,6 +4,7 @@
 
 use super::Watches;
 use crate::daemon::record::{Intent, StallStop, TaskState};
+use crate::daemon::stopping::{stop, Stop};
 use crate::daemon::store::Store;
 use crate::daemon::timers::Timers;
 use crate::daemon::{Daemon, Task};
@@ -11,21 +12,37 @@ use crate::liveness::Verdict;
 use crate::unit::OnStall;
 
 /// A verdict that stops the attempt (`on_stall: Restart` or `Kill`).
-pub(crate) struct StopForStall {
+struct StopForStall {
     reason: String,
     kill: bool,
 }
 
-/// Judge a live attempt now; say so when the verdict changed; arm the timer for the next
-/// instant it could change. `Some` when the attempt is to be stopped ([`Daemon::stop_stalled`]).
+/// Judge a live attempt now; say so when the verdict changed, and apply `on_stall`; arm the
+/// timer for the next instant it could change.
 pub(crate) fn check_liveness(
     task: &mut Task,
     watches: &mut Watches,
     store: &mut Store,
     timers: &mut Timers,
-) -> Option<StopForStall> {
-    let (verdict, on_stall, detail) = watches.judge(task, timers)?;
-    on_verdict(task, verdict, on_stall, &detail, store)
+) {
+    let Some((verdict, on_stall, detail)) = watches.judge(task, timers) else {
+        return;
+    };
+    let Some(stall) = on_verdict(task, verdict, on_stall, &detail, store) else {
+        return;
+    };
+    // Stopped as `keel stop` would (stop signal, timeout, SIGKILL); the stop and its reason
+    // are persisted together, and the attempt settles as `stalled`.
+    task.record.stall = Some(StallStop {
+        reason: stall.reason,
+        kill: stall.kill,
+    });
+    // With no intent of its own, a stop never removes the task: only `Done`.
+    if let Stop::Done(false) = stop(task, Intent::None, store, timers) {
+        // Not persisted, so not done: judge again shortly.
+        task.record.stall = None;
+        watches.recheck_soon(&task.name, timers);
+    }
 }
 
 /// A new verdict: say so, and apply `on_stall` to `stalled` and `no-progress`.
@@ -96,25 +113,6 @@ fn note_state(task: &mut Task, to: TaskState, detail: &str, store: &mut Store) {
 }
 
 impl Daemon {
-    /// Begin watching a live attempt re-adopted by this daemon after a restart, and judge it.
-    pub(crate) fn watch_adopted_liveness(&mut self, unit: &str) {
-        let Some(task) = self.tasks.get_mut(unit) else {
-            self.liveness.unwatch(unit);
-            return;
-        };
-        self.liveness
-            .watch(task, &self.store.dirs, &self.slices, true);
-        let stop = check_liveness(
-            task,
-            &mut self.liveness,
-            &mut self.store,
-            &mut self.events.timers,
-        );
-        if let Some(stop) = stop {
-            self.stop_stalled(unit, stop);
-        }
-    }
-
     /// Progress files were written: heartbeats (and maybe progress) for their tasks.
     pub(crate) fn on_liveness_event(&mut self) {
         for (unit, modified) in self.liveness.drain_events() {
@@ -138,37 +136,13 @@ impl Daemon {
     }
 
     fn judge_liveness(&mut self, unit: &str) {
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        let stop = check_liveness(
-            task,
-            &mut self.liveness,
-            &mut self.store,
-            &mut self.events.timers,
-        );
-        if let Some(stop) = stop {
-            self.stop_stalled(unit, stop);
-        }
-    }
-
-    /// Stop a stalled attempt as `keel stop` would (stop signal, timeout, SIGKILL); the stop
-    /// and its reason are persisted together, and the attempt settles as `stalled`.
-    pub(crate) fn stop_stalled(&mut self, unit: &str, stop: StopForStall) {
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        task.record.stall = Some(StallStop {
-            reason: stop.reason,
-            kill: stop.kill,
-        });
-        if self.stop_task(unit, Intent::None) {
-            return;
-        }
-        // Not persisted, so not done: judge again shortly.
         if let Some(task) = self.tasks.get_mut(unit) {
-            task.record.stall = None;
+            check_liveness(
+                task,
+                &mut self.liveness,
+                &mut self.store,
+                &mut self.events.timers,
+            );
         }
-        self.liveness.recheck_soon(unit, &mut self.events.timers);
     }
 }
