@@ -190,13 +190,6 @@ impl Daemon {
         }
     }
 
-    /// [`signal_shim`] of the task named `unit`: false when there is none.
-    pub(crate) fn signal_task(&mut self, unit: &str, signal: i32) -> bool {
-        self.tasks
-            .get_mut(unit)
-            .is_some_and(|task| signal_shim(task, signal))
-    }
-
     pub(crate) fn on_stop_timeout(&mut self, unit: &str, generation: u64) {
         let Some(task) = self.tasks.get_mut(unit) else {
             return;

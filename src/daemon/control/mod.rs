@@ -16,6 +16,7 @@ mod stop;
 use super::event_loop::{EventLoop, Source, LISTENER};
 
 use super::timers::Timer;
+use super::units_dir::UnitsDir;
 use super::{Daemon, DaemonError};
 use crate::protocol::{Request, Response};
 use mio::net::{UnixListener, UnixStream};
@@ -329,12 +330,7 @@ impl Daemon {
         if self.tasks.contains(unit) {
             Ok(())
         } else {
-            Err(Box::new(Response::Error {
-                message: format!(
-                    "unknown unit {unit:?} (keel status lists the units; unit files live in {})",
-                    self.units.dir.display()
-                ),
-            }))
+            Err(Box::new(unknown_unit(unit, &self.units)))
         }
     }
 
@@ -357,13 +353,28 @@ impl Daemon {
             Request::Shutdown { keep_tasks } => Some(self.shutdown_request(keep_tasks)),
         }
     }
+}
 
-    /// The client's answer comes once the task's current attempt has ended.
-    fn answer_when_ended(&mut self, token: Token, unit: &str) -> Option<Response> {
-        let generation = self.tasks.get(unit).map_or(0, |t| t.record.generation);
-        if let Some(client) = self.control.clients.get_mut(&token) {
-            client.waiting_for = Some((unit.to_string(), generation));
-        }
-        None
+/// A request names a unit the daemon does not know.
+fn unknown_unit(unit: &str, units: &UnitsDir) -> Response {
+    Response::Error {
+        message: format!(
+            "unknown unit {unit:?} (keel status lists the units; unit files live in {})",
+            units.dir.display()
+        ),
     }
+}
+
+/// The client's answer comes once the attempt `generation` of `unit` has ended (or the task
+/// is gone), from [`Daemon::answer_waiters`].
+fn answer_when_ended(
+    control: &mut Control,
+    token: Token,
+    unit: &str,
+    generation: u64,
+) -> Option<Response> {
+    if let Some(client) = control.clients.get_mut(&token) {
+        client.waiting_for = Some((unit.to_string(), generation));
+    }
+    None
 }

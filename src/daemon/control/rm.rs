@@ -2,8 +2,9 @@
 //! directory with files and an unharvested checkout stay, unless `--force`). Answered once the
 //! attempt has ended, with what became of the files.
 
-use super::not_persisted;
+use super::{answer_when_ended, not_persisted, unknown_unit};
 use crate::daemon::record::Intent;
+use crate::daemon::stopping::{stop, Stop};
 use crate::daemon::Daemon;
 use crate::protocol::Response;
 use mio::Token;
@@ -15,14 +16,14 @@ impl Daemon {
         unit: &str,
         force: bool,
     ) -> Option<Response> {
-        if let Err(e) = self.known(unit) {
+        let Some(task) = self.tasks.get_mut(unit) else {
             // A task forgotten when its unit file went away leaves its directory
             // (checkpoint, work, logs) behind: `keel rm` removes that too.
             return Some(match self.remove_leftovers(unit, force) {
                 Some(message) => Response::Ok { message },
-                None => *e,
+                None => unknown_unit(unit, &self.units),
             });
-        }
+        };
         let path = self.units.file_of(unit);
         if let Err(e) = std::fs::remove_file(&path) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -31,15 +32,22 @@ impl Daemon {
                 });
             }
         }
-        if let Some(task) = self.tasks.get_mut(unit) {
-            task.unit = None;
-            task.unit_text = None;
-            task.force_remove = force;
+        task.unit = None;
+        task.unit_text = None;
+        task.force_remove = force;
+        let generation = task.record.generation;
+        match stop(
+            task,
+            Intent::Remove,
+            &mut self.store,
+            &mut self.events.timers,
+        ) {
+            Stop::Done(false) => return Some(not_persisted(unit, &self.store.dirs.root)),
+            Stop::Done(true) => {}
+            // No live attempt: gone now; the answer says what became of its files.
+            Stop::RemoveNow { explicit } => self.remove_task(unit, explicit),
         }
-        if !self.stop_task(unit, Intent::Remove) {
-            return Some(not_persisted(unit, &self.store.dirs.root));
-        }
-        self.answer_when_ended(token, unit)
+        answer_when_ended(&mut self.control, token, unit, generation)
     }
 
     /// `keel rm` of a task without a record (forgotten when its unit file went away): remove

@@ -1,37 +1,17 @@
 //! `keel start` (queue a finished, stopped or backing-off task again, its restart count
 //! cleared) and `keel restart` (stop the attempt, then start again at once).
 
-use super::not_persisted;
+use super::{not_persisted, unknown_unit};
 use crate::daemon::lifecycle::transition;
 use crate::daemon::record::{Intent, TaskState};
+use crate::daemon::stopping::{stop, Stop};
 use crate::daemon::Daemon;
 use crate::protocol::Response;
 
 impl Daemon {
     pub(super) fn start_request(&mut self, unit: &str) -> Response {
-        if let Err(e) = self.known(unit) {
-            return *e;
-        }
-        self.user_start(unit)
-    }
-
-    pub(super) fn restart_request(&mut self, unit: &str) -> Response {
-        if let Err(e) = self.known(unit) {
-            return *e;
-        }
-        if !self.stop_task(unit, Intent::Restart) {
-            return not_persisted(unit, &self.store.dirs.root);
-        }
-        Response::Ok {
-            message: format!("{unit}: restarting"),
-        }
-    }
-
-    fn user_start(&mut self, unit: &str) -> Response {
         let Some(task) = self.tasks.get_mut(unit) else {
-            return Response::Error {
-                message: format!("unknown unit {unit:?}"),
-            };
+            return unknown_unit(unit, &self.units);
         };
         if task.unit.is_none() {
             return Response::Error {
@@ -57,7 +37,8 @@ impl Daemon {
             }
             TaskState::Stopping => {
                 // A start during a stop: start again once it has stopped (unless removed).
-                if !self.stop_task(unit, Intent::Restart) {
+                let timers = &mut self.events.timers;
+                if let Stop::Done(false) = stop(task, Intent::Restart, &mut self.store, timers) {
                     return not_persisted(unit, &self.store.dirs.root);
                 }
                 Response::Ok {
@@ -67,6 +48,20 @@ impl Daemon {
             state => Response::Ok {
                 message: format!("{unit}: already {state}"),
             },
+        }
+    }
+
+    pub(super) fn restart_request(&mut self, unit: &str) -> Response {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return unknown_unit(unit, &self.units);
+        };
+        // A restart never removes the task: only `Done`.
+        let timers = &mut self.events.timers;
+        if let Stop::Done(false) = stop(task, Intent::Restart, &mut self.store, timers) {
+            return not_persisted(unit, &self.store.dirs.root);
+        }
+        Response::Ok {
+            message: format!("{unit}: restarting"),
         }
     }
 }
