@@ -1,16 +1,17 @@
-//! A task's life in the daemon: start an attempt, notice its end, apply the restart policy.
-//! Each transition is persisted before it is acted on; stopping is in `stopping.rs`, recovery
-//! after a daemon restart in `recovery.rs`.
+//! A task's life in the daemon: its transitions (persisted before they are acted on), the
+//! scheduler's round, and the start of an attempt. The end of an attempt is in `settle.rs`,
+//! stopping in `stopping.rs`, recovery after a daemon restart in `recovery.rs`.
 
-use super::policy::{self, Decision, History, Policy};
 use super::queue::{QueuedTask, Reservation};
+use super::record::TaskRecord;
 use super::record::{Intent, LastExit, ShimIdentity, TaskState};
-use super::slices::SliceProblem;
+use super::slices::{self, SliceProblem};
 use super::spawn::{self, AttemptContext, SpawnError};
-use super::timers::Timer;
-use super::{Daemon, Shutdown};
+use super::store::Store;
+use super::timers::{Timer, Timers};
+use super::{checkouts, liveness, Daemon, Task};
 use crate::sandbox::spec::{self, ExitRecord};
-use crate::state::{self, now_ms, StateError};
+use crate::state::{self, now_ms};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -58,52 +59,60 @@ impl Ending {
     }
 }
 
+/// Change state, persist, journal — in that order. Returns whether the record reached the
+/// disk.
+pub(crate) fn transition(task: &mut Task, to: TaskState, detail: &str, store: &mut Store) -> bool {
+    if to == TaskState::Queued && task.record.state != TaskState::Queued {
+        task.queued_since_ms = now_ms();
+    }
+    if to != TaskState::Queued {
+        task.waiting = None;
+    }
+    if task.record.state.has_attempt() && !to.has_attempt() {
+        // What this attempt reserved is free again.
+        store.queue_changed = true;
+    }
+    task.record.state = to;
+    let persisted = store.persist(task).is_ok();
+    let unit = &task.name;
+    let what = if detail.is_empty() {
+        to.to_string()
+    } else {
+        format!("{to} ({detail})")
+    };
+    if persisted {
+        store.task_event(task, to.as_str(), detail);
+        log::info!("{unit}: {what}");
+    } else {
+        // Not journaled either: the caller may take it back (a stop, a start), and the
+        // journal holds what the records held.
+        log::warn!("{unit}: {what}: not recorded in the state directory");
+    }
+    persisted
+}
+
+/// Undo an undecided start: the task stays queued and is retried after `START_RETRY`. The
+/// record on disk was not changed (or the change did not take): memory goes back to it.
+fn defer_start(
+    task: &mut Task,
+    before: TaskRecord,
+    why: &str,
+    store: &mut Store,
+    timers: &mut Timers,
+) {
+    let reason = format!("start deferred: {why}");
+    let repeated = before.reason.as_deref() == Some(reason.as_str());
+    task.record = before;
+    task.record.reason = Some(reason);
+    task.start_retry_at = Some(Instant::now() + START_RETRY);
+    if !repeated {
+        log::error!("{}: start deferred: {why}", task.name);
+        store.task_event(task, "start-deferred", why);
+    }
+    timers.add_after(START_RETRY, Timer::Schedule);
+}
+
 impl Daemon {
-    /// Persist a task's record.
-    pub(crate) fn persist(&mut self, unit: &str) -> Result<(), StateError> {
-        let Some(task) = self.tasks.get(unit) else {
-            return Ok(());
-        };
-        state::write_ron(&self.dirs.record_path(unit), &task.record).inspect_err(|e| {
-            log::error!("{unit}: cannot persist state: {e}");
-        })
-    }
-
-    /// Change state, persist, journal — in that order. Returns whether the record reached
-    /// the disk.
-    pub(crate) fn transition(&mut self, unit: &str, to: TaskState, detail: &str) -> bool {
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return false;
-        };
-        if to == TaskState::Queued && task.record.state != TaskState::Queued {
-            task.queued_since_ms = now_ms();
-        }
-        if to != TaskState::Queued {
-            task.waiting = None;
-        }
-        if task.record.state.has_attempt() && !to.has_attempt() {
-            // What this attempt reserved is free again.
-            self.schedule_pending = true;
-        }
-        task.record.state = to;
-        let (attempt, generation) = (task.record.attempt, task.record.generation);
-        let persisted = self.persist(unit).is_ok();
-        let what = if detail.is_empty() {
-            to.to_string()
-        } else {
-            format!("{to} ({detail})")
-        };
-        if persisted {
-            self.journal_event(unit, attempt, generation, to.as_str(), detail);
-            log::info!("{unit}: {what}");
-        } else {
-            // Not journaled either: the caller may take it back (a stop, a start), and the
-            // journal holds what the records held.
-            log::warn!("{unit}: {what}: not recorded in the state directory");
-        }
-        persisted
-    }
-
     /// Start every queued task the scheduler allows.
     pub(crate) fn schedule(&mut self) {
         if self.shutdown.is_some() {
@@ -143,9 +152,9 @@ impl Daemon {
         let decision = super::queue::decide(
             &queued,
             &running,
-            &self.config.capacity,
+            &self.settings.config.capacity,
             now_ms(),
-            self.config.starvation_limit_ms(),
+            self.settings.config.starvation_limit_ms(),
         );
         for (unit, why) in decision.waiting {
             let why = why.to_string();
@@ -154,9 +163,8 @@ impl Daemon {
             };
             if task.waiting.as_deref() != Some(why.as_str()) {
                 // One journal line when the reason changes, not one per round.
-                let (attempt, generation) = (task.record.attempt, task.record.generation);
                 task.waiting = Some(why.clone());
-                self.journal_event(&unit, attempt, generation, "waiting", &why);
+                self.store.task_event(task, "waiting", &why);
             }
         }
         for unit in decision.start {
@@ -174,35 +182,29 @@ impl Daemon {
         let (Some(unit_def), Some(text)) = (task.unit.clone(), task.unit_text.clone()) else {
             return;
         };
-        if spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+        if spawn::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             // A shim of an earlier attempt is still alive (not ours to watch: it will be
             // adopted, or it is ending). Never two live attempts: try again later.
             let before = task.record.clone();
-            self.defer_start(
-                unit,
-                before,
-                "a shim of an earlier attempt still holds run/attempt.lock",
-            );
+            let why = "a shim of an earlier attempt still holds run/attempt.lock";
+            defer_start(task, before, why, &mut self.store, &mut self.events.timers);
             return;
         }
         // The attempt's cgroup, before the decision: one still emptying defers the start.
-        let slice = match self.prepare_slice(unit, &unit_def) {
+        let slice = match slices::prepare_slice(&self.slices, unit, &unit_def) {
             Ok(slice) => Ok(slice),
             Err(SliceProblem::Busy(why)) => {
                 // The previous attempt's killed processes are still exiting (milliseconds,
                 // unless one is stuck in the kernel): look again soon; status says why.
                 log::debug!("{unit}: start waits: {why}");
-                if let Some(task) = self.tasks.get_mut(unit) {
-                    task.start_retry_at = Some(Instant::now() + SLICE_BUSY_RETRY);
-                    task.waiting = Some(why);
-                }
-                self.timers.add_after(SLICE_BUSY_RETRY, Timer::Schedule);
+                task.start_retry_at = Some(Instant::now() + SLICE_BUSY_RETRY);
+                task.waiting = Some(why);
+                self.events
+                    .timers
+                    .add_after(SLICE_BUSY_RETRY, Timer::Schedule);
                 return;
             }
             Err(SliceProblem::Failed(why)) => Err(why),
-        };
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
         };
         let before = task.record.clone();
         task.record.generation += 1;
@@ -223,44 +225,39 @@ impl Daemon {
         state::crash_point("after-decide");
         // Decide, persist, then (only then) say so and act.
         let persisted = self
+            .store
             .dirs
             .create_task_dirs(unit)
             .map_err(|e| format!("cannot create the task's directories: {e}"))
             .and_then(|()| {
-                self.persist(unit)
+                self.store
+                    .persist(task)
                     .map_err(|e| format!("cannot persist the start: {e}"))
             });
         if let Err(why) = persisted {
-            self.defer_start(unit, before, &why);
+            defer_start(task, before, &why, &mut self.store, &mut self.events.timers);
             return;
         }
-        self.journal_event(
-            unit,
-            attempt,
-            generation,
-            "starting",
-            &format!("attempt {attempt}"),
-        );
+        self.store
+            .task_event(task, "starting", &format!("attempt {attempt}"));
         log::info!("{unit}: starting (attempt {attempt})");
         state::crash_point("after-persist-starting");
-        if let Some(task) = self.tasks.get_mut(unit) {
-            task.started_at = Some(Instant::now());
-            task.accepted_text = Some(text.clone());
-            task.reserved = Some(Reservation::of(&unit_def.resources));
-            task.cpu_samples.set((None, None));
-            task.last_oom_ms = None;
-            task.keel_kill_ms = None;
-        }
+        task.started_at = Some(Instant::now());
+        task.accepted_text = Some(text.clone());
+        task.reserved = Some(Reservation::of(&unit_def.resources));
+        task.cpu_samples.set((None, None));
+        task.last_oom_ms = None;
+        task.keel_kill_ms = None;
         // A restart of an unchanged unit finds its copy already there: no second durable
         // write (a temporary file, two fsyncs and a rename: milliseconds on a slow disk).
-        let accepted_path = self.dirs.accepted_unit_path(unit);
+        let accepted_path = self.store.dirs.accepted_unit_path(unit);
         let kept = std::fs::read(&accepted_path).is_ok_and(|held| held == text.as_bytes());
         if !kept {
             if let Err(e) = state::atomic_write(&accepted_path, text.as_bytes()) {
                 log::warn!("{unit}: cannot keep a copy of the accepted unit: {e}");
             }
         }
-        let run_dir = self.dirs.run_dir(unit);
+        let run_dir = self.store.dirs.run_dir(unit);
         let ctx = AttemptContext {
             unit_name: unit,
             attempt,
@@ -268,66 +265,75 @@ impl Daemon {
             last_exit,
             last_progress: spawn::last_progress_line(&run_dir),
         };
-        let mut attempt_spec = spawn::attempt_spec(&self.dirs, &unit_def, &ctx);
+        let mut attempt_spec = spawn::attempt_spec(&self.store.dirs, &unit_def, &ctx);
         if let Some(sandbox) = attempt_spec.sandbox.as_mut() {
             // Unit files hold other tasks' settings (and their env: API keys).
-            if !self.units_dir.starts_with(&self.dirs.root) {
-                sandbox.hidden.push(self.units_dir.clone());
+            if !self.units.dir.starts_with(&self.store.dirs.root) {
+                sandbox.hidden.push(self.units.dir.clone());
             }
         }
         // The task's checkout (made, or reused as it was) before its cgroup is used.
         let slice = slice.and_then(|slice| {
-            self.prepare_checkout(unit, &unit_def, &mut attempt_spec, (attempt, generation))
-                .map(|()| slice)
+            let attempt = (attempt, generation);
+            checkouts::prepare_checkout(
+                &mut self.store,
+                unit,
+                &unit_def,
+                &mut attempt_spec,
+                attempt,
+            )
+            .map(|()| slice)
         });
         let slice = match slice {
             Ok(slice) => slice,
             Err(why) => {
                 // Never unconfined in silence: the attempt fails with the reason.
-                self.fail_spawn(unit, (attempt, generation), why);
+                self.fail_spawn(unit, why);
                 return;
             }
         };
         attempt_spec.cgroup_v1_procs = slice.v1_procs.clone();
-        let templates = Some(&mut self.templates);
+        let templates = Some(&mut self.sandboxing.templates);
         match spawn::spawn_shim(&attempt_spec, Some(slice.v2_dir.as_fd()), templates) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");
-                if attempt_spec.sandbox.is_some() && !self.spare_due {
-                    self.spare_due = true;
-                    self.timers
-                        .add_after(super::SPARE_DELAY, Timer::ReplenishSpare);
-                }
-                let shim = self.register_shim(unit, pid, pidfd);
+                self.sandboxing
+                    .after_start(attempt_spec.sandbox.is_some(), &mut self.events.timers);
+                let shim = self.events.watch_shim(unit, pid, pidfd);
                 let start_time = crate::sys::process_start_time(pid).unwrap_or(0);
-                let boot_id = self.boot_id.clone();
-                if let Some(task) = self.tasks.get_mut(unit) {
-                    task.record.shim = Some(ShimIdentity {
-                        pid,
-                        start_time,
-                        boot_id,
-                    });
-                    task.shim = Some(shim);
-                }
-                self.transition(unit, TaskState::Running, &format!("shim pid {pid}"));
-                self.watch_oom(unit);
-                self.watch_liveness(unit, false);
+                task.record.shim = Some(ShimIdentity {
+                    pid,
+                    start_time,
+                    boot_id: self.instance.boot_id.clone(),
+                });
+                task.shim = Some(shim);
+                transition(
+                    task,
+                    TaskState::Running,
+                    &format!("shim pid {pid}"),
+                    &mut self.store,
+                );
+                slices::watch_oom(task, &self.slices, &mut self.events);
+                self.liveness
+                    .watch(task, &self.store.dirs, &self.slices, false);
+                let timers = &mut self.events.timers;
+                liveness::check_liveness(task, &mut self.liveness, &mut self.store, timers);
             }
             Err(SpawnError::PreviousShimAlive) => {
                 // Never two live attempts: wait for the old shim (its pidfd is not ours, or
                 // it would not be running) and try again.
                 let why = SpawnError::PreviousShimAlive.to_string();
-                self.defer_start(unit, before, &why);
+                defer_start(task, before, &why, &mut self.store, &mut self.events.timers);
                 // `starting` reached the disk: put the record back as it was.
-                let _ = self.persist(unit);
+                let _ = self.store.persist(task);
             }
             // The unit's own mistake (an unknown user): failed to spawn, as the agent's
             // missing binary is.
-            Err(SpawnError::Launch(why)) => self.fail_spawn(unit, (attempt, generation), why),
+            Err(SpawnError::Launch(why)) => self.fail_spawn(unit, why),
             Err(e) => {
                 let why = e.to_string();
                 log::error!("{unit}: cannot start: {why}");
-                self.journal_event(unit, attempt, generation, "start-failed", &why);
+                self.store.task_event(task, "start-failed", &why);
                 self.settle(unit, Ending::lost(why));
             }
         }
@@ -335,9 +341,11 @@ impl Daemon {
 
     /// The attempt could not start for a reason of the unit's (its checkout, its sandbox):
     /// journaled, and settled as `spawn-failed` with the reason.
-    fn fail_spawn(&mut self, unit: &str, (attempt, generation): (u32, u64), why: String) {
+    fn fail_spawn(&mut self, unit: &str, why: String) {
         log::error!("{unit}: cannot start: {why}");
-        self.journal_event(unit, attempt, generation, "start-failed", &why);
+        if let Some(task) = self.tasks.get(unit) {
+            self.store.task_event(task, "start-failed", &why);
+        }
         self.settle(
             unit,
             Ending {
@@ -347,275 +355,4 @@ impl Daemon {
             },
         );
     }
-
-    /// Undo an undecided start: the task stays queued and is retried after `START_RETRY`. The
-    /// record on disk was not changed (or the change did not take): memory goes back to it.
-    fn defer_start(&mut self, unit: &str, before: super::record::TaskRecord, why: &str) {
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        let reason = format!("start deferred: {why}");
-        let repeated = before.reason.as_deref() == Some(reason.as_str());
-        task.record = before;
-        task.record.reason = Some(reason);
-        task.start_retry_at = Some(Instant::now() + START_RETRY);
-        let (attempt, generation) = (task.record.attempt, task.record.generation);
-        if !repeated {
-            log::error!("{unit}: start deferred: {why}");
-            self.journal_event(unit, attempt, generation, "start-deferred", why);
-        }
-        self.timers.add_after(START_RETRY, Timer::Schedule);
-    }
-
-    /// A shim's pidfd became readable: the attempt is over. Learn how, then settle.
-    pub(crate) fn on_shim_exit(&mut self, unit: &str) {
-        self.reap_children();
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        let Some(shim) = task.shim.take() else {
-            return;
-        };
-        let generation = task.record.generation;
-        // Before the deregistration, which forgets it.
-        let reaped = self.reaped.remove(&shim.pid);
-        self.deregister_shim(&shim);
-        let how = match reaped {
-            Some(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => {
-                format!("shim killed by {}", sig.as_str())
-            }
-            Some(nix::sys::wait::WaitStatus::Exited(_, code))
-                if code == crate::sandbox::launch::SPEC_NOT_WRITTEN =>
-            {
-                "the attempt's spec could not be written (run/shim.log says why); its agent was killed"
-                    .to_string()
-            }
-            Some(nix::sys::wait::WaitStatus::Exited(_, code)) => {
-                format!("shim exited {code} without an exit record")
-            }
-            _ => "shim vanished without an exit record".to_string(),
-        };
-        let ending = Ending::from_records(&self.dirs.run_dir(unit), generation, &how);
-        if ending.exit == LastExit::Lost {
-            if let Some(note) = &ending.note {
-                if note.contains("ignored") {
-                    let attempt = self.tasks.get(unit).map_or(0, |t| t.record.attempt);
-                    self.journal_event(unit, attempt, generation, "fenced", note);
-                }
-            }
-        }
-        self.settle(unit, ending);
-    }
-
-    /// Apply the restart policy (or the pending intent) to an ended attempt.
-    pub(crate) fn settle(&mut self, unit: &str, mut ending: Ending) {
-        let holds = !self.templates.is_empty() || self.templates.spare().is_some();
-        if holds && !self.tasks.values().any(|t| t.shim.is_some()) {
-            // Nothing runs: no template (or spare's copy of one) may keep the host's
-            // filesystems busy, and an idle daemon keeps no spare process.
-            self.templates.clear();
-        }
-        let jitter = jitter();
-        // An OOM event that came in the same round as the exit: journal it first.
-        self.check_oom(unit, false);
-        ending.exit = self.account_oom(unit, ending.exit, ending.ended_ms);
-        self.release_slice(unit);
-        if let Some(task) = self.tasks.get(unit) {
-            let (attempt, generation) = (task.record.attempt, task.record.generation);
-            self.harvest_checkout(unit, attempt, generation);
-        }
-        self.unwatch_liveness(unit);
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        task.shim = None;
-        let ran_for = task
-            .started_at
-            .map(|t| t.elapsed())
-            .or_else(|| {
-                task.record
-                    .started_ms
-                    .map(|s| Duration::from_millis(now_ms().saturating_sub(s)))
-            })
-            .unwrap_or_default();
-        let (attempt, generation) = (task.record.attempt, task.record.generation);
-        let mut intent = task.record.intent;
-        // An agent that ended on its own before it was asked to stop for a shutdown finished
-        // its work: the policy decides, not the shutdown.
-        if intent == Intent::Interrupt {
-            if let (Some(ended), Some(stop)) = (ending.ended_ms, task.record.stop_started_ms) {
-                if ended < stop {
-                    intent = Intent::None;
-                }
-            }
-        }
-        // Stopped by the liveness watch: the attempt ends as `stalled` (liveness.rs).
-        let stall = super::liveness::take_stall(&mut task.record, &mut ending);
-        let exit = ending.exit;
-        task.record.last_exit = Some(exit);
-        task.record.remember_exit(super::record::PastExit {
-            attempt,
-            exit,
-            started_ms: task.record.started_ms,
-            ended_ms: ending.ended_ms.unwrap_or_else(now_ms),
-            note: stall
-                .as_ref()
-                .map(|s| s.reason.clone())
-                .or(ending.note.clone()),
-        });
-        task.record.shim = None;
-        task.record.stop_started_ms = None;
-        task.record.finished_ms = Some(now_ms());
-        task.record.intent = Intent::None;
-        let mut detail = format!("{exit} after {}", crate::cli::format::duration(ran_for));
-        if let Some(note) = &ending.note {
-            detail.push_str(&format!("; {note}"));
-        }
-        self.journal_event(unit, attempt, generation, "exited", &detail);
-        log::info!("{unit}: attempt {attempt} ended: {detail}");
-
-        if matches!(intent, Intent::Remove | Intent::Forget) {
-            self.remove_task(unit, intent == Intent::Remove);
-            return;
-        }
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        let Some(unit_def) = task.unit.clone() else {
-            // The unit file is gone and no removal is pending: wait for the next scan.
-            task.record.reason = Some("unit file missing".into());
-            self.transition(unit, TaskState::Stopped, "unit file missing");
-            return;
-        };
-        let history = History {
-            restarts: task.record.restarts.clone(),
-            consecutive_failures: task.record.consecutive_failures,
-        };
-        let policy = Policy {
-            restart: unit_def.restart,
-            backoff: &unit_def.backoff,
-            limit: &unit_def.restart_limit,
-        };
-        let (decision, history) = match stall.filter(|s| s.kill && intent == Intent::None) {
-            // `on_stall: Kill`: no restart, whatever the policy says.
-            Some(stall) => (
-                Decision::Failed {
-                    reason: format!("{}; on_stall Kill", stall.reason),
-                },
-                history,
-            ),
-            None => policy::decide(&policy, &history, intent, exit, ran_for, now_ms(), jitter),
-        };
-        task.record.restarts = history.restarts;
-        task.record.consecutive_failures = history.consecutive_failures;
-        let shutting_down = self.shutdown.is_some();
-        if matches!(decision, Decision::Succeeded | Decision::Failed { .. })
-            && unit_def.essential
-            && self.under_init.is_some()
-        {
-            // The shutdown this final state implies is recorded first: a crash between the
-            // two writes must not leave a final essential unit and a container that never ends.
-            self.persist_shutdown(exit.exit_code());
-        }
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        match decision {
-            Decision::Succeeded => {
-                task.record.reason = None;
-                self.transition(unit, TaskState::Succeeded, &exit.to_string());
-                self.on_final(unit, exit);
-            }
-            Decision::Failed { reason } => {
-                let reason = match ending.note {
-                    Some(note) => format!("{reason} ({note})"),
-                    None => reason,
-                };
-                task.record.reason = Some(reason.clone());
-                self.transition(unit, TaskState::Failed, &reason);
-                self.on_final(unit, exit);
-            }
-            Decision::Interrupted => {
-                task.record.reason =
-                    Some("interrupted by daemon shutdown; resumes at next start".into());
-                self.transition(unit, TaskState::Queued, "interrupted by shutdown");
-            }
-            Decision::Restart { .. } if shutting_down => {
-                // No new attempt while shutting down: it resumes at the next start.
-                task.record.reason = Some("resumes at next start".into());
-                self.transition(unit, TaskState::Queued, "restart after shutdown");
-            }
-            Decision::Restart { delay } if delay.is_zero() => {
-                self.transition(unit, TaskState::Queued, "restart");
-                self.schedule_pending = true;
-            }
-            Decision::Restart { delay } => {
-                let until = now_ms() + delay.as_millis() as u64;
-                task.record.backoff_until_ms = Some(until);
-                task.record.reason = ending.note;
-                self.transition(
-                    unit,
-                    TaskState::Backoff,
-                    &format!("restart in {}", crate::cli::format::duration_precise(delay)),
-                );
-                self.timers.add_after(
-                    delay,
-                    Timer::BackoffExpired {
-                        unit: unit.to_string(),
-                        generation,
-                    },
-                );
-            }
-            Decision::Stopped => {
-                task.record.reason = Some("stopped by request".into());
-                self.transition(unit, TaskState::Stopped, &exit.to_string());
-            }
-            Decision::Remove => self.remove_task(unit, true),
-        }
-    }
-
-    /// An essential unit that finished for good ends `keel init` with its status.
-    fn on_final(&mut self, unit: &str, exit: LastExit) {
-        let essential = self
-            .tasks
-            .get(unit)
-            .and_then(|t| t.unit.as_ref())
-            .is_some_and(|u| u.essential);
-        if essential && self.under_init.is_some() {
-            let code = exit.exit_code();
-            log::info!(
-                "{unit}: essential unit finished ({exit}): shutting down with status {code}"
-            );
-            self.journal_event(
-                unit,
-                0,
-                0,
-                "essential-finished",
-                &format!("exit status {code}"),
-            );
-            self.begin_shutdown(Shutdown::StopTasks { exit_code: code });
-        }
-    }
-
-    pub(crate) fn on_backoff_expired(&mut self, unit: &str, generation: u64) {
-        let Some(task) = self.tasks.get(unit) else {
-            return;
-        };
-        if task.record.state != TaskState::Backoff || task.record.generation != generation {
-            return;
-        }
-        self.transition(unit, TaskState::Queued, "backoff over");
-        self.schedule_pending = true;
-    }
-}
-
-/// A number in [0, 1) for backoff jitter, from the clock's low bits (no RNG dependency).
-fn jitter() -> f64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let mixed =
-        (u64::from(nanos) ^ u64::from(std::process::id())).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed >> 11) as f64 / (1u64 << 53) as f64
 }

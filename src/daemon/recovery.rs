@@ -2,36 +2,28 @@
 //! settled (its attempt ended while nobody watched), or left as it was. A shutdown that a
 //! crash interrupted under `keel init` is resumed.
 
+use super::lifecycle::transition;
 use super::lifecycle::Ending;
 use super::reconcile::{self, Action, Observed};
 use super::record::{Intent, ShimIdentity, TaskRecord, TaskState};
+use super::stopping::{self, stop, Stop};
 use super::timers::Timer;
-use super::{spawn, Daemon, Shutdown, Task};
+use super::{liveness, slices, spawn, Daemon, Task};
 use crate::sandbox::spec::{self, AttemptSpec, ShimRecord};
 use crate::state::{self, now_ms};
-use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
-
-/// `state_dir/shutdown.ron`: a shutdown decided under `keel init` (an essential unit ended),
-/// so that a daemon respawned in the middle of it finishes it with the same exit code.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ShutdownMarker {
-    pub exit_code: i32,
-    /// Which `keel init` this belongs to (a restarted container starts afresh).
-    pub init_instance: String,
-}
 
 impl Daemon {
     /// On start: settle or re-adopt every recorded task (DESIGN, "Durable state").
     pub(crate) fn reconcile_all(&mut self) {
         // Temporary files of the daemon's own writes (not in run/, where live shims write).
-        state::remove_stale_temp_files(&self.dirs.root);
-        if let Ok(entries) = std::fs::read_dir(self.dirs.tasks_dir()) {
+        state::remove_stale_temp_files(&self.store.dirs.root);
+        if let Ok(entries) = std::fs::read_dir(self.store.dirs.tasks_dir()) {
             for entry in entries.flatten() {
                 state::remove_stale_temp_files(&entry.path());
             }
         }
-        let names = match self.dirs.recorded_units() {
+        let names = match self.store.dirs.recorded_units() {
             Ok(names) => names,
             Err(e) => {
                 log::error!("cannot list recorded tasks: {e}");
@@ -51,14 +43,14 @@ impl Daemon {
     /// shim was ever spawned, rebuilt from `run/attempt.ron` so that a live agent is
     /// re-adopted rather than started a second time.
     fn load_record(&mut self, name: &str) -> Option<TaskRecord> {
-        let path = self.dirs.record_path(name);
+        let path = self.store.dirs.record_path(name);
         let error = match state::read_ron::<TaskRecord>(&path) {
             Ok(record) => return record,
             Err(e) => e,
         };
         let aside = path.with_extension("ron.unreadable");
         let _ = std::fs::rename(&path, &aside);
-        let run_dir = self.dirs.run_dir(name);
+        let run_dir = self.store.dirs.run_dir(name);
         let spec: Option<AttemptSpec> = state::read_ron(&spec::attempt_path(&run_dir))
             .ok()
             .flatten();
@@ -87,7 +79,7 @@ impl Daemon {
                 );
             }
         }
-        self.journal_event(
+        self.store.event(
             name,
             record.attempt,
             record.generation,
@@ -98,15 +90,15 @@ impl Daemon {
     }
 
     fn insert_recorded_task(&mut self, name: &str, record: TaskRecord) {
-        let accepted_text = std::fs::read_to_string(self.dirs.accepted_unit_path(name)).ok();
+        let accepted_text = std::fs::read_to_string(self.store.dirs.accepted_unit_path(name)).ok();
         // The unit as the units directory has it now (an edited unit's restart policy
         // applies), else the copy the last attempt accepted; the scan after reconcile settles
         // what is gone.
-        let current = crate::unit::load_unit_file(&self.units_dir.join(format!("{name}.ron")))
+        let current = crate::unit::load_unit_file(&self.units.file_of(name))
             .ok()
             .map(|(_, unit, text)| (unit, text));
         let accepted = accepted_text.as_deref().and_then(|t| {
-            crate::unit::parse_unit(&self.dirs.accepted_unit_path(name), t)
+            crate::unit::parse_unit(&self.store.dirs.accepted_unit_path(name), t)
                 .ok()
                 .map(|unit| (unit, t.to_string()))
         });
@@ -119,14 +111,11 @@ impl Daemon {
                 .checked_sub(Duration::from_millis(now_ms().saturating_sub(s)))
                 .unwrap_or_else(Instant::now)
         });
-        self.tasks.insert(
-            name.to_string(),
-            Task {
-                accepted_text,
-                started_at,
-                ..Task::new(name, record, unit, unit_text)
-            },
-        );
+        self.tasks.insert(Task {
+            accepted_text,
+            started_at,
+            ..Task::new(name, record, unit, unit_text)
+        });
     }
 
     /// Observe one task's attempt and act on the reconcile decision.
@@ -138,9 +127,9 @@ impl Daemon {
             return;
         }
         let record = task.record.clone();
-        let run_dir = self.dirs.run_dir(name);
+        let run_dir = self.store.dirs.run_dir(name);
         let observed = Observed {
-            boot_id: self.boot_id.clone(),
+            boot_id: self.instance.boot_id.clone(),
             attempt_lock_held: spawn::attempt_lock_held(&run_dir),
             shim_record: state::read_ron::<ShimRecord>(&spec::shim_record_path(&run_dir))
                 .ok()
@@ -157,7 +146,7 @@ impl Daemon {
                     .and_then(|t| t.unit.as_ref())
                     .map_or(Duration::from_secs(300), |u| u.backoff.max.0);
                 let delay = Duration::from_millis(until_ms.saturating_sub(now_ms())).min(max);
-                self.timers.add_after(
+                self.events.timers.add_after(
                     delay,
                     Timer::BackoffExpired {
                         unit: name.to_string(),
@@ -165,13 +154,13 @@ impl Daemon {
                     },
                 );
             }
-            Action::Adopt { shim } => self.adopt(name, shim),
+            Action::Adopt { shim } => self.adopt(name, shim, record.generation),
             Action::WaitForShim => {
                 if tries == 40 {
                     log::warn!("{name}: a shim holds run/attempt.lock but has not written run/shim.ron; still waiting");
                 }
                 let delay = if tries < 40 { 50 } else { 1000 };
-                self.timers.add_after(
+                self.events.timers.add_after(
                     Duration::from_millis(delay),
                     Timer::ReconcileRetry {
                         unit: name.to_string(),
@@ -201,7 +190,7 @@ impl Daemon {
             return;
         };
         let ending = Ending::from_records(
-            &self.dirs.run_dir(unit),
+            &self.store.dirs.run_dir(unit),
             task.record.generation,
             "the host rebooted while it ran",
         );
@@ -216,19 +205,19 @@ impl Daemon {
         if let Some(task) = self.tasks.get_mut(unit) {
             if interrupted && task.record.state == TaskState::Queued {
                 task.record.reason = Some("interrupted by a host reboot; resumes".into());
-                let _ = self.persist(unit);
+                let _ = self.store.persist(task);
             }
         }
-        self.schedule_pending = true;
+        self.store.queue_changed = true;
     }
 
-    fn adopt(&mut self, unit: &str, shim: ShimIdentity) {
-        let generation = self.tasks.get(unit).map_or(0, |t| t.record.generation);
+    /// Watch the live shim of the attempt `generation` again, once it is sure to be ours.
+    fn adopt(&mut self, unit: &str, shim: ShimIdentity, generation: u64) {
         let pidfd = match crate::sys::pidfd_open(shim.pid) {
             Ok(fd) => fd,
             Err(_) => {
                 let ending = Ending::from_records(
-                    &self.dirs.run_dir(unit),
+                    &self.store.dirs.run_dir(unit),
                     generation,
                     "its shim vanished while being adopted",
                 );
@@ -242,7 +231,7 @@ impl Daemon {
         if let Ok(start_time) = crate::sys::process_start_time(shim.pid) {
             if start_time != shim.start_time {
                 let ending = Ending::from_records(
-                    &self.dirs.run_dir(unit),
+                    &self.store.dirs.run_dir(unit),
                     generation,
                     "its shim's pid now belongs to another process",
                 );
@@ -252,11 +241,11 @@ impl Daemon {
         }
         // And it must sit in the task's own cgroup (its slice in the v2 hierarchy): a shim is
         // spawned into it and never leaves it.
-        let slice = self.slice(unit);
+        let slice = slices::slice_of(&self.slices, unit);
         if let Some(slice) = slice {
             if let Ok(false) = crate::sys::process_in_v2_cgroup(shim.pid, slice.v2_cgroup()) {
                 let ending = Ending::from_records(
-                    &self.dirs.run_dir(unit),
+                    &self.store.dirs.run_dir(unit),
                     generation,
                     "its shim's pid names a process outside the task's cgroup",
                 );
@@ -264,7 +253,7 @@ impl Daemon {
                 return;
             }
         }
-        let live = self.register_shim(unit, shim.pid, pidfd);
+        let live = self.events.watch_shim(unit, shim.pid, pidfd);
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
@@ -279,103 +268,66 @@ impl Daemon {
             .accepted_text
             .as_deref()
             .and_then(|text| {
-                crate::unit::parse_unit(&self.dirs.accepted_unit_path(unit), text).ok()
+                crate::unit::parse_unit(&self.store.dirs.accepted_unit_path(unit), text).ok()
             })
             .or_else(|| task.unit.clone())
             .map(|u| super::queue::Reservation::of(&u.resources));
-        self.watch_oom(unit);
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
+        slices::watch_oom(task, &self.slices, &mut self.events);
         if task.record.state != TaskState::Stopping && task.record.intent != Intent::None {
             // A stop, restart or removal requested while the shim was not adopted yet.
             let intent = task.record.intent;
-            self.journal_event(
+            self.store.event(
                 unit,
                 0,
                 generation,
                 "adopted",
                 &format!("shim pid {}", shim.pid),
             );
-            self.stop_task(unit, intent);
+            let timers = &mut self.events.timers;
+            if let Stop::RemoveNow { explicit } = stop(task, intent, &mut self.store, timers) {
+                // (Not with a live shim, which it now has.)
+                self.remove_task(unit, explicit);
+                self.liveness.unwatch(unit);
+                return;
+            }
         } else if task.record.state == TaskState::Stopping {
             // Resume the stop: send the signal again (the daemon may have died before sending
             // it; twice is harmless), with what is left of the timeout.
-            let signal = task
-                .unit
-                .as_ref()
-                .map_or(libc::SIGTERM, |u| u.stop.signal.0);
+            let signal = task.stop_signal();
             let elapsed = Duration::from_millis(
                 now_ms().saturating_sub(task.record.stop_started_ms.unwrap_or_else(now_ms)),
             );
-            let timeout = self.stop_timeout(unit);
-            self.send_stop_signal(unit, signal);
-            self.timers.add_after(
+            let timeout = task.stop_timeout();
+            stopping::send_stop_signal(task, signal);
+            self.events.timers.add_after(
                 timeout.saturating_sub(elapsed),
                 Timer::StopTimeout {
                     unit: unit.to_string(),
                     generation,
                 },
             );
-            self.journal_event(
+            self.store.event(
                 unit,
                 0,
                 generation,
                 "adopted",
                 &format!("shim pid {} (stopping)", shim.pid),
             );
-            let _ = self.persist(unit);
+            let _ = self.store.persist(task);
         } else if unchanged {
-            let attempt = task.record.attempt;
-            self.journal_event(
-                unit,
-                attempt,
-                generation,
-                "running",
-                &format!("adopted shim pid {}", shim.pid),
-            );
+            self.store
+                .task_event(task, "running", &format!("adopted shim pid {}", shim.pid));
         } else {
-            self.transition(
-                unit,
-                TaskState::Running,
-                &format!("adopted shim pid {}", shim.pid),
-            );
+            let detail = format!("adopted shim pid {}", shim.pid);
+            transition(task, TaskState::Running, &detail, &mut self.store);
         }
-        self.watch_liveness(unit, true);
-    }
-
-    /// Record a shutdown decided under `keel init`, before acting on it.
-    pub(crate) fn persist_shutdown(&mut self, exit_code: i32) {
-        let Some(instance) = self.under_init.clone() else {
-            return;
-        };
-        let marker = ShutdownMarker {
-            exit_code,
-            init_instance: instance,
-        };
-        if let Err(e) = state::write_ron(&self.dirs.shutdown_marker_path(), &marker) {
-            log::error!("cannot record the shutdown: {e}");
-        }
-    }
-
-    /// A shutdown recorded by an earlier daemon under this same `keel init`, to be finished.
-    pub(crate) fn resume_shutdown(&mut self) {
-        let path = self.dirs.shutdown_marker_path();
-        let marker: Option<ShutdownMarker> = state::read_ron(&path).ok().flatten();
-        match (marker, &self.under_init) {
-            (Some(marker), Some(instance)) if &marker.init_instance == instance => {
-                log::info!(
-                    "resuming the shutdown an earlier daemon began (exit {})",
-                    marker.exit_code
-                );
-                self.begin_shutdown(Shutdown::StopTasks {
-                    exit_code: marker.exit_code,
-                });
-            }
-            (Some(_), _) => {
-                let _ = std::fs::remove_file(&path);
-            }
-            (None, _) => {}
-        }
+        self.liveness
+            .watch(task, &self.store.dirs, &self.slices, true);
+        liveness::check_liveness(
+            task,
+            &mut self.liveness,
+            &mut self.store,
+            &mut self.events.timers,
+        );
     }
 }

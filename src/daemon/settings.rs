@@ -1,16 +1,72 @@
 //! The daemon's settings at start and at reload: `keel.ron` (with the last copy that loaded as
-//! the fallback), and the name of its cgroup tree.
+//! the fallback), the host's capacity it is read against, and the name of its cgroup tree.
 
 use super::{slices, Daemon, DaemonError};
+use crate::cgroup::{CgroupError, Layout};
 use crate::config::{Config, HostCapacity};
 use crate::state::StateDir;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+pub(crate) struct Settings {
+    /// `keel.ron`: capacity and starvation limit (re-read on reload).
+    pub config: Config,
+    pub config_path: PathBuf,
+    /// What keel may use: the host's CPUs and memory, capped by the cgroup it starts in.
+    pub host: HostCapacity,
+    /// The name of keel's cgroup tree under the cgroup the daemon started in.
+    pub cgroup_name: String,
+}
+
+impl Settings {
+    /// The settings at start, and the cgroup layout detected on the way (the host's capacity
+    /// is capped by the cgroup the daemon starts in). `config_path` default: `STATE/keel.ron`;
+    /// `cgroup_name` default: [`default_cgroup_name`].
+    pub fn load(
+        dirs: &StateDir,
+        config_path: Option<PathBuf>,
+        cgroup_name: Option<String>,
+    ) -> Result<(Self, Result<Layout, CgroupError>), DaemonError> {
+        let config_path = config_path.unwrap_or_else(|| dirs.root.join(crate::config::CONFIG_FILE));
+        let cgroup_name = cgroup_name.unwrap_or_else(|| default_cgroup_name(&dirs.root));
+        let layout = crate::cgroup::detect(&cgroup_name);
+        let (quota, memory_limit) = layout.as_ref().map_or((None, None), |l| {
+            (l.base_cpu_quota(), l.base_memory_limit())
+        });
+        let host = HostCapacity::detect(quota, memory_limit).map_err(super::setup(
+            "read the host's CPUs and memory (/proc/meminfo)",
+        ))?;
+        let config = load_at_start(dirs, &config_path, &host)?;
+        let settings = Settings {
+            config,
+            config_path,
+            host,
+            cgroup_name,
+        };
+        Ok((settings, layout))
+    }
+
+    /// Re-read `keel.ron`: whether the configuration changed. A bad file leaves it as it was.
+    fn reload(&mut self, dirs: &StateDir) -> Result<bool, String> {
+        match crate::config::load_config(&self.config_path, &self.host) {
+            Ok(config) => {
+                keep_accepted_config(dirs, &self.config_path);
+                if config == self.config {
+                    return Ok(false);
+                }
+                log::info!("{}: configuration changed", self.config_path.display());
+                self.config = config;
+                Ok(true)
+            }
+            Err(e) => Err(format!("{e} (the previous configuration stays in force)")),
+        }
+    }
+}
 
 /// The configuration at start. A malformed `keel.ron` stops the daemon at its first start
 /// (file:line:col). Once a configuration has loaded, a later bad edit never keeps the daemon
 /// (and so the tasks' supervision) down: it runs on the last configuration that loaded, and
 /// says so.
-pub(crate) fn load_at_start(
+fn load_at_start(
     dirs: &StateDir,
     config_path: &Path,
     host: &HostCapacity,
@@ -87,26 +143,17 @@ impl Daemon {
     pub(crate) fn reload_config(&mut self) -> Result<(), String> {
         if self.slices.is_err() {
             // The operator may have fixed what kept keel from its cgroups (a delegation).
-            let layout = crate::cgroup::detect(&self.cgroup_name);
-            self.slices = slices::setup_slices(layout, &self.cgroup_name);
-            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-            self.templates.spares_pay_off(slices::spares_pay_off(
-                self.slices.as_ref().ok().map(|t| t.mode()),
-                &mountinfo,
-            ));
-            self.schedule_pending |= self.slices.is_ok();
+            let layout = crate::cgroup::detect(&self.settings.cgroup_name);
+            self.slices = slices::set_up(
+                layout,
+                &self.settings.cgroup_name,
+                &mut self.sandboxing.templates,
+            );
+            self.store.queue_changed |= self.slices.is_ok();
         }
-        match crate::config::load_config(&self.config_path, &self.host) {
-            Ok(config) => {
-                keep_accepted_config(&self.dirs, &self.config_path);
-                if config != self.config {
-                    log::info!("{}: configuration changed", self.config_path.display());
-                    self.config = config;
-                    self.schedule_pending = true;
-                }
-                Ok(())
-            }
-            Err(e) => Err(format!("{e} (the previous configuration stays in force)")),
+        if self.settings.reload(&self.store.dirs)? {
+            self.store.queue_changed = true;
         }
+        Ok(())
     }
 }

@@ -2,9 +2,11 @@
 //! the unit's limits, OOM events through the loop, the sweep that tears a slice down, and the
 //! figures `keel status` shows. The cgroup files themselves are written by [`crate::cgroup`].
 
+use super::event_loop::{EventLoop, Source};
 use super::record::{LastExit, TaskState};
-use super::timers::Timer;
-use super::{Daemon, Source};
+use super::store::Store;
+use super::timers::{Timer, Timers};
+use super::{Daemon, Task};
 use crate::cgroup::{CgroupError, Layout, Limits, Removal, TaskCgroup, Tree};
 use crate::sandbox::spec::AgentStatus;
 use crate::state::now_ms;
@@ -32,7 +34,7 @@ pub(crate) type Slices = Result<Tree, String>;
 
 /// Set up keel's tree under the cgroup the daemon was started in (`layout`, detected),
 /// moving the daemon into its own leaf.
-pub(crate) fn setup_slices(layout: Result<Layout, CgroupError>, name: &str) -> Slices {
+fn setup_slices(layout: Result<Layout, CgroupError>, name: &str) -> Slices {
     let tree = layout.and_then(|layout| Tree::setup(layout, name));
     match tree {
         Ok(tree) => {
@@ -44,6 +46,21 @@ pub(crate) fn setup_slices(layout: Result<Layout, CgroupError>, name: &str) -> S
             Err(e.to_string())
         }
     }
+}
+
+/// [`setup_slices`], and tell the templates whether spare shims pay off with these cgroups.
+pub(crate) fn set_up(
+    layout: Result<Layout, CgroupError>,
+    name: &str,
+    templates: &mut crate::sandbox::templates::SandboxTemplates,
+) -> Slices {
+    let slices = setup_slices(layout, name);
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    templates.spares_pay_off(spares_pay_off(
+        slices.as_ref().ok().map(|t| t.mode()),
+        &mountinfo,
+    ));
+    slices
 }
 
 /// Whether spare shims make sandboxed starts faster with these cgroups
@@ -115,6 +132,265 @@ fn limits_of(unit: &Unit) -> Limits {
     }
 }
 
+/// The slice of `unit` in keel's tree.
+pub(crate) fn slice_of(slices: &Slices, unit: &str) -> Option<TaskCgroup> {
+    slices.as_ref().ok()?.task(unit).ok()
+}
+
+/// A fresh slice for a new attempt, with the unit's limits: the v2 directory to spawn the
+/// shim into (`CLONE_INTO_CGROUP`) and the v1 `cgroup.procs` files the shim joins before it
+/// starts the agent (hybrid hosts). A leftover slice of an earlier attempt is emptied and
+/// removed first, so that its counters (OOM kills) start from zero; while its killed
+/// processes are still exiting the start waits (`Busy`), without blocking the loop.
+pub(crate) fn prepare_slice(
+    slices: &Slices,
+    unit: &str,
+    unit_def: &Unit,
+) -> Result<PreparedSlice, SliceProblem> {
+    let tree = slices
+        .as_ref()
+        .map_err(|why| SliceProblem::Failed(format!("cgroups unavailable: {why}")))?;
+    let slice = tree
+        .task(unit)
+        .map_err(|e| SliceProblem::Failed(e.to_string()))?;
+    let _ = slice.kill();
+    match slice.try_remove() {
+        Ok(Removal::Removed) => {}
+        Ok(Removal::Busy) => {
+            return Err(SliceProblem::Busy(format!(
+                "the cgroup of an earlier attempt ({}) still holds exiting processes",
+                slice.v2_path().display()
+            )))
+        }
+        Err(e) => return Err(SliceProblem::Failed(e.to_string())),
+    }
+    slice
+        .create(&limits_of(unit_def))
+        .map_err(|e| SliceProblem::Failed(format!("cannot create the task's cgroup: {e}")))?;
+    let dir = slice
+        .open_v2_dir()
+        .map_err(|e| SliceProblem::Failed(format!("cannot open the task's cgroup: {e}")))?;
+    Ok(PreparedSlice {
+        v2_dir: dir,
+        v1_procs: slice.v1_procs_files(),
+    })
+}
+
+/// Watch a live attempt's slice for OOM kills.
+pub(crate) fn watch_oom(task: &mut Task, slices: &Slices, events: &mut EventLoop) {
+    unwatch_oom(task, events);
+    let unit = task.name.as_str();
+    let Some(slice) = slice_of(slices, unit) else {
+        return;
+    };
+    let watch = match slice.oom_watch() {
+        Ok(watch) => watch,
+        Err(e) => {
+            log::warn!("{unit}: OOM kills will only be seen at exit: {e}");
+            return;
+        }
+    };
+    let token = events.new_token();
+    let fd = watch.as_raw_fd();
+    if let Err(e) = events
+        .poll
+        .registry()
+        .register(&mut SourceFd(&fd), token, watch.interest())
+    {
+        log::warn!("{unit}: cannot watch for OOM kills: {e}");
+        return;
+    }
+    events.sources.insert(token, Source::Oom(unit.to_string()));
+    task.oom = Some(OomWatched { watch, token });
+}
+
+fn unwatch_oom(task: &mut Task, events: &mut EventLoop) {
+    let Some(watched) = task.oom.take() else {
+        return;
+    };
+    let fd = watched.watch.as_raw_fd();
+    let _ = events.poll.registry().deregister(&mut SourceFd(&fd));
+    events.sources.remove(&watched.token);
+}
+
+/// The slice's OOM watch fired (or a recheck is due): if the OOM killer struck, say so at
+/// once and remember when. The attempt's exit is classified when it ends ([`account_oom`]).
+/// On v1 the notification comes before the kernel counts the kill: with `recheck`, a
+/// notification without a new kill is looked at again shortly.
+pub(crate) fn check_oom(task: &mut Task, recheck: bool, store: &mut Store, events: &mut EventLoop) {
+    let Some(watched) = task.oom.as_mut() else {
+        return;
+    };
+    let unit = task.name.as_str();
+    match watched.watch.drain() {
+        Ok(true) => {
+            let kills = watched.watch.oom_kills();
+            task.last_oom_ms = Some(now_ms());
+            let limit = task
+                .unit
+                .as_ref()
+                .map(|u| crate::unit::format_size(u.resources.memory.0))
+                .unwrap_or_default();
+            log::warn!("{unit}: OOM kill in the task's cgroup (memory limit {limit})");
+            store.task_event(
+                task,
+                "oom-kill",
+                &format!("{kills} so far; memory limit {limit}"),
+            );
+        }
+        Ok(false) if recheck => events.timers.add_after(
+            OOM_RECHECK,
+            Timer::OomRecheck {
+                unit: unit.to_string(),
+            },
+        ),
+        Ok(false) => {}
+        Err(e) => {
+            log::warn!("{unit}: OOM watch: {e}");
+            unwatch_oom(task, events);
+        }
+    }
+}
+
+/// An attempt that died of SIGKILL (as a signal, as a shell's status 137, or vanished)
+/// ended of `oom` when the OOM killer struck in its cgroup shortly before it ended and keel
+/// did not send a SIGKILL of its own since: an OOM kill of a child hours earlier, or keel's
+/// stop timeout, is not the attempt's cause of death.
+pub(crate) fn account_oom(
+    task: &Task,
+    slices: &Slices,
+    exit: LastExit,
+    ended_ms: Option<u64>,
+) -> LastExit {
+    let killed = match exit {
+        LastExit::Agent(AgentStatus::Signaled(sig)) => sig == libc::SIGKILL,
+        LastExit::Agent(AgentStatus::Exited(code)) => code == 128 + libc::SIGKILL,
+        LastExit::Lost => true,
+        _ => false,
+    };
+    if !killed {
+        return exit;
+    }
+    let ended = ended_ms.unwrap_or_else(now_ms);
+    let last_oom = match (task.last_oom_ms, &task.oom) {
+        (Some(at), _) => at,
+        // No watch (it could not be armed): the counter alone, read now.
+        (None, None) => {
+            let kills = slice_of(slices, &task.name)
+                .and_then(|slice| slice.stats().ok())
+                .map_or(0, |stats| stats.oom_kills);
+            if kills == 0 || task.keel_kill_ms.is_some() {
+                return exit;
+            }
+            ended
+        }
+        (None, Some(_)) => return exit,
+    };
+    let recent = ended.saturating_sub(last_oom) <= OOM_CAUSE_WINDOW_MS;
+    let keel_killed_after = task.keel_kill_ms.is_some_and(|k| k >= last_oom);
+    if recent && !keel_killed_after {
+        LastExit::Oom
+    } else {
+        exit
+    }
+}
+
+/// The attempt is over: kill whatever is left in its slice (nothing escapes — a `setsid`
+/// double fork included) and remove it, retrying from a timer while the killed processes
+/// exit.
+pub(crate) fn release_slice(task: &mut Task, slices: &Slices, events: &mut EventLoop) {
+    unwatch_oom(task, events);
+    let unit = task.name.as_str();
+    let Some(slice) = slice_of(slices, unit) else {
+        return;
+    };
+    if let Err(e) = slice.kill() {
+        log::warn!("{unit}: {e}");
+    }
+    try_remove_slice(unit, &slice, 0, &mut events.timers);
+}
+
+/// The slice of a unit without a task (gone, or never recorded): kill and remove it.
+fn release_orphan_slice(unit: &str, slices: &Slices, timers: &mut Timers) {
+    let Some(slice) = slice_of(slices, unit) else {
+        return;
+    };
+    if let Err(e) = slice.kill() {
+        log::warn!("{unit}: {e}");
+    }
+    try_remove_slice(unit, &slice, 0, timers);
+}
+
+fn try_remove_slice(unit: &str, slice: &TaskCgroup, tries: u32, timers: &mut Timers) {
+    match slice.try_remove() {
+        Ok(Removal::Removed) => {}
+        Ok(Removal::Busy) if tries < REMOVE_TRIES => timers.add_after(
+            (REMOVE_RETRY_FIRST * 2u32.saturating_pow(tries.min(10))).min(REMOVE_RETRY_MAX),
+            Timer::RemoveSlice {
+                unit: unit.to_string(),
+                tries: tries + 1,
+            },
+        ),
+        Ok(Removal::Busy) => log::error!(
+            "{unit}: the task's cgroup {} still holds processes after cgroup.kill",
+            slice.v2_path().display()
+        ),
+        Err(e) => log::error!("{unit}: {e}"),
+    }
+}
+
+/// The stop timeout's SIGKILL did not end the attempt (a wedged or stopped shim): kill the
+/// whole slice, shim included.
+pub(crate) fn kill_slice(slices: &Slices, unit: &str) -> bool {
+    match slice_of(slices, unit).map(|slice| slice.kill()) {
+        Some(Ok(())) => true,
+        Some(Err(e)) => {
+            log::error!("{unit}: {e}");
+            false
+        }
+        None => false,
+    }
+}
+
+/// The figures of a live attempt's slice; the CPU share is over the time since the
+/// previous `keel status` (or since the attempt started).
+pub(crate) fn slice_figures(task: &Task, slices: &Slices) -> Option<SliceFigures> {
+    if !matches!(
+        task.record.state,
+        TaskState::Running | TaskState::Stalled | TaskState::Stopping
+    ) {
+        return None;
+    }
+    let stats = slice_of(slices, &task.name)?.stats().ok()?;
+    let now = Instant::now();
+    let current = CpuSample {
+        usage_usec: stats.cpu_usage_usec,
+        at: now,
+    };
+    // The share over at least CPU_WINDOW: over a few milliseconds a task under a CFS
+    // quota is either running or throttled, and the figure would flicker 0% / 100%.
+    let (older, newer) = task.cpu_samples.get();
+    let started = task.started_at.map(|at| CpuSample { usage_usec: 0, at });
+    let reference = [newer, older, started]
+        .into_iter()
+        .flatten()
+        .find(|s| now.duration_since(s.at) >= CPU_WINDOW);
+    if newer.is_none_or(|n| now.duration_since(n.at) >= CPU_WINDOW) {
+        task.cpu_samples.set((newer, Some(current)));
+    }
+    let cpu_percent = reference.map(|p| {
+        let wall = now.duration_since(p.at).as_micros() as f64;
+        stats.cpu_usage_usec.saturating_sub(p.usage_usec) as f64 * 100.0 / wall
+    });
+    Some(SliceFigures {
+        cpu_usec: stats.cpu_usage_usec,
+        cpu_percent,
+        memory: stats.memory_current,
+        memory_peak: stats.memory_peak,
+        pids: stats.pids_current,
+    })
+}
+
 impl Daemon {
     /// `keel status`'s word for the cgroup backend.
     pub(crate) fn cgroup_mode(&self) -> String {
@@ -124,215 +400,10 @@ impl Daemon {
         }
     }
 
-    pub(super) fn slice(&self, unit: &str) -> Option<TaskCgroup> {
-        self.slices.as_ref().ok()?.task(unit).ok()
-    }
-
-    /// A fresh slice for a new attempt, with the unit's limits: the v2 directory to spawn the
-    /// shim into (`CLONE_INTO_CGROUP`) and the v1 `cgroup.procs` files the shim joins before it
-    /// starts the agent (hybrid hosts). A leftover slice of an earlier attempt is emptied and
-    /// removed first, so that its counters (OOM kills) start from zero; while its killed
-    /// processes are still exiting the start waits (`Busy`), without blocking the loop.
-    pub(crate) fn prepare_slice(
-        &mut self,
-        unit: &str,
-        unit_def: &Unit,
-    ) -> Result<PreparedSlice, SliceProblem> {
-        let tree = self
-            .slices
-            .as_ref()
-            .map_err(|why| SliceProblem::Failed(format!("cgroups unavailable: {why}")))?;
-        let slice = tree
-            .task(unit)
-            .map_err(|e| SliceProblem::Failed(e.to_string()))?;
-        let _ = slice.kill();
-        match slice.try_remove() {
-            Ok(Removal::Removed) => {}
-            Ok(Removal::Busy) => {
-                return Err(SliceProblem::Busy(format!(
-                    "the cgroup of an earlier attempt ({}) still holds exiting processes",
-                    slice.v2_path().display()
-                )))
-            }
-            Err(e) => return Err(SliceProblem::Failed(e.to_string())),
-        }
-        slice
-            .create(&limits_of(unit_def))
-            .map_err(|e| SliceProblem::Failed(format!("cannot create the task's cgroup: {e}")))?;
-        let dir = slice
-            .open_v2_dir()
-            .map_err(|e| SliceProblem::Failed(format!("cannot open the task's cgroup: {e}")))?;
-        Ok(PreparedSlice {
-            v2_dir: dir,
-            v1_procs: slice.v1_procs_files(),
-        })
-    }
-
-    /// Watch a live attempt's slice for OOM kills.
-    pub(crate) fn watch_oom(&mut self, unit: &str) {
-        self.unwatch_oom(unit);
-        let Some(slice) = self.slice(unit) else {
-            return;
-        };
-        let watch = match slice.oom_watch() {
-            Ok(watch) => watch,
-            Err(e) => {
-                log::warn!("{unit}: OOM kills will only be seen at exit: {e}");
-                return;
-            }
-        };
-        let token = self.new_token();
-        let fd = watch.as_raw_fd();
-        if let Err(e) = self
-            .poll
-            .registry()
-            .register(&mut SourceFd(&fd), token, watch.interest())
-        {
-            log::warn!("{unit}: cannot watch for OOM kills: {e}");
-            return;
-        }
-        self.sources.insert(token, Source::Oom(unit.to_string()));
+    /// The slice's OOM watch fired, or its recheck is due.
+    pub(crate) fn on_oom_event(&mut self, unit: &str, recheck: bool) {
         if let Some(task) = self.tasks.get_mut(unit) {
-            task.oom = Some(OomWatched { watch, token });
-        }
-    }
-
-    fn unwatch_oom(&mut self, unit: &str) {
-        let Some(watched) = self.tasks.get_mut(unit).and_then(|t| t.oom.take()) else {
-            return;
-        };
-        let fd = watched.watch.as_raw_fd();
-        let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
-        self.sources.remove(&watched.token);
-    }
-
-    /// The slice's OOM watch fired (or a recheck is due): if the OOM killer struck, say so at
-    /// once and remember when. The attempt's exit is classified when it ends
-    /// ([`Daemon::account_oom`]). On v1 the notification comes before the kernel counts the
-    /// kill: with `recheck`, a notification without a new kill is looked at again shortly.
-    pub(crate) fn check_oom(&mut self, unit: &str, recheck: bool) {
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        let Some(watched) = task.oom.as_mut() else {
-            return;
-        };
-        let (attempt, generation) = (task.record.attempt, task.record.generation);
-        match watched.watch.drain() {
-            Ok(true) => {
-                let kills = watched.watch.oom_kills();
-                task.last_oom_ms = Some(now_ms());
-                let limit = task
-                    .unit
-                    .as_ref()
-                    .map(|u| crate::unit::format_size(u.resources.memory.0))
-                    .unwrap_or_default();
-                log::warn!("{unit}: OOM kill in the task's cgroup (memory limit {limit})");
-                self.journal_event(
-                    unit,
-                    attempt,
-                    generation,
-                    "oom-kill",
-                    &format!("{kills} so far; memory limit {limit}"),
-                );
-            }
-            Ok(false) if recheck => self.timers.add_after(
-                OOM_RECHECK,
-                Timer::OomRecheck {
-                    unit: unit.to_string(),
-                },
-            ),
-            Ok(false) => {}
-            Err(e) => {
-                log::warn!("{unit}: OOM watch: {e}");
-                self.unwatch_oom(unit);
-            }
-        }
-    }
-
-    /// keel itself is about to SIGKILL the attempt (stop timeout, `keel kill`, forced stop).
-    pub(crate) fn note_keel_kill(&mut self, unit: &str) {
-        if let Some(task) = self.tasks.get_mut(unit) {
-            task.keel_kill_ms = Some(now_ms());
-        }
-    }
-
-    /// An attempt that died of SIGKILL (as a signal, as a shell's status 137, or vanished)
-    /// ended of `oom` when the OOM killer struck in its cgroup shortly before it ended and keel
-    /// did not send a SIGKILL of its own since: an OOM kill of a child hours earlier, or keel's
-    /// stop timeout, is not the attempt's cause of death.
-    pub(crate) fn account_oom(
-        &self,
-        unit: &str,
-        exit: LastExit,
-        ended_ms: Option<u64>,
-    ) -> LastExit {
-        let killed = match exit {
-            LastExit::Agent(AgentStatus::Signaled(sig)) => sig == libc::SIGKILL,
-            LastExit::Agent(AgentStatus::Exited(code)) => code == 128 + libc::SIGKILL,
-            LastExit::Lost => true,
-            _ => false,
-        };
-        let Some(task) = self.tasks.get(unit) else {
-            return exit;
-        };
-        if !killed {
-            return exit;
-        }
-        let ended = ended_ms.unwrap_or_else(now_ms);
-        let last_oom = match (task.last_oom_ms, &task.oom) {
-            (Some(at), _) => at,
-            // No watch (it could not be armed): the counter alone, read now.
-            (None, None) => {
-                let kills = self
-                    .slice(unit)
-                    .and_then(|slice| slice.stats().ok())
-                    .map_or(0, |stats| stats.oom_kills);
-                if kills == 0 || task.keel_kill_ms.is_some() {
-                    return exit;
-                }
-                ended
-            }
-            (None, Some(_)) => return exit,
-        };
-        let recent = ended.saturating_sub(last_oom) <= OOM_CAUSE_WINDOW_MS;
-        let keel_killed_after = task.keel_kill_ms.is_some_and(|k| k >= last_oom);
-        if recent && !keel_killed_after {
-            LastExit::Oom
-        } else {
-            exit
-        }
-    }
-
-    /// The attempt is over: kill whatever is left in its slice (nothing escapes — a `setsid`
-    /// double fork included) and remove it, retrying from a timer while the killed processes
-    /// exit.
-    pub(crate) fn release_slice(&mut self, unit: &str) {
-        self.unwatch_oom(unit);
-        let Some(slice) = self.slice(unit) else {
-            return;
-        };
-        if let Err(e) = slice.kill() {
-            log::warn!("{unit}: {e}");
-        }
-        self.try_remove_slice(unit, &slice, 0);
-    }
-
-    fn try_remove_slice(&mut self, unit: &str, slice: &TaskCgroup, tries: u32) {
-        match slice.try_remove() {
-            Ok(Removal::Removed) => {}
-            Ok(Removal::Busy) if tries < REMOVE_TRIES => self.timers.add_after(
-                (REMOVE_RETRY_FIRST * 2u32.saturating_pow(tries.min(10))).min(REMOVE_RETRY_MAX),
-                Timer::RemoveSlice {
-                    unit: unit.to_string(),
-                    tries: tries + 1,
-                },
-            ),
-            Ok(Removal::Busy) => log::error!(
-                "{unit}: the task's cgroup {} still holds processes after cgroup.kill",
-                slice.v2_path().display()
-            ),
-            Err(e) => log::error!("{unit}: {e}"),
+            check_oom(task, recheck, &mut self.store, &mut self.events);
         }
     }
 
@@ -345,22 +416,9 @@ impl Daemon {
         {
             return;
         }
-        if let Some(slice) = self.slice(unit) {
+        if let Some(slice) = slice_of(&self.slices, unit) {
             let _ = slice.kill();
-            self.try_remove_slice(unit, &slice, tries);
-        }
-    }
-
-    /// The stop timeout's SIGKILL did not end the attempt (a wedged or stopped shim): kill the
-    /// whole slice, shim included.
-    pub(crate) fn kill_slice(&mut self, unit: &str) -> bool {
-        match self.slice(unit).map(|slice| slice.kill()) {
-            Some(Ok(())) => true,
-            Some(Err(e)) => {
-                log::error!("{unit}: {e}");
-                false
-            }
-            None => false,
+            try_remove_slice(unit, &slice, tries, &mut self.events.timers);
         }
     }
 
@@ -372,20 +430,25 @@ impl Daemon {
             Err(_) => return,
         };
         for unit in present {
-            match self.tasks.get(&unit) {
-                Some(task) if task.shim.is_some() => self.watch_oom(&unit),
+            match self.tasks.get_mut(&unit) {
+                Some(task) if task.shim.is_some() => {
+                    watch_oom(task, &self.slices, &mut self.events)
+                }
                 // Still being reconciled (its shim record may yet appear): leave it.
                 Some(task) if task.record.state.has_attempt() => {}
                 // A live shim this daemon does not supervise (its record was unreadable, say)
                 // is never killed behind the operator's back.
-                _ if super::spawn::attempt_lock_held(&self.dirs.run_dir(&unit)) => {
+                _ if super::spawn::attempt_lock_held(&self.store.dirs.run_dir(&unit)) => {
                     log::warn!(
                         "{unit}: a cgroup whose shim is alive but not supervised: left alone"
                     );
                 }
-                _ => {
+                task => {
                     log::info!("{unit}: removing a cgroup no attempt owns");
-                    self.release_slice(&unit);
+                    match task {
+                        Some(task) => release_slice(task, &self.slices, &mut self.events),
+                        None => release_orphan_slice(&unit, &self.slices, &mut self.events.timers),
+                    }
                 }
             }
         }
@@ -420,46 +483,6 @@ impl Daemon {
             }
             Err(e) => log::error!("cgroups: {e}"),
         }
-    }
-
-    /// The figures of a live attempt's slice; the CPU share is over the time since the
-    /// previous `keel status` (or since the attempt started).
-    pub(crate) fn slice_figures(&self, unit: &str) -> Option<SliceFigures> {
-        let task = self.tasks.get(unit)?;
-        if !matches!(
-            task.record.state,
-            TaskState::Running | TaskState::Stalled | TaskState::Stopping
-        ) {
-            return None;
-        }
-        let stats = self.slice(unit)?.stats().ok()?;
-        let now = Instant::now();
-        let current = CpuSample {
-            usage_usec: stats.cpu_usage_usec,
-            at: now,
-        };
-        // The share over at least CPU_WINDOW: over a few milliseconds a task under a CFS
-        // quota is either running or throttled, and the figure would flicker 0% / 100%.
-        let (older, newer) = task.cpu_samples.get();
-        let started = task.started_at.map(|at| CpuSample { usage_usec: 0, at });
-        let reference = [newer, older, started]
-            .into_iter()
-            .flatten()
-            .find(|s| now.duration_since(s.at) >= CPU_WINDOW);
-        if newer.is_none_or(|n| now.duration_since(n.at) >= CPU_WINDOW) {
-            task.cpu_samples.set((newer, Some(current)));
-        }
-        let cpu_percent = reference.map(|p| {
-            let wall = now.duration_since(p.at).as_micros() as f64;
-            stats.cpu_usage_usec.saturating_sub(p.usage_usec) as f64 * 100.0 / wall
-        });
-        Some(SliceFigures {
-            cpu_usec: stats.cpu_usage_usec,
-            cpu_percent,
-            memory: stats.memory_current,
-            memory_peak: stats.memory_peak,
-            pids: stats.pids_current,
-        })
     }
 }
 

@@ -2,12 +2,13 @@
 //! The stop signal first, SIGKILL after `stop.timeout`, and what happens afterwards is the
 //! task's persisted intent.
 
+use super::lifecycle::transition;
 use super::record::{Intent, TaskState};
-use super::timers::Timer;
-use super::{Daemon, FORCE_KILL_GRACE};
+use super::store::Store;
+use super::timers::{Timer, Timers};
+use super::{checkouts, slices, Daemon, Task, FORCE_KILL_GRACE};
 use crate::sandbox::spec;
 use crate::state::now_ms;
-use std::time::Duration;
 
 /// Which pending intent wins when a second request arrives during a stop: removal beats
 /// everything, forgetting beats the rest, a user's stop is not undone by a shutdown, and
@@ -21,153 +22,187 @@ pub fn merge_intent(pending: Intent, new: Intent) -> Intent {
     }
 }
 
+/// Send a signal to the attempt's shim through its pidfd (never a recycled pid).
+pub(crate) fn signal_shim(task: &mut Task, signal: i32) -> bool {
+    if signal == spec::kill_request_signal() || signal == libc::SIGKILL {
+        // A SIGKILL of keel's own making: the attempt's end is not the OOM killer's.
+        task.keel_kill_ms = Some(now_ms());
+    }
+    let Some(shim) = task.shim.as_ref() else {
+        return false;
+    };
+    match crate::sys::pidfd_send_signal(&shim.pidfd, signal) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!(
+                "{}: signal {} to shim {}: {e}",
+                task.name,
+                crate::unit::signal_name(signal),
+                shim.pid
+            );
+            false
+        }
+    }
+}
+
+/// The unit's stop signal, through the shim (SIGKILL as the shim's kill request).
+pub(crate) fn send_stop_signal(task: &mut Task, signal: i32) {
+    let to_shim = spec::signal_for_shim(signal).unwrap_or(libc::SIGTERM);
+    signal_shim(task, to_shim);
+}
+
+fn still_stopping(task: &Task, generation: u64) -> bool {
+    task.record.generation == generation
+        && task.record.state == TaskState::Stopping
+        && task.shim.is_some()
+}
+
+/// What [`stop`] leaves to its caller.
+pub(crate) enum Stop {
+    /// Done; `false` when the decision could not be persisted (then nothing was signalled).
+    Done(bool),
+    /// No live attempt, and the intent is to forget the task (`explicit`: `keel rm`): it goes
+    /// now ([`Daemon::remove_task`]).
+    RemoveNow { explicit: bool },
+}
+
+/// Ask the attempt to end: `stop.signal` now, SIGKILL after `stop.timeout`. What happens
+/// once it has ended is `intent`. A task without a live attempt is settled at once.
+pub(crate) fn stop(
+    task: &mut Task,
+    intent: Intent,
+    store: &mut Store,
+    timers: &mut Timers,
+) -> Stop {
+    if task.shim.is_none() && task.record.state.has_attempt() {
+        // A live shim not adopted yet (reconcile is waiting for it to say who it is): the
+        // intent is recorded now and carried out when it is adopted.
+        task.record.intent = merge_intent(task.record.intent, intent);
+        return Stop::Done(store.persist(task).is_ok());
+    }
+    if task.shim.is_none() {
+        match intent {
+            Intent::Remove | Intent::Forget => {
+                return Stop::RemoveNow {
+                    explicit: intent == Intent::Remove,
+                }
+            }
+            Intent::Stop if !task.record.state.is_final() => {
+                task.record.reason = Some("stopped by request".into());
+                task.record.backoff_until_ms = None;
+                transition(task, TaskState::Stopped, "", store);
+            }
+            Intent::Restart => {
+                task.record.restarts.clear();
+                task.record.consecutive_failures = 0;
+                task.record.backoff_until_ms = None;
+                task.record.reason = None;
+                transition(task, TaskState::Queued, "restart", store);
+                store.queue_changed = true;
+            }
+            Intent::Stop | Intent::Interrupt | Intent::None => {}
+        }
+        return Stop::Done(true);
+    }
+    let previous_intent = task.record.intent;
+    task.record.intent = merge_intent(previous_intent, intent);
+    if task.record.state == TaskState::Stopping {
+        return Stop::Done(store.persist(task).is_ok());
+    }
+    let (signal, timeout) = (task.stop_signal(), task.stop_timeout());
+    let previous_state = task.record.state;
+    task.record.stop_started_ms = Some(now_ms());
+    let generation = task.record.generation;
+    let persisted = transition(
+        task,
+        TaskState::Stopping,
+        &format!(
+            "{}, SIGKILL after {}",
+            crate::unit::signal_name(signal),
+            crate::cli::format::duration_precise(timeout)
+        ),
+        store,
+    );
+    if !persisted {
+        // Decide, persist, act: an unrecorded stop is not carried out (after a crash the
+        // record would say running, and the policy would bring the task back).
+        task.record.state = previous_state;
+        task.record.intent = previous_intent;
+        task.record.stop_started_ms = None;
+        log::warn!(
+            "{}: stop not carried out: it could not be recorded first; still {previous_state}",
+            task.name
+        );
+        return Stop::Done(false);
+    }
+    send_stop_signal(task, signal);
+    timers.add_after(
+        timeout,
+        Timer::StopTimeout {
+            unit: task.name.clone(),
+            generation,
+        },
+    );
+    Stop::Done(true)
+}
+
 impl Daemon {
-    /// Ask the attempt to end: `stop.signal` now, SIGKILL after `stop.timeout`. What happens
-    /// once it has ended is `intent`. A task without a live attempt is settled at once. Returns
-    /// false when the decision could not be persisted: then nothing was signalled.
+    /// [`stop`] the task named `unit` (nothing to do without one). Returns false when the
+    /// decision could not be persisted: then nothing was signalled.
     pub(crate) fn stop_task(&mut self, unit: &str, intent: Intent) -> bool {
         let Some(task) = self.tasks.get_mut(unit) else {
             return true;
         };
-        if task.shim.is_none() && task.record.state.has_attempt() {
-            // A live shim not adopted yet (reconcile is waiting for it to say who it is): the
-            // intent is recorded now and carried out when it is adopted.
-            task.record.intent = merge_intent(task.record.intent, intent);
-            return self.persist(unit).is_ok();
-        }
-        if task.shim.is_none() {
-            match intent {
-                Intent::Remove | Intent::Forget => self.remove_task(unit, intent == Intent::Remove),
-                Intent::Stop if !task.record.state.is_final() => {
-                    task.record.reason = Some("stopped by request".into());
-                    task.record.backoff_until_ms = None;
-                    self.transition(unit, TaskState::Stopped, "");
-                }
-                Intent::Restart => {
-                    task.record.restarts.clear();
-                    task.record.consecutive_failures = 0;
-                    task.record.backoff_until_ms = None;
-                    task.record.reason = None;
-                    self.transition(unit, TaskState::Queued, "restart");
-                    self.schedule_pending = true;
-                }
-                Intent::Stop | Intent::Interrupt | Intent::None => {}
+        match stop(task, intent, &mut self.store, &mut self.events.timers) {
+            Stop::Done(persisted) => persisted,
+            Stop::RemoveNow { explicit } => {
+                self.remove_task(unit, explicit);
+                true
             }
-            return true;
         }
-        let previous_intent = task.record.intent;
-        task.record.intent = merge_intent(previous_intent, intent);
-        if task.record.state == TaskState::Stopping {
-            return self.persist(unit).is_ok();
-        }
-        let signal = task
-            .unit
-            .as_ref()
-            .map_or(libc::SIGTERM, |u| u.stop.signal.0);
-        let timeout = self.stop_timeout(unit);
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return true;
-        };
-        let previous_state = task.record.state;
-        task.record.stop_started_ms = Some(now_ms());
-        let generation = task.record.generation;
-        let persisted = self.transition(
-            unit,
-            TaskState::Stopping,
-            &format!(
-                "{}, SIGKILL after {}",
-                crate::unit::signal_name(signal),
-                crate::cli::format::duration_precise(timeout)
-            ),
-        );
-        if !persisted {
-            // Decide, persist, act: an unrecorded stop is not carried out (after a crash the
-            // record would say running, and the policy would bring the task back).
-            if let Some(task) = self.tasks.get_mut(unit) {
-                task.record.state = previous_state;
-                task.record.intent = previous_intent;
-                task.record.stop_started_ms = None;
-            }
-            log::warn!("{unit}: stop not carried out: it could not be recorded first; still {previous_state}");
-            return false;
-        }
-        self.send_stop_signal(unit, signal);
-        self.timers.add_after(
-            timeout,
-            Timer::StopTimeout {
-                unit: unit.to_string(),
-                generation,
-            },
-        );
-        true
-    }
-
-    pub(crate) fn stop_timeout(&self, unit: &str) -> Duration {
-        self.tasks
-            .get(unit)
-            .and_then(|t| t.unit.as_ref())
-            .map_or(Duration::from_secs(30), |u| u.stop.timeout.0)
-    }
-
-    /// The unit's stop signal, through the shim (SIGKILL as the shim's kill request).
-    pub(crate) fn send_stop_signal(&mut self, unit: &str, signal: i32) {
-        let to_shim = spec::signal_for_shim(signal).unwrap_or(libc::SIGTERM);
-        self.signal_shim(unit, to_shim);
     }
 
     /// Shutdown: stop a running task so that it resumes at the next start.
     pub(crate) fn interrupt_for_shutdown(&mut self, unit: &str) {
-        if self
-            .tasks
-            .get(unit)
-            .is_some_and(|t| t.record.state.has_attempt())
-            && !self.stop_task(unit, Intent::Interrupt)
-        {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        if !task.record.state.has_attempt() {
+            return;
+        }
+        // An interruption never removes: only `Done`.
+        let stop = stop(
+            task,
+            Intent::Interrupt,
+            &mut self.store,
+            &mut self.events.timers,
+        );
+        if matches!(stop, Stop::Done(false)) {
             // Stopped unrecorded, it would count as a failure at the next start; left
             // running, the next daemon re-adopts it (under keel init it ends with PID 1, and
             // is then recorded as lost).
-            if let Some(task) = self.tasks.get_mut(unit) {
-                task.left_running = true;
-            }
+            task.left_running = true;
             log::warn!(
                 "{unit}: left running: its stop could not be recorded in {}: {}",
-                self.dirs.root.display(),
-                super::unwritable::why_unwritable(&self.dirs.root)
+                self.store.dirs.root.display(),
+                super::unwritable::why_unwritable(&self.store.dirs.root)
             );
         }
     }
 
-    /// Send a signal to the attempt's shim through its pidfd (never a recycled pid).
-    pub(crate) fn signal_shim(&mut self, unit: &str, signal: i32) -> bool {
-        if signal == spec::kill_request_signal() || signal == libc::SIGKILL {
-            // A SIGKILL of keel's own making: the attempt's end is not the OOM killer's.
-            self.note_keel_kill(unit);
-        }
-        let Some(shim) = self.tasks.get(unit).and_then(|t| t.shim.as_ref()) else {
-            return false;
-        };
-        match crate::sys::pidfd_send_signal(&shim.pidfd, signal) {
-            Ok(()) => true,
-            Err(e) => {
-                log::warn!(
-                    "{unit}: signal {} to shim {}: {e}",
-                    crate::unit::signal_name(signal),
-                    shim.pid
-                );
-                false
-            }
-        }
-    }
-
     pub(crate) fn on_stop_timeout(&mut self, unit: &str, generation: u64) {
-        if !self.still_stopping(unit, generation) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        if !still_stopping(task, generation) {
             return;
         }
-        let attempt = self.tasks.get(unit).map_or(0, |t| t.record.attempt);
-        self.journal_event(unit, attempt, generation, "stop-timeout", "SIGKILL");
+        let attempt = task.record.attempt;
+        self.store
+            .event(unit, attempt, generation, "stop-timeout", "SIGKILL");
         log::warn!("{unit}: stop timeout: SIGKILL");
-        self.signal_shim(unit, spec::kill_request_signal());
-        self.timers.add_after(
+        signal_shim(task, spec::kill_request_signal());
+        self.events.timers.add_after(
             FORCE_KILL_GRACE,
             Timer::StopForce {
                 unit: unit.to_string(),
@@ -177,53 +212,33 @@ impl Daemon {
     }
 
     pub(crate) fn on_stop_force(&mut self, unit: &str, generation: u64) {
-        if !self.still_stopping(unit, generation) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        if !still_stopping(task, generation) {
             return;
         }
         log::error!("{unit}: shim did not end after SIGKILL of its agent: killing its cgroup");
         // cgroup.kill takes the shim and everything left with it; without a slice, the shim.
-        self.note_keel_kill(unit);
-        if !self.kill_slice(unit) {
-            self.signal_shim(unit, libc::SIGKILL);
+        task.keel_kill_ms = Some(now_ms());
+        if !slices::kill_slice(&self.slices, unit) {
+            signal_shim(task, libc::SIGKILL);
         }
-    }
-
-    fn still_stopping(&self, unit: &str, generation: u64) -> bool {
-        self.tasks.get(unit).is_some_and(|t| {
-            t.record.generation == generation
-                && t.record.state == TaskState::Stopping
-                && t.shim.is_some()
-        })
-    }
-
-    /// `keel rm` of a task without a record (forgotten when its unit file went away): remove
-    /// its directory, keeping a work directory that holds files. `None` if there is nothing.
-    pub(crate) fn remove_leftovers(&mut self, unit: &str, force: bool) -> Option<String> {
-        crate::unit::validate_name(unit).ok()?;
-        let dir = self.dirs.task_dir(unit);
-        if !dir.is_dir() || super::spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
-            return None;
-        }
-        let message = match self.delete_task_files(unit, 0, force) {
-            kept if kept.is_empty() => format!("{unit}: leftovers removed"),
-            kept => format!("{unit}: leftovers removed; {kept}"),
-        };
-        self.journal_event(unit, 0, 0, "removed", &message);
-        Some(message)
     }
 
     /// `keel rm`'s deletion: run files (unless a shim still holds their lock), checkpoint, and
     /// the task directory itself unless its work directory holds files. A checkout goes only
     /// when clean and harvested (or with `force`, harvested first); otherwise the whole task
     /// directory stays. Returns what was kept, and what became of the checkout.
-    fn delete_task_files(&mut self, unit: &str, attempt: u32, force: bool) -> String {
-        let checkout_note = match self.remove_checkout(unit, attempt, force) {
+    pub(crate) fn delete_task_files(&mut self, unit: &str, attempt: u32, force: bool) -> String {
+        let checkout_note = match checkouts::remove_checkout(&self.store.dirs, unit, attempt, force)
+        {
             Ok(note) => note,
             Err(why) => {
                 log::warn!("{unit}: task directory kept: {why}");
                 return format!(
                     "task directory {} kept: {why}",
-                    self.dirs.task_dir(unit).display()
+                    self.store.dirs.task_dir(unit).display()
                 );
             }
         };
@@ -236,8 +251,8 @@ impl Daemon {
     }
 
     fn delete_files_but_work(&self, unit: &str) -> String {
-        let run = self.dirs.run_dir(unit);
-        let work = self.dirs.work_dir(unit);
+        let run = self.store.dirs.run_dir(unit);
+        let work = self.store.dirs.work_dir(unit);
         let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
         if super::spawn::attempt_lock_held(&run) {
             // Never pull run/ (and its lock) from under a live shim.
@@ -245,11 +260,11 @@ impl Daemon {
         } else {
             let _ = std::fs::remove_dir_all(&run);
         }
-        let _ = std::fs::remove_dir_all(self.dirs.checkpoint_dir(unit));
+        let _ = std::fs::remove_dir_all(self.store.dirs.checkpoint_dir(unit));
         if work_has_files {
             format!("work directory kept: {}", work.display())
         } else {
-            let _ = std::fs::remove_dir_all(self.dirs.task_dir(unit));
+            let _ = std::fs::remove_dir_all(self.store.dirs.task_dir(unit));
             String::new()
         }
     }
@@ -258,19 +273,20 @@ impl Daemon {
     /// work directory unless it holds files. Otherwise (its unit file vanished) only the
     /// record goes: checkpoint, work and logs stay for whoever brings the file back.
     pub(crate) fn remove_task(&mut self, unit: &str, explicit: bool) {
-        self.release_slice(unit);
-        let Some(task) = self.tasks.remove(unit) else {
+        let Some(mut task) = self.tasks.remove(unit) else {
             return;
         };
+        slices::release_slice(&mut task, &self.slices, &mut self.events);
         if let Some(shim) = &task.shim {
-            self.deregister_shim(shim);
+            self.events.unwatch_shim(shim);
+            self.tasks.reaped.remove(&shim.pid);
         }
         // Whatever it reserved is free for the queue.
-        self.schedule_pending = true;
+        self.store.queue_changed = true;
         let (attempt, generation) = (task.record.attempt, task.record.generation);
-        let run = self.dirs.run_dir(unit);
-        let _ = std::fs::remove_file(self.dirs.record_path(unit));
-        let _ = std::fs::remove_file(self.dirs.accepted_unit_path(unit));
+        let run = self.store.dirs.run_dir(unit);
+        let _ = std::fs::remove_file(self.store.dirs.record_path(unit));
+        let _ = std::fs::remove_file(self.store.dirs.accepted_unit_path(unit));
         let detail = if explicit {
             self.delete_task_files(unit, attempt, task.force_remove)
         } else {
@@ -283,16 +299,17 @@ impl Daemon {
             }
             format!(
                 "unit file gone; checkpoint, work and logs kept in {}",
-                self.dirs.task_dir(unit).display()
+                self.store.dirs.task_dir(unit).display()
             )
         };
-        self.journal_event(unit, attempt, generation, "removed", &detail);
+        self.store
+            .event(unit, attempt, generation, "removed", &detail);
         log::info!("{unit}: removed {detail}");
         if !detail.is_empty() {
-            self.removal_notes.insert(unit.to_string(), detail);
+            self.tasks.removal_notes.insert(unit.to_string(), detail);
         }
         // The file may have come back while the task was stopping.
-        if self.units_dir.join(format!("{unit}.ron")).exists() {
+        if self.units.file_of(unit).exists() {
             self.request_rescan();
         }
     }

@@ -16,28 +16,28 @@ impl Daemon {
     pub(super) fn notify_ready(&mut self) {
         let summary = self.summary();
         self.notifier.ready(&summary);
-        self.summary_dirty = false;
+        self.store.counts_changed = false;
         if let Some(every) = self.notifier.watchdog_interval() {
             log::info!(
                 "systemd watchdog: pinging every {}",
                 crate::cli::format::duration_precise(every)
             );
             self.notifier.watchdog_ping();
-            self.timers.add_after(every, Timer::Watchdog);
+            self.events.timers.add_after(every, Timer::Watchdog);
         }
     }
 
     pub(super) fn on_watchdog_due(&mut self) {
         if let Some(every) = self.notifier.watchdog_interval() {
             self.notifier.watchdog_ping();
-            self.timers.add_after(every, Timer::Watchdog);
+            self.events.timers.add_after(every, Timer::Watchdog);
         }
     }
 
     /// `STATUS=` when the counts changed during this loop round (every change of state is a
     /// journal entry, which marks them).
     pub(super) fn notify_status(&mut self) {
-        if !std::mem::take(&mut self.summary_dirty) || !self.notifier.is_enabled() {
+        if !std::mem::take(&mut self.store.counts_changed) || !self.notifier.is_enabled() {
             return;
         }
         let summary = self.summary();

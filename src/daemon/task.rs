@@ -1,13 +1,77 @@
-//! What the daemon holds of each task in memory: its record, its unit, its live attempt, and
-//! what it has observed of it.
+//! The tasks: what the daemon holds of each in memory (its record, its unit, its live attempt,
+//! what it has observed of it), the shims' statuses reaped before their pidfd event, and what
+//! `keel rm` did with a removed task's files.
 
 use super::record::TaskRecord;
 use super::{queue, slices};
 use crate::state::now_ms;
 use crate::unit::Unit;
 use mio::Token;
+use nix::sys::wait::WaitStatus;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::time::Instant;
+
+/// Every task by name, and what belongs to none of them alone.
+#[derive(Default)]
+pub(crate) struct Tasks {
+    by_name: BTreeMap<String, Task>,
+    /// Exit statuses of shims reaped before their pidfd event was handled.
+    pub reaped: HashMap<i32, WaitStatus>,
+    /// What `keel rm` did with a removed task's files, for the client waiting on it.
+    pub removal_notes: HashMap<String, String>,
+}
+
+impl Tasks {
+    pub fn get(&self, name: &str) -> Option<&Task> {
+        self.by_name.get(name)
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Task> {
+        self.by_name.get_mut(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    pub fn insert(&mut self, task: Task) {
+        self.by_name.insert(task.name.clone(), task);
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<Task> {
+        self.by_name.remove(name)
+    }
+
+    /// In name order.
+    pub fn values(&self) -> impl Iterator<Item = &Task> {
+        self.by_name.values()
+    }
+
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Task> {
+        self.by_name.values_mut()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.by_name.keys().cloned().collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// Whether any attempt has a live shim watched by this daemon.
+    pub fn any_shim(&self) -> bool {
+        self.by_name.values().any(|t| t.shim.is_some())
+    }
+
+    /// Whether `pid` is the shim of one of the tasks.
+    pub fn is_shim(&self, pid: i32) -> bool {
+        self.by_name
+            .values()
+            .any(|t| t.shim.as_ref().is_some_and(|s| s.pid == pid))
+    }
+}
 
 /// A live attempt: its shim and the pidfd registered in the loop.
 pub(crate) struct LiveShim {
@@ -59,6 +123,20 @@ pub(crate) struct Task {
 }
 
 impl Task {
+    /// The unit's stop signal (SIGTERM without a unit).
+    pub(crate) fn stop_signal(&self) -> i32 {
+        self.unit
+            .as_ref()
+            .map_or(libc::SIGTERM, |u| u.stop.signal.0)
+    }
+
+    /// How long after the stop signal the attempt is killed (30 s without a unit).
+    pub(crate) fn stop_timeout(&self) -> std::time::Duration {
+        self.unit
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(30), |u| u.stop.timeout.0)
+    }
+
     /// A task as the daemon first holds it: no live attempt, nothing observed yet. Callers set
     /// what they know (the accepted unit, when the attempt started, whether the file was seen).
     pub(crate) fn new(

@@ -3,13 +3,14 @@
 //! apart: editors and `git checkout` remove and rewrite files) removes its task, and a
 //! file that does not parse is reported without harming anything else.
 
+use super::lifecycle::transition;
 use super::record::{Intent, TaskRecord, TaskState};
 use super::timers::Timer;
 use super::{Daemon, DaemonError, Task};
 use crate::state::now_ms;
 use crate::unit::{load_unit_file, unit_name_of};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,8 +26,51 @@ const REMOVAL_CONFIRMATION: Duration = Duration::from_millis(500);
 /// A scan that failed (EMFILE, the directory briefly gone) is retried after this.
 const SCAN_RETRY: Duration = Duration::from_secs(1);
 
+/// The units directory: where it is, its watch, what did not parse, and the pending rescan.
+pub(crate) struct UnitsDir {
+    pub dir: PathBuf,
+    watch: UnitsWatch,
+    /// Unit files that failed to parse: file name → `file:line:col: message`.
+    pub invalid: BTreeMap<String, String>,
+    /// The units directory changed: rescan at this instant (pushed back by each new event).
+    rescan_at: Option<Instant>,
+    /// The first event of the current burst (bounds how long a rescan can be pushed back).
+    rescan_first: Option<Instant>,
+}
+
+impl UnitsDir {
+    /// Create (the default) or check (`--units`: it must exist, a typo or an unmounted
+    /// filesystem must not look like "every unit was removed") the directory, and watch it.
+    pub fn open(dir: PathBuf, explicit: bool) -> Result<Self, DaemonError> {
+        if explicit && !dir.is_dir() {
+            return Err(DaemonError::Config(format!(
+                "units directory {} does not exist: create it, or fix --units",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(&dir).map_err(super::setup("create the units directory"))?;
+        let watch = UnitsWatch::new(&dir)?;
+        Ok(UnitsDir {
+            dir,
+            watch,
+            invalid: BTreeMap::new(),
+            rescan_at: None,
+            rescan_first: None,
+        })
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.watch.raw_fd()
+    }
+
+    /// The unit file of `unit`.
+    pub fn file_of(&self, unit: &str) -> PathBuf {
+        self.dir.join(format!("{unit}.ron"))
+    }
+}
+
 /// inotify on the units directory, re-established when the directory itself is replaced.
-pub(super) struct UnitsWatch {
+struct UnitsWatch {
     inotify: Inotify,
     dir: PathBuf,
     watch: Option<WatchDescriptor>,
@@ -115,13 +159,15 @@ pub fn unit_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 impl Daemon {
     pub(super) fn on_units_dir_event(&mut self) {
-        let (changed, lost) = self.watch.drain();
+        let (changed, lost) = self.units.watch.drain();
         if lost {
             log::warn!(
                 "units directory {} was moved or removed: watching for it again",
-                self.units_dir.display()
+                self.units.dir.display()
             );
-            self.timers.add_after(Duration::ZERO, Timer::WatchUnits);
+            self.events
+                .timers
+                .add_after(Duration::ZERO, Timer::WatchUnits);
         }
         if changed {
             self.request_rescan();
@@ -133,20 +179,20 @@ impl Daemon {
     /// directory must not hold back the units beside it).
     pub(crate) fn request_rescan(&mut self) {
         let now = Instant::now();
-        let first = *self.rescan_first.get_or_insert(now);
+        let first = *self.units.rescan_first.get_or_insert(now);
         let at = (now + RESCAN_DEBOUNCE).min(first + RESCAN_MAX_DELAY);
-        if self.rescan_at.is_none() {
-            self.timers.add(at, Timer::RescanUnits);
+        if self.units.rescan_at.is_none() {
+            self.events.timers.add(at, Timer::RescanUnits);
         }
-        self.rescan_at = Some(at);
+        self.units.rescan_at = Some(at);
     }
 
     pub(super) fn on_rescan_due(&mut self) {
-        match self.rescan_at {
-            Some(at) if at > Instant::now() => self.timers.add(at, Timer::RescanUnits),
+        match self.units.rescan_at {
+            Some(at) if at > Instant::now() => self.events.timers.add(at, Timer::RescanUnits),
             Some(_) => {
-                self.rescan_at = None;
-                self.rescan_first = None;
+                self.units.rescan_at = None;
+                self.units.rescan_first = None;
                 self.scan_units();
             }
             None => {}
@@ -154,35 +200,35 @@ impl Daemon {
     }
 
     pub(super) fn rewatch_units_dir(&mut self) {
-        let _ = std::fs::create_dir_all(&self.units_dir);
-        match self.watch.add() {
+        let _ = std::fs::create_dir_all(&self.units.dir);
+        match self.units.watch.add() {
             Ok(()) => {
-                log::info!("watching {} again", self.units_dir.display());
+                log::info!("watching {} again", self.units.dir.display());
                 self.scan_units();
             }
             Err(e) => {
-                log::warn!("cannot watch {}: {e}; retrying", self.units_dir.display());
-                self.timers.add_after(SCAN_RETRY, Timer::WatchUnits);
+                log::warn!("cannot watch {}: {e}; retrying", self.units.dir.display());
+                self.events.timers.add_after(SCAN_RETRY, Timer::WatchUnits);
             }
         }
     }
 
     /// Compare the units directory with the tasks and act on the differences.
     pub(crate) fn scan_units(&mut self) {
-        let files = match unit_files(&self.units_dir) {
+        let files = match unit_files(&self.units.dir) {
             Ok(files) => files,
             Err(e) => {
                 log::error!(
                     "cannot read units directory {}: {e}; retrying",
-                    self.units_dir.display()
+                    self.units.dir.display()
                 );
-                self.timers.add_after(SCAN_RETRY, Timer::RescanUnits);
-                self.rescan_at = Some(Instant::now() + SCAN_RETRY);
+                self.events.timers.add_after(SCAN_RETRY, Timer::RescanUnits);
+                self.units.rescan_at = Some(Instant::now() + SCAN_RETRY);
                 return;
             }
         };
         let mut present: BTreeSet<String> = BTreeSet::new();
-        let mut invalid = std::collections::BTreeMap::new();
+        let mut invalid = BTreeMap::new();
         for path in files {
             let file_name = path
                 .file_name()
@@ -200,24 +246,25 @@ impl Daemon {
                         present.insert(name);
                     }
                     let message = e.to_string();
-                    if self.invalid_units.get(&file_name) != Some(&message) {
+                    if self.units.invalid.get(&file_name) != Some(&message) {
                         log::error!("invalid unit: {message}");
-                        self.journal_event(&file_name, 0, 0, "invalid-unit", &message);
+                        self.store.event(&file_name, 0, 0, "invalid-unit", &message);
                     }
                     invalid.insert(file_name, message);
                 }
             }
         }
-        self.invalid_units = invalid;
+        self.units.invalid = invalid;
         self.note_missing_units(&present);
-        self.schedule_pending = true;
+        self.store.queue_changed = true;
     }
 
     /// Tasks whose file is gone: removed once two scans 0.5 s apart agree.
     fn note_missing_units(&mut self, present: &BTreeSet<String>) {
         let now = Instant::now();
         let mut confirmed = Vec::new();
-        for (name, task) in self.tasks.iter_mut() {
+        for task in self.tasks.values_mut() {
+            let name = &task.name;
             if present.contains(name) {
                 task.missing_since = None;
                 continue;
@@ -228,9 +275,10 @@ impl Daemon {
             match task.missing_since {
                 None => {
                     task.missing_since = Some(now);
-                    self.timers
+                    self.events
+                        .timers
                         .add_after(REMOVAL_CONFIRMATION, Timer::RescanUnits);
-                    self.rescan_at = Some(now + REMOVAL_CONFIRMATION);
+                    self.units.rescan_at = Some(now + REMOVAL_CONFIRMATION);
                 }
                 Some(since) if now.duration_since(since) >= REMOVAL_CONFIRMATION => {
                     confirmed.push(name.clone());
@@ -258,38 +306,32 @@ impl Daemon {
                     // The file came back while its task was being stopped for its absence:
                     // start it again once it has stopped.
                     task.record.intent = Intent::Restart;
-                    let _ = self.persist(name);
+                    let _ = self.store.persist(task);
                 }
-                let Some(task) = self.tasks.get_mut(name) else {
-                    return;
-                };
                 if task.unit_text.as_deref() != Some(text.as_str()) {
                     let running = task.record.state.has_attempt();
                     task.unit = Some(unit);
                     task.unit_text = Some(text);
-                    let (attempt, generation) = (task.record.attempt, task.record.generation);
                     let detail = if running {
                         "takes effect at the next start (keel restart applies it now)"
                     } else {
                         ""
                     };
-                    self.journal_event(name, attempt, generation, "unit-changed", detail);
+                    self.store.task_event(task, "unit-changed", detail);
                     log::info!("{name}: unit file changed");
                 }
             }
             None => {
                 let record = TaskRecord::new(name, now_ms());
-                self.tasks.insert(
-                    name.to_string(),
-                    Task {
-                        seen_file: true,
-                        ..Task::new(name, record, Some(unit), Some(text))
-                    },
-                );
-                if let Err(e) = self.dirs.create_task_dirs(name) {
+                let mut task = Task {
+                    seen_file: true,
+                    ..Task::new(name, record, Some(unit), Some(text))
+                };
+                if let Err(e) = self.store.dirs.create_task_dirs(name) {
                     log::error!("{name}: {e}");
                 }
-                self.transition(name, TaskState::Queued, "new unit");
+                transition(&mut task, TaskState::Queued, "new unit", &mut self.store);
+                self.tasks.insert(task);
             }
         }
     }

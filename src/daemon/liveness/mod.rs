@@ -1,5 +1,6 @@
-//! The daemon's side of liveness: what it observes of each live attempt, and what it does about
-//! the verdicts of [`crate::liveness`]. Nothing here polls:
+//! The daemon's side of liveness: what it observes of each live attempt ([`Watches`], this
+//! file) and what it does about the verdicts of [`crate::liveness`] (`verdicts.rs`). Nothing
+//! here polls:
 //!
 //! - heartbeats and progress: inotify on the task's progress file (the host side of the bind
 //!   mount at `/run/keel/progress`). A write (IN_MODIFY, or IN_ATTRIB that moved the mtime:
@@ -21,13 +22,19 @@
 //! watched is held against it. The progress file's size and mtime tell whether the agent uses
 //! the progress protocol at all.
 
+mod verdicts;
+
+pub(crate) use verdicts::check_liveness;
+
 use super::lifecycle::Ending;
-use super::record::{Intent, LastExit, StallStop, TaskRecord, TaskState};
-use super::timers::Timer;
-use super::Daemon;
+use super::record::{LastExit, StallStop, TaskRecord, TaskState};
+use super::slices::{self, Slices};
+use super::timers::{Timer, Timers};
+use super::Task;
 use crate::liveness::{self, Evidence, Ms, Settings, Verdict};
 use crate::sandbox::spec;
 use crate::state::now_ms;
+use crate::state::StateDir;
 use crate::unit::OnStall;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use std::collections::{BTreeMap, HashMap};
@@ -92,6 +99,16 @@ impl Watches {
 
     pub fn raw_fd(&self) -> RawFd {
         self.inotify.as_fd().as_raw_fd()
+    }
+
+    pub fn unwatch(&mut self, unit: &str) {
+        let Some(watch) = self.tasks.remove(unit) else {
+            return;
+        };
+        if let Some(wd) = watch.wd {
+            self.by_wd.remove(&wd);
+            let _ = self.inotify.rm_watch(wd);
+        }
     }
 }
 
@@ -165,14 +182,12 @@ pub(crate) fn take_stall(record: &mut TaskRecord, ending: &mut Ending) -> Option
     Some(stall)
 }
 
-impl Daemon {
+impl Watches {
     /// Begin watching a live attempt: just started (`adopted: false`) or re-adopted by this
     /// daemon after a restart.
-    pub(crate) fn watch_liveness(&mut self, unit: &str, adopted: bool) {
-        self.unwatch_liveness(unit);
-        let Some(task) = self.tasks.get(unit) else {
-            return;
-        };
+    pub fn watch(&mut self, task: &Task, dirs: &StateDir, slices: &Slices, adopted: bool) {
+        let unit = task.name.as_str();
+        self.unwatch(unit);
         let Some(def) = task.unit.as_ref() else {
             return;
         };
@@ -180,9 +195,9 @@ impl Daemon {
         let generation = task.record.generation;
         let (now, now_wall) = (mono_ms(), now_ms());
         let started_wall = task.record.started_ms.unwrap_or(now_wall);
-        let progress = spec::progress_path(&self.dirs.run_dir(unit));
+        let progress = spec::progress_path(&dirs.run_dir(unit));
         let flags = AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_ATTRIB;
-        let wd = match self.liveness.inotify.add_watch(&progress, flags) {
+        let wd = match self.inotify.add_watch(&progress, flags) {
             Ok(wd) => Some(wd),
             Err(e) => {
                 log::warn!(
@@ -222,31 +237,19 @@ impl Daemon {
             armed: None,
         };
         if let Some(wd) = wd {
-            self.liveness.by_wd.insert(wd, unit.to_string());
+            self.by_wd.insert(wd, unit.to_string());
         }
-        self.liveness.tasks.insert(unit.to_string(), watch);
+        self.tasks.insert(unit.to_string(), watch);
         if settings.cpu {
-            self.sample_cpu(unit, now);
-        }
-        self.check_liveness(unit);
-    }
-
-    /// The attempt is over (or forgotten): stop watching it.
-    pub(crate) fn unwatch_liveness(&mut self, unit: &str) {
-        let Some(watch) = self.liveness.tasks.remove(unit) else {
-            return;
-        };
-        if let Some(wd) = watch.wd {
-            self.liveness.by_wd.remove(&wd);
-            let _ = self.liveness.inotify.rm_watch(wd);
+            self.sample_cpu(unit, slices, now);
         }
     }
 
-    /// Progress files were written: heartbeats (and maybe progress) for their tasks.
-    pub(super) fn on_liveness_event(&mut self) {
-        // unit → whether a write (IN_MODIFY) was among its events.
+    /// Read the inotify events: the units whose progress file was written, and whether a
+    /// write (IN_MODIFY) was among its events.
+    pub fn drain_events(&mut self) -> BTreeMap<String, bool> {
         let mut touched: BTreeMap<String, bool> = BTreeMap::new();
-        while let Ok(events) = self.liveness.inotify.read_events() {
+        while let Ok(events) = self.inotify.read_events() {
             if events.is_empty() {
                 break;
             }
@@ -254,15 +257,15 @@ impl Daemon {
                 if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
                     // Events were lost: look at every progress file (a write moved its mtime).
                     log::warn!("inotify queue overflow: checking every progress file");
-                    for unit in self.liveness.tasks.keys() {
+                    for unit in self.tasks.keys() {
                         touched.entry(unit.clone()).or_default();
                     }
                     continue;
                 }
                 if event.mask.contains(AddWatchFlags::IN_IGNORED) {
                     // The file is gone (or we removed the watch): nothing more comes from it.
-                    if let Some(unit) = self.liveness.by_wd.remove(&event.wd) {
-                        if let Some(watch) = self.liveness.tasks.get_mut(&unit) {
+                    if let Some(unit) = self.by_wd.remove(&event.wd) {
+                        if let Some(watch) = self.tasks.get_mut(&unit) {
                             if watch.wd == Some(event.wd) {
                                 watch.wd = None;
                                 log::warn!("{unit}: progress file removed: heartbeats are no longer seen this attempt");
@@ -271,27 +274,33 @@ impl Daemon {
                     }
                     continue;
                 }
-                if let Some(unit) = self.liveness.by_wd.get(&event.wd) {
+                if let Some(unit) = self.by_wd.get(&event.wd) {
                     *touched.entry(unit.clone()).or_default() |=
                         event.mask.contains(AddWatchFlags::IN_MODIFY);
                 }
             }
         }
-        for (unit, modified) in touched {
-            self.on_progress_write(&unit, modified);
-        }
+        touched
     }
 
-    fn on_progress_write(&mut self, unit: &str, modified: bool) {
+    /// The progress file of `unit` was written: a heartbeat, maybe progress. False when the
+    /// unit is not watched (nothing to judge).
+    pub fn progress_written(
+        &mut self,
+        unit: &str,
+        modified: bool,
+        dirs: &StateDir,
+        slices: &Slices,
+    ) -> bool {
         let now = mono_ms();
-        let path = spec::progress_path(&self.dirs.run_dir(unit));
-        let Some(watch) = self.liveness.tasks.get_mut(unit) else {
-            return;
+        let path = spec::progress_path(&dirs.run_dir(unit));
+        let Some(watch) = self.tasks.get_mut(unit) else {
+            return false;
         };
         let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
         // A chown or chmod is not a write; `touch` is (it moves the mtime).
         if !modified && mtime == watch.progress_mtime {
-            return;
+            return false;
         }
         watch.progress_mtime = mtime;
         watch.evidence.heartbeat = Some(now);
@@ -310,43 +319,47 @@ impl Daemon {
         if sample {
             // The CPU baseline moves with the heartbeats: after the last one, only what the
             // task uses from then on can keep it `running`.
-            self.sample_cpu(unit, now);
+            self.sample_cpu(unit, slices, now);
         }
-        self.check_liveness(unit);
+        true
     }
 
-    /// The task's timer: look at the sampled evidence, judge, act, arm the next one.
-    pub(super) fn on_liveness_due(&mut self, unit: &str, generation: u64) {
+    /// The task's timer fired: sample the evidence that is read rather than watched (output,
+    /// CPU). False when the timer is stale (another attempt, or armed again since).
+    pub fn timer_due(
+        &mut self,
+        unit: &str,
+        generation: u64,
+        dirs: &StateDir,
+        slices: &Slices,
+    ) -> bool {
         let now = mono_ms();
-        let Some(watch) = self.liveness.tasks.get_mut(unit) else {
-            return;
+        let Some(watch) = self.tasks.get_mut(unit) else {
+            return false;
         };
         // Timers are never removed: only the one armed last counts.
         if watch.generation != generation || watch.armed.is_none_or(|at| at > now) {
-            return;
+            return false;
         }
         watch.armed = None;
         let (output, cpu) = (watch.settings.output, watch.settings.cpu);
         if output {
-            let started_wall = watch.started_wall;
-            if let Some(at) = output_time(&self.dirs.run_dir(unit), started_wall) {
+            if let Some(at) = output_time(&dirs.run_dir(unit), watch.started_wall) {
                 let at = mono_of_wall(at, now, now_ms());
-                if let Some(watch) = self.liveness.tasks.get_mut(unit) {
-                    watch.evidence.output = watch.evidence.output.max(Some(at));
-                }
+                watch.evidence.output = watch.evidence.output.max(Some(at));
             }
         }
         if cpu {
-            self.sample_cpu(unit, now);
+            self.sample_cpu(unit, slices, now);
         }
-        self.check_liveness(unit);
+        true
     }
 
-    fn sample_cpu(&mut self, unit: &str, now: Ms) {
-        let Some(Ok(usage)) = self.slice(unit).map(|s| s.cpu_usage_usec()) else {
+    fn sample_cpu(&mut self, unit: &str, slices: &Slices, now: Ms) {
+        let Some(Ok(usage)) = slices::slice_of(slices, unit).map(|s| s.cpu_usage_usec()) else {
             return;
         };
-        let Some(watch) = self.liveness.tasks.get_mut(unit) else {
+        let Some(watch) = self.tasks.get_mut(unit) else {
             return;
         };
         if let Some((before, at)) = watch.cpu {
@@ -361,34 +374,30 @@ impl Daemon {
         watch.cpu = Some((usage, now));
     }
 
-    /// Judge a live attempt now; act when the verdict changed; arm the timer for the next
-    /// instant it could change.
-    fn check_liveness(&mut self, unit: &str) {
+    /// Judge a live attempt now and arm the timer for the next instant the verdict could
+    /// change. `Some` when the verdict changed: the new verdict, what the unit does about it,
+    /// and the words for it.
+    fn judge(&mut self, task: &Task, timers: &mut Timers) -> Option<(Verdict, OnStall, String)> {
         let now = mono_ms();
-        let judged = self.tasks.get(unit).is_some_and(|t| {
-            t.shim.is_some() && matches!(t.record.state, TaskState::Running | TaskState::Stalled)
-        });
-        let Some(watch) = self.liveness.tasks.get_mut(unit).filter(|_| judged) else {
-            return;
-        };
+        let judged = task.shim.is_some()
+            && matches!(task.record.state, TaskState::Running | TaskState::Stalled);
+        let watch = self.tasks.get_mut(&task.name).filter(|_| judged)?;
         let judgement = liveness::judge(&watch.settings, &watch.evidence, now);
         let previous = std::mem::replace(&mut watch.verdict, judgement.verdict);
         let changed = (judgement.verdict != previous).then(|| {
             let detail =
                 liveness::describe(&watch.settings, &watch.evidence, judgement.verdict, now);
-            (watch.on_stall, detail)
+            (judgement.verdict, watch.on_stall, detail)
         });
         if let Some(at) = judgement.next_check {
-            self.arm_liveness(unit, at, now);
+            self.arm(&task.name, at, now, timers);
         }
-        if let Some((on_stall, detail)) = changed {
-            self.on_verdict(unit, judgement.verdict, on_stall, &detail);
-        }
+        changed
     }
 
     /// Set the task's timer for `at`, unless it is already set for no later.
-    fn arm_liveness(&mut self, unit: &str, at: Ms, now: Ms) {
-        let Some(watch) = self.liveness.tasks.get_mut(unit) else {
+    fn arm(&mut self, unit: &str, at: Ms, now: Ms, timers: &mut Timers) {
+        let Some(watch) = self.tasks.get_mut(unit) else {
             return;
         };
         if watch.armed.is_some_and(|armed| armed <= at) {
@@ -399,114 +408,32 @@ impl Daemon {
             unit: unit.to_string(),
             generation: watch.generation,
         };
-        self.timers.add(
+        timers.add(
             Instant::now() + Duration::from_millis(at.saturating_sub(now)),
             timer,
         );
     }
 
-    /// A new verdict: say so, and apply `on_stall` to `stalled` and `no-progress`.
-    fn on_verdict(&mut self, unit: &str, verdict: Verdict, on_stall: OnStall, detail: &str) {
-        let Some(task) = self.tasks.get(unit) else {
-            return;
-        };
-        let (attempt, generation, state) = (
-            task.record.attempt,
-            task.record.generation,
-            task.record.state,
-        );
-        let word = verdict.as_str();
-        match (verdict, on_stall) {
-            (Verdict::Running, _) => {
-                if state == TaskState::Stalled {
-                    log::info!("{unit}: running ({detail})");
-                    self.note_state(unit, TaskState::Running, detail);
-                } else {
-                    log::info!("{unit}: working again: {detail}");
-                }
-            }
-            (_, OnStall::Report) if state == TaskState::Running => {
-                // The state change is the journal entry; a missing change of content gets
-                // its own word first.
-                if verdict == Verdict::NoProgress {
-                    self.journal_event(unit, attempt, generation, word, detail);
-                }
-                log::warn!("{unit}: {word}: {detail}; on_stall Report: left running");
-                self.note_state(unit, TaskState::Stalled, &format!("{word}: {detail}"));
-            }
-            (_, OnStall::Report) => {
-                log::warn!("{unit}: {word}: {detail}");
-                self.journal_event(unit, attempt, generation, word, detail);
-            }
-            (_, OnStall::Restart | OnStall::Kill) => {
-                let kill = on_stall == OnStall::Kill;
-                let action = if kill {
-                    "stopping it for good"
-                } else {
-                    "restarting it"
-                };
-                log::warn!("{unit}: {word}: {detail}; {action}");
-                self.journal_event(
-                    unit,
-                    attempt,
-                    generation,
-                    word,
-                    &format!("{detail}; {action}"),
-                );
-                self.stop_stalled(unit, &format!("{word}: {detail}"), kill);
-            }
-        }
-    }
-
-    /// `running` ⇄ `stalled` under `Report`: an observation, not a decision. Nothing acts on it
-    /// and a restarted daemon judges the attempt afresh, so it is journaled but not written to
-    /// the task's record: no fsync per verdict when many tasks stall at once, and the journal
-    /// entry is stamped when the stall was seen.
-    fn note_state(&mut self, unit: &str, to: TaskState, detail: &str) {
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        task.record.state = to;
-        let (attempt, generation) = (task.record.attempt, task.record.generation);
-        self.journal_event(unit, attempt, generation, to.as_str(), detail);
-    }
-
-    /// Stop a stalled attempt as `keel stop` would (stop signal, timeout, SIGKILL); the stop
-    /// and its reason are persisted together, and the attempt settles as `stalled`.
-    fn stop_stalled(&mut self, unit: &str, reason: &str, kill: bool) {
-        let Some(task) = self.tasks.get_mut(unit) else {
-            return;
-        };
-        task.record.stall = Some(StallStop {
-            reason: reason.to_string(),
-            kill,
-        });
-        if self.stop_task(unit, Intent::None) {
-            return;
-        }
-        // Not persisted, so not done: judge again shortly.
-        if let Some(task) = self.tasks.get_mut(unit) {
-            task.record.stall = None;
-        }
+    /// A stop for a stall could not be recorded: judge again shortly, from `running`.
+    fn recheck_soon(&mut self, unit: &str, timers: &mut Timers) {
         let now = mono_ms();
-        if let Some(watch) = self.liveness.tasks.get_mut(unit) {
+        if let Some(watch) = self.tasks.get_mut(unit) {
             watch.verdict = Verdict::Running;
             watch.armed = None;
         }
-        self.arm_liveness(unit, now + liveness::RECHECK_MIN, now);
+        self.arm(unit, now + liveness::RECHECK_MIN, now, timers);
     }
 
     /// For `keel status`: the last counted evidence (output looked at now) and the verdict.
-    pub(crate) fn liveness_view(&self, unit: &str) -> Option<LivenessView> {
-        let task = self.tasks.get(unit)?;
+    pub(crate) fn view(&self, task: &Task, dirs: &StateDir) -> Option<LivenessView> {
         if !matches!(task.record.state, TaskState::Running | TaskState::Stalled) {
             return None;
         }
-        let watch = self.liveness.tasks.get(unit)?;
+        let watch = self.tasks.get(&task.name)?;
         let (now, now_wall) = (mono_ms(), now_ms());
         let mut evidence = watch.evidence;
         if watch.settings.output {
-            let seen = output_time(&self.dirs.run_dir(unit), watch.started_wall)
+            let seen = output_time(&dirs.run_dir(&task.name), watch.started_wall)
                 .map(|at| mono_of_wall(at, now, now_wall));
             evidence.output = evidence.output.max(seen);
         }

@@ -1,9 +1,9 @@
 //! `keel status`: every task in a line's worth of figures, and one task in full
 //! ([`TaskDetail`]) when the client names it.
 
-use super::record::{PastExit, TaskState};
-use super::{Daemon, Task};
 use crate::checkout;
+use crate::daemon::record::{PastExit, TaskState};
+use crate::daemon::{checkouts, slices, Daemon, Task};
 use crate::protocol::{
     CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, Response, RestartInfo, SignalInfo,
     StatusReport, TaskDetail, TaskInfo,
@@ -32,21 +32,21 @@ impl Daemon {
         Response::Status(StatusReport {
             daemon: DaemonInfo {
                 pid: std::process::id() as i32,
-                started_ms: self.started_ms,
-                state_dir: self.dirs.root.display().to_string(),
-                units_dir: self.units_dir.display().to_string(),
+                started_ms: self.instance.started_ms,
+                state_dir: self.store.dirs.root.display().to_string(),
+                units_dir: self.units.dir.display().to_string(),
                 cgroup_mode: self.cgroup_mode(),
-                under_init: self.under_init.is_some(),
+                under_init: self.instance.under_init.is_some(),
             },
             tasks,
-            invalid_units: self.invalid_units.values().cloned().collect(),
+            invalid_units: self.units.invalid.values().cloned().collect(),
         })
     }
 
     fn task_info(&self, t: &Task) -> TaskInfo {
         let r = &t.record;
-        let figures = self.slice_figures(&t.name);
-        let live = self.liveness_view(&t.name);
+        let figures = slices::slice_figures(t, &self.slices);
+        let live = self.liveness.view(t, &self.store.dirs);
         let since_ms = match r.state {
             s if s.is_final() => r.finished_ms,
             TaskState::Queued => r.finished_ms.or(Some(r.submitted_ms)),
@@ -67,7 +67,7 @@ impl Daemon {
                 (Some(waiting), TaskState::Queued) => Some(waiting.clone()),
                 _ => r.reason.clone(),
             },
-            progress: super::last_progress_line(&self.dirs.run_dir(&t.name)),
+            progress: crate::daemon::last_progress_line(&self.store.dirs.run_dir(&t.name)),
             unit_changed: r.state.has_attempt() && t.accepted_text != t.unit_text,
             unit_file_missing: !t.seen_file,
             cpu_usec: figures.map(|f| f.cpu_usec),
@@ -75,14 +75,14 @@ impl Daemon {
             memory_bytes: figures.map(|f| f.memory),
             memory_peak_bytes: figures.and_then(|f| f.memory_peak),
             pids: figures.map(|f| f.pids),
-            checkout_bytes: self.checkout_bytes(&t.name),
+            checkout_bytes: checkouts::checkout_bytes(t, &self.store.dirs),
             last_activity_ms: live.as_ref().and_then(|l| l.last_activity.map(|a| a.0)),
             last_activity_kind: live
                 .as_ref()
                 .and_then(|l| l.last_activity.map(|a| a.1.to_string())),
             liveness: live.as_ref().map(|l| l.verdict.to_string()),
             progress_changed_ms: live.and_then(|l| l.progress_changed_ms),
-            kept_branches: self.kept_branches(&t.name),
+            kept_branches: checkouts::kept_branches(t, &self.store.dirs),
             detail: None,
         }
     }
@@ -92,18 +92,15 @@ impl Daemon {
     fn task_detail(&self, t: &Task) -> TaskDetail {
         let r = &t.record;
         // The limits of the live (or last) attempt are those of the unit it started with.
-        let accepted: Option<Unit> = t.accepted_text.as_deref().and_then(|text| {
-            crate::unit::parse_unit(&self.units_dir.join(format!("{}.ron", t.name)), text).ok()
-        });
+        let accepted: Option<Unit> = t
+            .accepted_text
+            .as_deref()
+            .and_then(|text| crate::unit::parse_unit(&self.units.file_of(&t.name), text).ok());
         let limits = accepted.as_ref().or(t.unit.as_ref());
         TaskDetail {
-            unit_file: self
-                .units_dir
-                .join(format!("{}.ron", t.name))
-                .display()
-                .to_string(),
+            unit_file: self.units.file_of(&t.name).display().to_string(),
             command: t.unit.as_ref().map(|u| u.command.0.clone()),
-            log_path: crate::sandbox::spec::output_log_path(&self.dirs.run_dir(&t.name))
+            log_path: crate::sandbox::spec::output_log_path(&self.store.dirs.run_dir(&t.name))
                 .display()
                 .to_string(),
             started_ms: r.started_ms,
@@ -115,13 +112,12 @@ impl Daemon {
                 consecutive_failures: r.consecutive_failures,
             }),
             checkout: self.checkout_info(&t.name),
-            liveness: self.liveness_info(&t.name),
+            liveness: self.liveness_info(t),
             cpu_limit: limits.map(|u| u.resources.cpu),
             memory_limit_bytes: limits.map(|u| u.resources.memory.0),
             pids_limit: limits.map(|u| u64::from(u.resources.pids)),
             processes: match r.state.has_attempt() {
-                true => self
-                    .slice(&t.name)
+                true => slices::slice_of(&self.slices, &t.name)
                     .and_then(|s| s.pids().ok())
                     .unwrap_or_default(),
                 false => Vec::new(),
@@ -130,7 +126,7 @@ impl Daemon {
     }
 
     fn checkout_info(&self, unit: &str) -> Option<CheckoutInfo> {
-        let record = match checkout::record(&self.dirs, unit) {
+        let record = match checkout::record(&self.store.dirs, unit) {
             Ok(record) => record?,
             Err(e) => {
                 log::warn!("{unit}: status: {e}");
@@ -138,7 +134,7 @@ impl Daemon {
             }
         };
         Some(CheckoutInfo {
-            path: checkout::checkout_dir(&self.dirs, unit)
+            path: checkout::checkout_dir(&self.store.dirs, unit)
                 .display()
                 .to_string(),
             repo: record.repo.display().to_string(),
@@ -148,8 +144,8 @@ impl Daemon {
         })
     }
 
-    fn liveness_info(&self, unit: &str) -> Option<LivenessInfo> {
-        let view = self.liveness_view(unit)?;
+    fn liveness_info(&self, t: &Task) -> Option<LivenessInfo> {
+        let view = self.liveness.view(t, &self.store.dirs)?;
         Some(LivenessInfo {
             verdict: view.verdict.to_string(),
             signals: view

@@ -1,0 +1,380 @@
+//! The control socket: `state_dir/keel.sock`, mode 0600, peers checked with SO_PEERCRED (root
+//! or the daemon's own uid). One JSON request line per connection, one JSON response line.
+//! A client's mistake gets an error response; it never takes the daemon down.
+//!
+//! This file accepts clients, reads their request line within a deadline, dispatches it and
+//! writes the answer; each request is handled in a file of its own beside it.
+
+mod add;
+mod checkouts;
+mod daemon;
+mod rm;
+mod start;
+mod status;
+mod stop;
+
+use super::event_loop::{EventLoop, Source, LISTENER};
+
+use super::timers::Timer;
+use super::units_dir::UnitsDir;
+use super::{Daemon, DaemonError};
+use crate::protocol::{Request, Response};
+use mio::net::{UnixListener, UnixStream};
+use mio::{Interest, Token};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+/// Requests are small; anything longer is a confused or hostile client.
+const MAX_REQUEST_BYTES: usize = 4 << 20;
+/// A client has this long to send its request, and again to read its answer: an idle
+/// connection must not hold a descriptor forever.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(10);
+/// More simultaneous clients than this are answered with an error and closed.
+const MAX_CLIENTS: usize = 256;
+
+pub(crate) struct Client {
+    stream: UnixStream,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    /// Waiting for a task's attempt (unit, generation) to end before answering (stop, rm).
+    waiting_for: Option<(String, u64)>,
+    done_reading: bool,
+}
+
+/// The control socket and its connected clients.
+pub(crate) struct Control {
+    listener: UnixListener,
+    pub clients: HashMap<Token, Client>,
+}
+
+impl Control {
+    /// Bind the socket (mode 0600) and register it in the loop.
+    pub fn bind(path: &Path, events: &EventLoop) -> Result<Self, DaemonError> {
+        let mut listener = bind(path)?;
+        events
+            .poll
+            .registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(super::setup("register the control socket"))?;
+        Ok(Control {
+            listener,
+            clients: HashMap::new(),
+        })
+    }
+}
+
+fn bind(path: &Path) -> Result<UnixListener, DaemonError> {
+    // We hold the instance lock, so a socket file here is a leftover of a dead daemon.
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(|source| DaemonError::Setup {
+        what: "bind the control socket",
+        source,
+    })?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        DaemonError::Setup {
+            what: "set the control socket's mode to 0600",
+            source,
+        }
+    })?;
+    Ok(listener)
+}
+
+fn not_persisted(unit: &str, state_dir: &Path) -> Response {
+    Response::Error {
+        message: format!(
+            "{unit}: cannot record the request in {}: {}; nothing was done",
+            state_dir.display(),
+            super::unwritable::why_unwritable(state_dir)
+        ),
+    }
+}
+
+fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let creds = getsockopt(stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let own = nix::unistd::geteuid().as_raw();
+    if creds.uid() == 0 || creds.uid() == own {
+        Ok(())
+    } else {
+        Err(format!(
+            "uid {} may not control this daemon (only root and uid {own})",
+            creds.uid()
+        ))
+    }
+}
+
+impl Control {
+    /// Take every pending connection: a deadline for its request, or a refusal.
+    pub fn accept(&mut self, events: &mut EventLoop) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, _)) => {
+                    let refusal = if self.clients.len() >= MAX_CLIENTS {
+                        Err(format!(
+                            "too many clients ({MAX_CLIENTS} connected): try again shortly"
+                        ))
+                    } else {
+                        peer_allowed(&stream)
+                    };
+                    if let Err(why) = refusal {
+                        log::warn!("control socket: refused a client: {why}");
+                        let line = serde_json::to_string(&Response::Error { message: why })
+                            .unwrap_or_default();
+                        let _ = stream.write_all(format!("{line}\n").as_bytes());
+                        continue;
+                    }
+                    let token = events.new_token();
+                    if events
+                        .poll
+                        .registry()
+                        .register(&mut stream, token, Interest::READABLE)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    events.sources.insert(token, Source::Client);
+                    events
+                        .timers
+                        .add_after(CLIENT_DEADLINE, Timer::ClientDeadline { token: token.0 });
+                    self.clients.insert(
+                        token,
+                        Client {
+                            stream,
+                            input: Vec::new(),
+                            output: Vec::new(),
+                            waiting_for: None,
+                            done_reading: false,
+                        },
+                    );
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    log::warn!("control socket accept: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// A client that has not sent its request (or read its answer) in time is dropped. One
+    /// waiting for a stop to complete is not: a stop may take its `stop.timeout`.
+    pub fn on_deadline(&mut self, token: Token, events: &mut EventLoop) {
+        let Some(client) = self.clients.get(&token) else {
+            return;
+        };
+        if client.waiting_for.is_some() {
+            return;
+        }
+        log::debug!("control: dropping a client that missed its deadline");
+        self.close(token, events);
+    }
+
+    /// Read what the client sent: its request once the line is complete (or why it is not
+    /// one), `None` while it is not.
+    fn read(&mut self, token: Token, events: &mut EventLoop) -> Option<Result<Request, String>> {
+        let client = self.clients.get_mut(&token)?;
+        let mut buf = [0u8; 8192];
+        let mut closed = false;
+        loop {
+            match client.stream.read(&mut buf) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                // After the request line, input is read and discarded (never buffered).
+                Ok(_) if client.done_reading => {}
+                Ok(n) => client.input.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if client.done_reading {
+            if closed {
+                self.close(token, events);
+            }
+            return None;
+        }
+        let line_end = client.input.iter().position(|&b| b == b'\n');
+        let too_long = client.input.len() > MAX_REQUEST_BYTES;
+        let request = match (line_end, too_long) {
+            (Some(end), _) => {
+                let line = client.input[..end].to_vec();
+                client.done_reading = true;
+                serde_json::from_slice::<Request>(&line)
+                    .map_err(|e| format!("malformed request: {e}"))
+            }
+            (None, true) => {
+                client.done_reading = true;
+                Err("request too long".to_string())
+            }
+            (None, false) if closed => {
+                self.close(token, events);
+                return None;
+            }
+            (None, false) => return None,
+        };
+        Some(request)
+    }
+
+    /// Queue a response and close once it is written.
+    pub fn respond(&mut self, token: Token, response: &Response, events: &mut EventLoop) {
+        let Some(client) = self.clients.get_mut(&token) else {
+            return;
+        };
+        let mut line = serde_json::to_vec(response).unwrap_or_default();
+        line.push(b'\n');
+        client.output.extend_from_slice(&line);
+        if client.waiting_for.take().is_some() {
+            // A fresh deadline to read the answer.
+            events
+                .timers
+                .add_after(CLIENT_DEADLINE, Timer::ClientDeadline { token: token.0 });
+        }
+        self.flush(token, events);
+    }
+
+    fn flush(&mut self, token: Token, events: &mut EventLoop) {
+        let Some(client) = self.clients.get_mut(&token) else {
+            return;
+        };
+        while !client.output.is_empty() {
+            match client.stream.write(&client.output) {
+                Ok(n) => {
+                    client.output.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let _ = events.poll.registry().reregister(
+                        &mut client.stream,
+                        token,
+                        Interest::READABLE | Interest::WRITABLE,
+                    );
+                    return;
+                }
+                Err(_) => {
+                    client.output.clear();
+                    break;
+                }
+            }
+        }
+        if client.waiting_for.is_none() && client.done_reading {
+            self.close(token, events);
+        }
+    }
+
+    fn close(&mut self, token: Token, events: &mut EventLoop) {
+        if let Some(mut client) = self.clients.remove(&token) {
+            let _ = events.poll.registry().deregister(&mut client.stream);
+        }
+        events.sources.remove(&token);
+    }
+}
+
+impl Daemon {
+    pub(super) fn on_client_event(&mut self, token: Token, event: &mio::event::Event) {
+        if event.is_readable() {
+            let request = self.control.read(token, &mut self.events);
+            let response = match request {
+                Some(Ok(request)) => self.handle(token, request),
+                Some(Err(message)) => Some(Response::Error { message }),
+                None => None,
+            };
+            if let Some(response) = response {
+                self.respond(token, &response);
+            }
+        }
+        if event.is_writable() {
+            self.control.flush(token, &mut self.events);
+        }
+    }
+
+    /// Queue a response and close once it is written.
+    pub(super) fn respond(&mut self, token: Token, response: &Response) {
+        self.control.respond(token, response, &mut self.events);
+    }
+
+    /// Answer the clients waiting for a stop or removal that has completed.
+    pub(super) fn answer_waiters(&mut self) {
+        let done: Vec<(Token, String)> = self
+            .control
+            .clients
+            .iter()
+            .filter_map(|(token, c)| {
+                let (unit, generation) = c.waiting_for.as_ref()?;
+                // The attempt that was live when the request came has ended (a new one may
+                // already be running: `start` during a stop).
+                let busy = self.tasks.get(unit).is_some_and(|t| {
+                    t.record.state.has_attempt() && t.record.generation == *generation
+                });
+                (!busy).then(|| (*token, unit.clone()))
+            })
+            .collect();
+        for (token, unit) in done {
+            let message = match self.tasks.get(&unit) {
+                Some(task) => format!("{unit}: {}", task.record.state),
+                None => match self.tasks.removal_notes.remove(&unit) {
+                    Some(note) => format!("{unit}: removed; {note}"),
+                    None => format!("{unit}: removed"),
+                },
+            };
+            self.respond(token, &Response::Ok { message });
+        }
+    }
+
+    pub(super) fn known(&self, unit: &str) -> Result<(), Box<Response>> {
+        if self.tasks.contains(unit) {
+            Ok(())
+        } else {
+            Err(Box::new(unknown_unit(unit, &self.units)))
+        }
+    }
+
+    /// Handle one request (a file per request beside this one). `None` means the answer
+    /// comes later (the client waits).
+    fn handle(&mut self, token: Token, request: Request) -> Option<Response> {
+        log::debug!("control: {request:?}");
+        match request {
+            Request::Health => Some(self.health()),
+            Request::Status { unit } => Some(self.status(unit.as_deref())),
+            Request::Reload => Some(self.reload()),
+            Request::Add { name, text } => Some(self.add_unit(&name, &text)),
+            Request::Harvest { unit } => Some(self.harvest_request(&unit)),
+            Request::Prune => Some(self.prune()),
+            Request::Start { unit } => Some(self.start_request(&unit)),
+            Request::Restart { unit } => Some(self.restart_request(&unit)),
+            Request::Stop { unit } => self.stop_request(token, &unit),
+            Request::Kill { unit, signal } => Some(self.kill_request(&unit, signal)),
+            Request::Remove { unit, force } => self.remove_request(token, &unit, force),
+            Request::Shutdown { keep_tasks } => Some(self.shutdown_request(keep_tasks)),
+        }
+    }
+}
+
+/// A request names a unit the daemon does not know.
+fn unknown_unit(unit: &str, units: &UnitsDir) -> Response {
+    Response::Error {
+        message: format!(
+            "unknown unit {unit:?} (keel status lists the units; unit files live in {})",
+            units.dir.display()
+        ),
+    }
+}
+
+/// The client's answer comes once the attempt `generation` of `unit` has ended (or the task
+/// is gone), from [`Daemon::answer_waiters`].
+fn answer_when_ended(
+    control: &mut Control,
+    token: Token,
+    unit: &str,
+    generation: u64,
+) -> Option<Response> {
+    if let Some(client) = control.clients.get_mut(&token) {
+        client.waiting_for = Some((unit.to_string(), generation));
+    }
+    None
+}
