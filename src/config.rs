@@ -13,7 +13,8 @@
 //! a unit file and is read with the unit module's machinery, so its errors name `file:line:col`
 //! and read the same way.
 
-use crate::daemon::queue::{cpu_millis, format_bytes, Capacity};
+use crate::daemon::queue::{cpu_millis, Capacity};
+use crate::fmt::format_bytes;
 use crate::unit::source_map::SourceMap;
 use crate::unit::{format_size, read_ron_text, Dur, FieldPath, Size, UnitError, MIN_MEMORY};
 use serde::{Deserialize, Deserializer};

@@ -9,6 +9,7 @@ pub mod checkout;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod fmt;
 pub mod init;
 pub mod liveness;
 pub mod logger;

@@ -2,9 +2,9 @@
 //! glance (a state's colour says whether it needs a person); with UNIT, that task in full
 //! ([`super::status_detail`]); `--json` is the stable [`crate::protocol::StatusReport`].
 
-use super::format::{ago, duration_precise, fit, fit_visible, paint, wrap, Tone};
+use super::format::{fit, fit_visible, paint, wrap, Tone};
 use super::{request, CliError, CliResult};
-use crate::daemon::queue::format_bytes;
+use crate::fmt::{ago, duration_precise, format_bytes};
 use crate::protocol::{Request, Response, StatusReport, TaskInfo};
 use crate::state::now_ms;
 use std::path::Path;

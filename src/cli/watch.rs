@@ -56,13 +56,13 @@ pub fn run(
             // What to do comes last in the message; the retry first, so a cut keeps it.
             Err(down) => format!(
                 "trying again every {}: {}\n",
-                super::format::duration_precise(every),
+                crate::fmt::duration_precise(every),
                 paint(&down.0, Tone::Bad, colour)
             ),
         };
         let header = format!(
             "{command} every {} · {} UTC · Ctrl-C quits",
-            super::format::duration_precise(every),
+            crate::fmt::duration_precise(every),
             &rfc3339(now)[11..19]
         );
         let screen = if terminal {

@@ -122,7 +122,7 @@ impl Daemon {
             Ok(removed) => {
                 let mut note = format!(
                     "checkout removed ({} freed)",
-                    crate::daemon::queue::format_bytes(removed.freed_bytes, false)
+                    crate::fmt::format_bytes(removed.freed_bytes, false)
                 );
                 if let Some(harvest) = removed.harvest {
                     note.push_str(&format!("; {harvest}"));
@@ -173,7 +173,7 @@ impl Daemon {
         }
         let mut message = format!(
             "freed {} ({} checkout{} removed{})",
-            crate::daemon::queue::format_bytes(freed, false),
+            crate::fmt::format_bytes(freed, false),
             removed.len(),
             if removed.len() == 1 { "" } else { "s" },
             if removed.is_empty() {

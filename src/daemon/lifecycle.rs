@@ -467,7 +467,7 @@ impl Daemon {
         task.record.stop_started_ms = None;
         task.record.finished_ms = Some(now_ms());
         task.record.intent = Intent::None;
-        let mut detail = format!("{exit} after {}", crate::cli::format::duration(ran_for));
+        let mut detail = format!("{exit} after {}", crate::fmt::duration(ran_for));
         if let Some(note) = &ending.note {
             detail.push_str(&format!("; {note}"));
         }
@@ -556,7 +556,7 @@ impl Daemon {
                 self.transition(
                     unit,
                     TaskState::Backoff,
-                    &format!("restart in {}", crate::cli::format::duration_precise(delay)),
+                    &format!("restart in {}", crate::fmt::duration_precise(delay)),
                 );
                 self.timers.add_after(
                     delay,

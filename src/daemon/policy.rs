@@ -93,7 +93,7 @@ pub fn decide(
         let reason = format!(
             "restart limit reached: {} restarts within {}; last exit {exit}",
             next.restarts.len(),
-            crate::cli::format::duration(policy.limit.within.0)
+            crate::fmt::duration(policy.limit.within.0)
         );
         return (Decision::Failed { reason }, next);
     }

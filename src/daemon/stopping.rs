@@ -77,7 +77,7 @@ impl Daemon {
             &format!(
                 "{}, SIGKILL after {}",
                 crate::unit::signal_name(signal),
-                crate::cli::format::duration_precise(timeout)
+                crate::fmt::duration_precise(timeout)
             ),
         );
         if !persisted {
