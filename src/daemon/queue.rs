@@ -13,8 +13,9 @@
 //! CPU is counted in integer millicores: summing `f64` cores drifts (ten reservations of 0.1
 //! sum to 0.9999999999999999, which would not fit in 1.0).
 
+use crate::config::Capacity;
 use crate::fmt::{format_bytes, format_cpu, format_waited};
-use crate::unit::Resources;
+use crate::unit::{cpu_millis, Resources};
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -38,16 +39,6 @@ impl Reservation {
     }
 }
 
-/// `cores` as millicores, rounded to the nearest (`0.1` → 100, not 100.00000000000001 → 101);
-/// non-positive or NaN → 0 (validation refuses those before they get here).
-pub(crate) fn cpu_millis(cores: f64) -> u64 {
-    if cores.is_nan() || cores <= 0.0 {
-        return 0;
-    }
-    // `as` saturates: an absurd share becomes u64::MAX, which never fits.
-    ((cores * 1000.0).round() as u64).max(1)
-}
-
 /// A queued task as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedTask {
@@ -58,15 +49,6 @@ pub struct QueuedTask {
     /// When it last entered the queue (ms since the epoch): how long it has waited.
     pub queued_since_ms: u64,
     pub reservation: Reservation,
-}
-
-/// What the daemon may hand out: the sum of running reservations stays within it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capacity {
-    pub cpu_millis: u64,
-    pub memory: u64,
-    /// At most this many tasks run at once; `None`: no count limit.
-    pub max_running: Option<usize>,
 }
 
 /// The scheduler's answer: what to start now (in order) and why each other task waits.

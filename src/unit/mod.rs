@@ -33,8 +33,8 @@ mod tests_values;
 
 pub use validate::{validate_unit, FieldPath, PathSeg, Problem};
 pub use values::{
-    format_duration, format_size, parse_capability, parse_duration, parse_signal, parse_size,
-    signal_name, Dur, Size, StopSignal,
+    cpu_millis, format_duration, format_size, parse_capability, parse_duration, parse_signal,
+    parse_size, signal_name, Dur, Size, StopSignal,
 };
 
 use serde::Deserialize;

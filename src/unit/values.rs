@@ -159,6 +159,16 @@ pub fn format_size(bytes: u64) -> String {
     bytes.to_string()
 }
 
+/// `cores` as millicores, rounded to the nearest (`0.1` → 100, not 100.00000000000001 → 101);
+/// non-positive or NaN → 0 (validation refuses those before they get here).
+pub fn cpu_millis(cores: f64) -> u64 {
+    if cores.is_nan() || cores <= 0.0 {
+        return 0;
+    }
+    // `as` saturates: an absurd share becomes u64::MAX, which never fits.
+    ((cores * 1000.0).round() as u64).max(1)
+}
+
 /// Signal number from `"SIGTERM"` / `"TERM"` (any case).
 pub fn parse_signal(text: &str) -> Result<i32, String> {
     use std::str::FromStr;
