@@ -1,5 +1,5 @@
 //! Human-readable figures, for everyone who writes them (messages, logs, the command line):
-//! durations, sizes, CPU shares. A leaf: it imports nothing of keel's.
+//! durations, sizes, CPU shares, signal names. A leaf: it imports nothing of keel's.
 //!
 //! The unit file's own spelling of durations and sizes (`"1h30m"`, `"512M"`, exact and parsed
 //! back) is the unit format's, in `crate::unit`.
@@ -102,6 +102,14 @@ pub fn format_waited(ms: u64) -> String {
     }
 }
 
+/// Signal name for display (`SIGTERM`), or `SIG<n>` when unknown.
+pub fn signal_name(number: i32) -> String {
+    match nix::sys::signal::Signal::try_from(number) {
+        Ok(signal) => signal.as_str().to_string(),
+        Err(_) => format!("SIG{number}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +126,13 @@ mod tests {
         assert_eq!(duration_precise(Duration::from_millis(1500)), "1.5s");
         assert_eq!(duration_precise(Duration::from_secs(300)), "5m0s");
         assert_eq!(ago(Some(1000), 13_000), "12s ago");
+    }
+
+    #[test]
+    fn signals_by_name() {
+        assert_eq!(signal_name(libc::SIGTERM), "SIGTERM");
+        assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
+        assert_eq!(signal_name(99), "SIG99");
     }
 
     #[test]

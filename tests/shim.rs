@@ -7,10 +7,11 @@ mod common;
 use common::KillOnDrop;
 use keel::sandbox::logs::{rotated_path, tail_lines};
 use keel::sandbox::spec::{
-    exit_record_path, kill_request_signal, output_log_path, shim_record_path, AgentStatus,
-    AttemptSpec, ExitRecord, ShimRecord,
+    exit_record_path, kill_request_signal, output_log_path, shim_record_path, AttemptSpec,
+    ExitRecord, ShimRecord,
 };
 use keel::state::{read_ron, write_ron};
+use keel::sys::wait::AgentStatus;
 use std::fs;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -383,14 +383,14 @@ impl Daemon {
                     return Some(Response::Error {
                         message: format!(
                             "{} cannot be sent to a task: use SIGKILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH or SIGCONT",
-                            crate::unit::signal_name(signal)
+                            crate::fmt::signal_name(signal)
                         ),
                     });
                 };
                 let sent = self.signal_shim(&unit, to_shim);
                 Some(if sent {
                     Response::Ok {
-                        message: format!("{unit}: sent {}", crate::unit::signal_name(signal)),
+                        message: format!("{unit}: sent {}", crate::fmt::signal_name(signal)),
                     }
                 } else {
                     Response::Error {

@@ -116,7 +116,7 @@ pub fn backoff_delay(backoff: &Backoff, failures: u32, jitter: f64) -> Duration 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::spec::AgentStatus;
+    use crate::sys::wait::AgentStatus;
     use crate::unit::Dur;
 
     fn backoff() -> Backoff {

@@ -1,6 +1,6 @@
 //! A task's durable record (`tasks/<unit>/state.ron`): desired and observed state.
 
-use crate::sandbox::spec::AgentStatus;
+use crate::sys::wait::AgentStatus;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

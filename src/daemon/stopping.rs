@@ -76,7 +76,7 @@ impl Daemon {
             TaskState::Stopping,
             &format!(
                 "{}, SIGKILL after {}",
-                crate::unit::signal_name(signal),
+                crate::fmt::signal_name(signal),
                 crate::fmt::duration_precise(timeout)
             ),
         );
@@ -151,7 +151,7 @@ impl Daemon {
             Err(e) => {
                 log::warn!(
                     "{unit}: signal {} to shim {}: {e}",
-                    crate::unit::signal_name(signal),
+                    crate::fmt::signal_name(signal),
                     shim.pid
                 );
                 false

@@ -2,8 +2,8 @@
 //! environment (the supervisor's own variables removed) and the spawn-failure message.
 
 use crate::sandbox::shim::SETUP_FAILURE;
-use crate::sandbox::spec::AgentStatus;
 use crate::sys::process::{ExecFailure, ExecStage};
+use crate::sys::wait::AgentStatus;
 use nix::errno::Errno;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;

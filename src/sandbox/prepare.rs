@@ -45,7 +45,7 @@ pub struct Prepared {
     pub home: PathBuf,
     /// The seccomp filter, built here (once per process) rather than in the agent's child,
     /// which shares its parent's memory and should allocate little.
-    seccomp: &'static [crate::sandbox::seccomp::Instruction],
+    seccomp: &'static [crate::sys::seccomp::Instruction],
 }
 
 /// Resolve the sandbox of `spec`. Errors say what to fix (an unknown user, a capability

@@ -19,16 +19,16 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::SigSet;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
+use crate::fmt::signal_name;
 use crate::sandbox::agent::{agent_env, spawn_failure};
 use crate::sandbox::launch::{start_agent, Handed, Handoff, Launch};
 use crate::sandbox::logs::LogWriter;
 use crate::sandbox::spec::{
-    exit_record_path, kill_request_signal, shim_record_path, AgentStatus, AttemptSpec, ExitRecord,
-    ShimRecord,
+    exit_record_path, kill_request_signal, shim_record_path, AttemptSpec, ExitRecord, ShimRecord,
 };
 use crate::state::{now_ms, read_ron, write_ron};
-use crate::sys::process::{self, ExecPlan, Reaped};
-use crate::unit::signal_name;
+use crate::sys::process::{self, ExecPlan};
+use crate::sys::wait::{reap_any, AgentStatus, Reaped};
 
 /// The shim's exit code when it could not start the agent for a reason of its own (as
 /// `docker run` uses 125): unreadable spec, no pipe, no log file.
@@ -350,7 +350,7 @@ impl Shim<'_> {
     /// Reap every ended child: the agent (remember its status) and any orphan.
     fn reap(&mut self) {
         loop {
-            match process::reap_any() {
+            match reap_any() {
                 Ok(Reaped::Child(pid, status)) if pid == self.agent => {
                     log::debug!("agent pid {pid} ended: {status}");
                     self.ended = Some((status, now_ms()));

@@ -34,7 +34,7 @@ mod tests_values;
 pub use validate::{validate_unit, FieldPath, PathSeg, Problem};
 pub use values::{
     cpu_millis, format_duration, format_size, parse_capability, parse_duration, parse_signal,
-    parse_size, signal_name, Dur, Size, StopSignal,
+    parse_size, Dur, Size, StopSignal,
 };
 
 use serde::Deserialize;

@@ -306,12 +306,12 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
         }
     }
 
-    if !crate::sandbox::spec::STOP_SIGNALS.contains(&unit.stop.signal.0) {
+    if !super::values::STOP_SIGNALS.contains(&unit.stop.signal.0) {
         problems.add(
             root.field("stop").field("signal"),
             format!(
                 "{} cannot be a stop signal: use SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 or SIGKILL",
-                super::signal_name(unit.stop.signal.0)
+                crate::fmt::signal_name(unit.stop.signal.0)
             ),
         );
     }

@@ -192,13 +192,16 @@ pub fn parse_signal(text: &str) -> Result<i32, String> {
     ))
 }
 
-/// Signal name for display (`SIGTERM`), or `SIG<n>` when unknown.
-pub fn signal_name(number: i32) -> String {
-    match nix::sys::signal::Signal::try_from(number) {
-        Ok(signal) => signal.as_str().to_string(),
-        Err(_) => format!("SIG{number}"),
-    }
-}
+/// Signals a unit may name as `stop.signal`.
+pub const STOP_SIGNALS: [i32; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGKILL,
+];
 
 /// Linux capability names, indexed by number (see capabilities(7)).
 const CAPABILITIES: [&str; 41] = [
