@@ -74,7 +74,7 @@ impl Daemon {
     /// `keel harvest UNIT`: the same, now — between attempts. While an agent runs it can
     /// rewrite its git directory under the harvest's feet; its attempt's end harvests anyway.
     pub(crate) fn harvest_request(&mut self, unit: &str) -> Response {
-        if super::spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+        if crate::state::attempt_lock_held(&self.dirs.run_dir(unit)) {
             return Response::Error {
                 message: format!(
                     "{unit}: running; its branch is harvested when the attempt ends (or `keel stop {unit}` first)"

@@ -174,7 +174,7 @@ impl Daemon {
         let (Some(unit_def), Some(text)) = (task.unit.clone(), task.unit_text.clone()) else {
             return;
         };
-        if spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+        if crate::state::attempt_lock_held(&self.dirs.run_dir(unit)) {
             // A shim of an earlier attempt is still alive (not ours to watch: it will be
             // adopted, or it is ending). Never two live attempts: try again later.
             let before = task.record.clone();

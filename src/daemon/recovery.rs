@@ -6,7 +6,7 @@ use super::lifecycle::Ending;
 use super::reconcile::{self, Action, Observed};
 use super::record::{Intent, ShimIdentity, TaskRecord, TaskState};
 use super::timers::Timer;
-use super::{spawn, Daemon, Shutdown, Task};
+use super::{Daemon, Shutdown, Task};
 use crate::sandbox::spec::{self, AttemptSpec, ShimRecord};
 use crate::state::{self, now_ms};
 use serde::{Deserialize, Serialize};
@@ -73,7 +73,7 @@ impl Daemon {
                 record.generation = spec.generation;
                 record.attempt = spec.attempt;
             }
-            None if spawn::attempt_lock_held(&run_dir) => {
+            None if crate::state::attempt_lock_held(&run_dir) => {
                 log::error!("{name}: {error}, and a shim of unknown attempt is alive: not starting it again");
                 record.state = TaskState::Failed;
                 record.reason = Some(format!(
@@ -141,7 +141,7 @@ impl Daemon {
         let run_dir = self.dirs.run_dir(name);
         let observed = Observed {
             boot_id: self.boot_id.clone(),
-            attempt_lock_held: spawn::attempt_lock_held(&run_dir),
+            attempt_lock_held: crate::state::attempt_lock_held(&run_dir),
             shim_record: state::read_ron::<ShimRecord>(&spec::shim_record_path(&run_dir))
                 .ok()
                 .flatten(),

@@ -378,7 +378,7 @@ impl Daemon {
                 Some(task) if task.record.state.has_attempt() => {}
                 // A live shim this daemon does not supervise (its record was unreadable, say)
                 // is never killed behind the operator's back.
-                _ if super::spawn::attempt_lock_held(&self.dirs.run_dir(&unit)) => {
+                _ if crate::state::attempt_lock_held(&self.dirs.run_dir(&unit)) => {
                     log::warn!(
                         "{unit}: a cgroup whose shim is alive but not supervised: left alone"
                     );

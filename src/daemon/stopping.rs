@@ -201,7 +201,7 @@ impl Daemon {
     pub(crate) fn remove_leftovers(&mut self, unit: &str, force: bool) -> Option<String> {
         crate::unit::validate_name(unit).ok()?;
         let dir = self.dirs.task_dir(unit);
-        if !dir.is_dir() || super::spawn::attempt_lock_held(&self.dirs.run_dir(unit)) {
+        if !dir.is_dir() || crate::state::attempt_lock_held(&self.dirs.run_dir(unit)) {
             return None;
         }
         let message = match self.delete_task_files(unit, 0, force) {
@@ -239,7 +239,7 @@ impl Daemon {
         let run = self.dirs.run_dir(unit);
         let work = self.dirs.work_dir(unit);
         let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
-        if super::spawn::attempt_lock_held(&run) {
+        if crate::state::attempt_lock_held(&run) {
             // Never pull run/ (and its lock) from under a live shim.
             log::error!("{unit}: removed while a shim still holds its attempt lock; run/ kept");
         } else {
