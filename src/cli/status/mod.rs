@@ -1,6 +1,9 @@
 //! `keel status [UNIT] [--json] [--watch [SECS]] [--color WHEN]`: one line a task, read at a
 //! glance (a state's colour says whether it needs a person); with UNIT, that task in full
-//! ([`super::status_detail`]); `--json` is the stable [`crate::protocol::StatusReport`].
+//! ([`detail`]); `--watch` redraws it ([`watch`]); `--json` is the stable [`crate::protocol::StatusReport`].
+
+pub mod detail;
+pub mod watch;
 
 use super::format::{fit, fit_visible, paint, wrap, Tone};
 use super::{request, CliError, CliResult};
@@ -31,7 +34,7 @@ pub fn run(state_dir: &Path, options: &Options<'_>) -> CliResult {
         std::env::var_os("NO_COLOR").as_deref(),
     );
     if let Some(every) = options.watch {
-        return super::watch::run(state_dir, options.unit, every, colour, terminal);
+        return watch::run(state_dir, options.unit, every, colour, terminal);
     }
     let report = fetch(state_dir, options.unit, Duration::from_secs(30))?;
     if options.json {
@@ -79,7 +82,7 @@ pub fn fetch_report(
 pub fn render(report: &StatusReport, now: u64, colour: bool) -> String {
     if let [task] = report.tasks.as_slice() {
         if let Some(detail) = &task.detail {
-            return super::status_detail::render(task, detail, now, colour);
+            return detail::render(task, detail, now, colour);
         }
     }
     render_table(report, now, colour)

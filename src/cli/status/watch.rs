@@ -5,9 +5,9 @@
 //! that is down is one line in the frame, and the next frame finds it again when it is back.
 //! Ctrl-C (or SIGTERM, SIGHUP) ends it after the current frame; a second one at once.
 
-use super::format::{fit_visible, paint, Tone};
-use super::status::{fetch_report, render};
-use super::{CliError, CliResult};
+use super::{fetch_report, render};
+use crate::cli::format::{fit_visible, paint, Tone};
+use crate::cli::{CliError, CliResult};
 use crate::state::{now_ms, rfc3339};
 use std::io::Write;
 use std::path::Path;
