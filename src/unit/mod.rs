@@ -17,6 +17,7 @@
 mod lexer;
 mod scanner;
 pub(crate) mod source_map;
+mod suggest;
 mod validate;
 mod values;
 

@@ -1,7 +1,7 @@
 //! The scalar values of a unit file: durations, sizes, signals and capabilities written as
 //! strings, and the argv of a command.
 
-use super::validate::did_you_mean;
+use super::suggest::did_you_mean;
 use super::Command;
 use serde::{Deserialize, Deserializer};
 use std::time::Duration;
