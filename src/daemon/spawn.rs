@@ -1,9 +1,9 @@
 //! Turning a decision to start into a running shim: the attempt's spec, its environment
 //! contract, and the clone3 call.
 
-use crate::sandbox::launch::{launch_for_exec, shim_argv, shim_env, shim_envp, Launch};
+use crate::sandbox::launch::{launch_for_exec, shim_argv, shim_env, shim_envp};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
-use crate::sandbox::templates::SandboxTemplates;
+use crate::sandbox::templates::{resolve_launch, SandboxTemplates};
 use crate::state::{attempt_lock_path, take_attempt_lock, StateDir};
 use crate::unit::Unit;
 use std::ffi::CString;
@@ -175,7 +175,7 @@ pub fn spawn_shim_program(
     // The agent's start, resolved here on the host (its user, $HOME, the host's /); the
     // shim's clone forks it before its own exec (crate::sandbox::launch).
     let launch =
-        Launch::new(spec, shim_env(), templates.as_deref_mut()).map_err(SpawnError::Launch)?;
+        resolve_launch(spec, shim_env(), templates.as_deref_mut()).map_err(SpawnError::Launch)?;
     let spec_path = spec::attempt_path(&spec.run_dir);
     // The previous attempt's spec goes before the clone writes this one: a daemon that finds
     // the lock held reads no older attempt's spec for it (recovery.rs).
