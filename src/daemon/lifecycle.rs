@@ -4,12 +4,11 @@
 
 use super::policy::{self, Decision, History, Policy};
 use super::queue::{QueuedTask, Reservation};
-use super::record::{Intent, LastExit, ShimIdentity, TaskState};
+use super::record::{Ending, Intent, LastExit, ShimIdentity, TaskState};
 use super::slices::SliceProblem;
 use super::spawn::{self, AttemptContext, SpawnError};
 use super::timers::Timer;
 use super::{Daemon, Shutdown};
-use crate::sandbox::spec::{self, ExitRecord};
 use crate::state::{self, now_ms, StateError};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -18,45 +17,6 @@ use std::time::{Duration, Instant};
 const START_RETRY: Duration = Duration::from_secs(5);
 /// How soon a start waiting for the previous attempt's cgroup to empty is tried again.
 const SLICE_BUSY_RETRY: Duration = Duration::from_millis(20);
-
-/// How an attempt ended, as far as the daemon could learn it.
-pub(crate) struct Ending {
-    pub exit: LastExit,
-    /// Why, beyond the exit status (a spawn error, a vanished shim).
-    pub note: Option<String>,
-    /// When the agent ended, from its exit record.
-    pub ended_ms: Option<u64>,
-}
-
-impl Ending {
-    pub fn lost(note: impl Into<String>) -> Self {
-        Ending {
-            exit: LastExit::Lost,
-            note: Some(note.into()),
-            ended_ms: None,
-        }
-    }
-
-    /// From the exit record in `run/`, when it belongs to `generation`; otherwise lost.
-    pub fn from_records(run_dir: &std::path::Path, generation: u64, otherwise: &str) -> Self {
-        match state::read_ron::<ExitRecord>(&spec::exit_record_path(run_dir)) {
-            Ok(Some(record)) if record.generation == generation => Ending {
-                exit: match record.spawn_error {
-                    Some(_) => LastExit::SpawnFailed,
-                    None => LastExit::Agent(record.status),
-                },
-                note: record.spawn_error,
-                ended_ms: Some(record.ended_ms),
-            },
-            Ok(Some(record)) => Ending::lost(format!(
-                "{otherwise}; exit record of generation {} ignored (current {generation})",
-                record.generation
-            )),
-            Ok(None) => Ending::lost(otherwise),
-            Err(e) => Ending::lost(format!("{otherwise}; {e}")),
-        }
-    }
-}
 
 impl Daemon {
     /// Persist a task's record.

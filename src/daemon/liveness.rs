@@ -21,8 +21,7 @@
 //! watched is held against it. The progress file's size and mtime tell whether the agent uses
 //! the progress protocol at all.
 
-use super::lifecycle::Ending;
-use super::record::{Intent, LastExit, StallStop, TaskRecord, TaskState};
+use super::record::{Ending, Intent, LastExit, StallStop, TaskRecord, TaskState};
 use super::timers::Timer;
 use super::Daemon;
 use crate::liveness::{self, Evidence, Ms, Settings, Verdict};

@@ -2,9 +2,8 @@
 //! settled (its attempt ended while nobody watched), or left as it was. A shutdown that a
 //! crash interrupted under `keel init` is resumed.
 
-use super::lifecycle::Ending;
 use super::reconcile::{self, Action, Observed};
-use super::record::{Intent, ShimIdentity, TaskRecord, TaskState};
+use super::record::{Ending, Intent, ShimIdentity, TaskRecord, TaskState};
 use super::timers::Timer;
 use super::{Daemon, Shutdown, Task};
 use crate::sandbox::spec::{self, AttemptSpec, ShimRecord};
