@@ -17,5 +17,6 @@ pub mod notify;
 pub mod protocol;
 pub mod sandbox;
 pub mod state;
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod unit;

@@ -133,9 +133,10 @@ fn wait_for_output(dir: &TempDir, needle: &str) {
     }
 }
 
+/// Send `signal` to a child this test started (and has not reaped: its pid is still its own).
 fn signal(pid: u32, signal: i32) {
-    // SAFETY: kill(2) with the pid of a child this test started.
-    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+    let pidfd = keel::sys::pidfd_open(pid as i32).expect("pidfd_open");
+    keel::sys::pidfd_send_signal(&pidfd, signal).expect("pidfd_send_signal");
 }
 
 /// (state, ppid, pgrp, session) from /proc/<pid>/stat.

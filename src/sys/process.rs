@@ -294,11 +294,12 @@ struct ChildSetup<'a> {
 }
 
 fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
-    // SAFETY (whole function): we are the vfork-style child of a single-threaded process that
-    // is suspended until we exec or exit, started with every signal blocked. Every call below
-    // but `prepare` is async-signal-safe (rt_sigaction, sigprocmask, setsid, prctl, getppid,
-    // dup2, fcntl, chdir, syscall(close_range), execve, write, _exit) and only reads memory
-    // built before the clone. We never return or unwind: every path ends in execve or _exit.
+    // SAFETY: (the whole function) we are the vfork-style child of a single-threaded process
+    // that is suspended until we exec or exit, started with every signal blocked. Every call
+    // below but `prepare` is async-signal-safe (rt_sigaction, sigprocmask, setsid, prctl,
+    // getppid, dup2, fcntl, chdir, syscall(close_range), execve, write, _exit) and only reads
+    // memory built before the clone. We never return or unwind: every path ends in execve or
+    // _exit.
     unsafe {
         let fail = |stage: ExecStage, errno: libc::c_int| child_fail(report, stage, errno);
         let errno = || *libc::__errno_location();
