@@ -1,15 +1,17 @@
 //! Dependencies between keel's modules run one way: no import circle between sibling modules.
 //!
 //! Reads every `src/**/*.rs` reached from a crate root (`src/lib.rs`, `src/main.rs`) through its
-//! `mod` items (`#[path]` and inline `mod x { … }` included), resolves each `crate::…`,
+//! `mod` items (`#[path]` and inline `mod x { … }` included), and resolves each `crate::…`,
 //! `super::…` and `self::…` path — in `use` items (groups expanded) and inline in code — to the
-//! module it names, and lifts each reference to the pair of siblings it crosses: a reference
-//! from `daemon::lifecycle` to `cli::format` is the edge `daemon → cli` among the crate's
-//! top-level modules; from `cli::status` to `cli::watch::frame` the edge `status → watch` among
-//! the children of `cli`. References between a module and its ancestors are allowed (a child
-//! may use its parent and the parent its child). Any circle among siblings fails the test,
-//! named with a reference that makes each of its edges. Comments and string literals are not
-//! code and are skipped.
+//! module it names, through `pub use` re-exports (`super::TaskCgroup`, which `cgroup`
+//! re-exports from `cgroup::task`, names `cgroup::task`). Each reference is lifted to the pair
+//! of siblings it crosses: one from `daemon::lifecycle` to `fmt` is the edge `daemon → fmt`
+//! among the crate's top-level modules; one from `sandbox::shim` to `sandbox::launch::Handed`
+//! the edge `shim → launch` among the children of `sandbox`. References between a module and
+//! its ancestors are allowed (a child may use its parent and the parent its child). Any circle
+//! among siblings fails the test, which names the modules caught in it, one cycle through
+//! them and the references behind each edge. Comments and string literals are not code and
+//! are skipped; a file under `src/` that no `mod` item reaches fails the test too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -40,6 +42,19 @@ struct Crate {
     modules: BTreeSet<ModPath>,
     files: BTreeSet<PathBuf>,
     references: Vec<Reference>,
+    /// `pub use` items: (the module, the name it exports) → the absolute path it names.
+    reexports: BTreeMap<(ModPath, String), Vec<String>>,
+}
+
+/// One name a `pub use` item exports, as written.
+#[derive(Debug)]
+struct ReExport {
+    module: ModPath,
+    name: String,
+    /// Absolute (from `crate`/`super`/`self`), or relative to `module` (a child's item, or
+    /// another crate's: told apart once every module is known).
+    target: Vec<String>,
+    relative: bool,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -199,13 +214,39 @@ fn quoted(chars: &[char], mut i: usize, line: &mut usize) -> (String, usize) {
 fn read_crate(root: &Path) -> Crate {
     let mut krate = Crate::default();
     krate.modules.insert(Vec::new());
-    read_module_file(root, &[], true, &mut krate);
+    let mut reexports = Vec::new();
+    read_module_file(root, &[], true, &mut krate, &mut reexports);
+    for ReExport {
+        module,
+        name,
+        target,
+        relative,
+    } in reexports
+    {
+        let target = if relative {
+            // `pub use child::Item`: a path into a child module; `pub use serde::X`: not ours.
+            let child: ModPath = module.iter().chain(target.first()).cloned().collect();
+            if !krate.modules.contains(&child) {
+                continue;
+            }
+            module.iter().chain(&target).cloned().collect()
+        } else {
+            target
+        };
+        krate.reexports.insert((module, name), target);
+    }
     krate
 }
 
 /// Reads one file that is module `module`; `mod_rs` when its children live in its own directory
 /// (`lib.rs`, `main.rs`, `mod.rs`, or a file named by `#[path]`), not in a directory of its name.
-fn read_module_file(file: &Path, module: &[String], mod_rs: bool, krate: &mut Crate) {
+fn read_module_file(
+    file: &Path,
+    module: &[String],
+    mod_rs: bool,
+    krate: &mut Crate,
+    reexports: &mut Vec<ReExport>,
+) {
     let text = fs::read_to_string(file).unwrap_or_else(|e| {
         panic!(
             "{}: cannot read ({e}); named by a `mod` item",
@@ -219,8 +260,10 @@ fn read_module_file(file: &Path, module: &[String], mod_rs: bool, krate: &mut Cr
     } else {
         dir.join(file.file_stem().unwrap_or_default())
     };
-    let (children, references) = scan_file(&tokenize(&text), module, file);
-    krate.references.extend(references);
+    let scanned = scan_file(&tokenize(&text), module, file);
+    krate.references.extend(scanned.references);
+    reexports.extend(scanned.reexports);
+    let children = scanned.children;
     for child in children {
         krate.modules.insert(child.module.clone());
         let Some(file_child) = child.file else {
@@ -241,7 +284,7 @@ fn read_module_file(file: &Path, module: &[String], mod_rs: bool, krate: &mut Cr
                 }
             }
         };
-        read_module_file(&path, &child.module, child_mod_rs, krate);
+        read_module_file(&path, &child.module, child_mod_rs, krate, reexports);
     }
 }
 
@@ -258,14 +301,19 @@ struct Child {
     file: Option<ChildFile>,
 }
 
-/// The modules one file declares and the paths it writes, for the file that is `module`.
-fn scan_file(
-    toks: &[(Tok, usize)],
-    module: &[String],
-    file: &Path,
-) -> (Vec<Child>, Vec<Reference>) {
+/// What one file declares and writes.
+struct Scanned {
+    children: Vec<Child>,
+    references: Vec<Reference>,
+    reexports: Vec<ReExport>,
+}
+
+/// The modules one file declares, the paths it writes and the names it re-exports, for the
+/// file that is `module`.
+fn scan_file(toks: &[(Tok, usize)], module: &[String], file: &Path) -> Scanned {
     let mut children = Vec::new();
     let mut references = Vec::new();
+    let mut reexports = Vec::new();
     // Inline modules open in this file: (name, brace depth inside it).
     let mut inline: Vec<(String, usize)> = Vec::new();
     let mut depth = 0usize;
@@ -341,6 +389,44 @@ fn scan_file(
                 }
             }
             Tok::Ident(word)
+                if word == "use" && matches!(toks.get(i + 1), Some((Tok::Ident(_), _))) =>
+            {
+                // A use item: its paths (groups expanded), and what it exports when it is `pub`.
+                let exported = is_pub(toks, i);
+                let first_is_ours = matches!(&toks[i + 1].0, Tok::Ident(w) if is_path_start(w));
+                let from = current(&inline);
+                let (paths, end) = read_path(toks, i + 1);
+                for (path, alias) in paths {
+                    let segments = if first_is_ours {
+                        absolute(&from, &path)
+                    } else {
+                        None
+                    };
+                    if let Some(segments) = &segments {
+                        references.push(Reference {
+                            from: from.clone(),
+                            segments: segments.clone(),
+                            site: Site {
+                                file: shown(file),
+                                line: *line,
+                                text: path.join("::"),
+                            },
+                        });
+                    }
+                    let name = alias.or_else(|| path.last().cloned()).unwrap_or_default();
+                    if exported && !matches!(name.as_str(), "*" | "self" | "super" | "crate") {
+                        reexports.push(ReExport {
+                            module: from.clone(),
+                            name,
+                            target: segments.clone().unwrap_or_else(|| path.clone()),
+                            relative: segments.is_none(),
+                        });
+                    }
+                }
+                i = end;
+                continue;
+            }
+            Tok::Ident(word)
                 if is_path_start(word) && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::PathSep) =>
             {
                 let after_sep = i > 0 && toks[i - 1].0 == Tok::PathSep;
@@ -353,7 +439,7 @@ fn scan_file(
                     let (paths, end) = read_path(toks, i);
                     if !visibility {
                         let from = current(&inline);
-                        for path in paths {
+                        for (path, _) in paths {
                             if let Some(segments) = absolute(&from, &path) {
                                 let site = Site {
                                     file: shown(file),
@@ -377,7 +463,36 @@ fn scan_file(
         }
         i += 1;
     }
-    (children, references)
+    Scanned {
+        children,
+        references,
+        reexports,
+    }
+}
+
+/// Whether the item whose keyword is at `i` is `pub` (or `pub(crate)`, `pub(super)`, …).
+fn is_pub(toks: &[(Tok, usize)], i: usize) -> bool {
+    let pub_at = |j: usize| toks.get(j).is_some_and(|t| t.0 == Tok::Ident("pub".into()));
+    if i == 0 {
+        return false;
+    }
+    if toks[i - 1].0 != Tok::Punct(')') {
+        return pub_at(i - 1);
+    }
+    let mut depth = 0;
+    for j in (0..i).rev() {
+        match toks[j].0 {
+            Tok::Punct(')') => depth += 1,
+            Tok::Punct('(') => {
+                depth -= 1;
+                if depth == 0 {
+                    return j > 0 && pub_at(j - 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// `file` as the message shows it: relative to the package.
@@ -407,65 +522,80 @@ fn matching(toks: &[(Tok, usize)], open: usize, left: char, right: char) -> usiz
     toks.len() - 1
 }
 
+/// A path as read, and the name a use item gives it (`as name`), if any.
+type PathRead = (Vec<String>, Option<String>);
+
 /// The path(s) starting at `i` — more than one for a use group `a::{b, c::{d, self}}` — and
-/// the index after it. A group's `self` names the group's prefix; `*` ends a path.
-fn read_path(toks: &[(Tok, usize)], mut i: usize) -> (Vec<Vec<String>>, usize) {
+/// the index after it. A group's `self` names the group's prefix; a glob ends in `*`.
+fn read_path(toks: &[(Tok, usize)], mut i: usize) -> (Vec<PathRead>, usize) {
     let mut prefix = Vec::new();
     loop {
         match toks.get(i).map(|t| &t.0) {
             Some(Tok::Ident(seg)) => {
-                if seg == "self" && !prefix.is_empty() {
-                    // `a::{self}` reached through read_group: the prefix itself.
-                } else {
-                    prefix.push(seg.clone());
-                }
+                prefix.push(seg.clone());
                 i += 1;
             }
-            _ => return (vec![prefix], i),
+            _ => return (vec![(prefix, None)], i),
         }
         if toks.get(i).map(|t| &t.0) != Some(&Tok::PathSep) {
-            return (vec![prefix], i);
+            let (alias, next) = read_alias(toks, i);
+            return (vec![(prefix, alias)], next);
         }
         match toks.get(i + 1).map(|t| &t.0) {
             Some(Tok::Punct('{')) => {
                 let (tails, end) = read_group(toks, i + 1);
                 let paths = tails
                     .into_iter()
-                    .map(|tail| prefix.iter().cloned().chain(tail).collect())
+                    .map(|(tail, alias)| (prefix.iter().cloned().chain(tail).collect(), alias))
                     .collect();
                 return (paths, end);
             }
             Some(Tok::Ident(_)) => i += 1,
-            _ => return (vec![prefix], i + 1),
+            Some(Tok::Punct('*')) => {
+                prefix.push("*".into());
+                return (vec![(prefix, None)], i + 2);
+            }
+            _ => return (vec![(prefix, None)], i + 1),
         }
+    }
+}
+
+/// `as name` at `i`: the name and the index after it.
+fn read_alias(toks: &[(Tok, usize)], i: usize) -> (Option<String>, usize) {
+    match (toks.get(i), toks.get(i + 1)) {
+        (Some((Tok::Ident(word), _)), Some((Tok::Ident(name), _))) if word == "as" => {
+            (Some(name.clone()), i + 2)
+        }
+        _ => (None, i),
     }
 }
 
 /// The trees of a use group `{…}` opened at `open`, relative to its prefix, and the index after
 /// its closing brace.
-fn read_group(toks: &[(Tok, usize)], open: usize) -> (Vec<Vec<String>>, usize) {
+fn read_group(toks: &[(Tok, usize)], open: usize) -> (Vec<PathRead>, usize) {
     let end = matching(toks, open, '{', '}');
     let mut paths = Vec::new();
     let mut i = open + 1;
     while i < end {
         match &toks[i].0 {
             Tok::Ident(word) if word == "self" => {
-                paths.push(Vec::new());
-                i += 1;
+                let (alias, next) = read_alias(toks, i + 1);
+                paths.push((Vec::new(), alias));
+                i = next;
             }
-            Tok::Ident(word) if word != "as" => {
+            Tok::Ident(_) => {
                 let (found, next) = read_path(toks, i);
                 paths.extend(found);
                 i = next.max(i + 1);
-                // Skip `as name` and anything else up to the next tree.
-                while i < end && toks[i].0 != Tok::Punct(',') {
-                    i += 1;
-                }
             }
             Tok::Punct('{') => {
                 let (found, next) = read_group(toks, i);
                 paths.extend(found);
                 i = next;
+            }
+            Tok::Punct('*') => {
+                paths.push((vec!["*".to_string()], None));
+                i += 1;
             }
             _ => i += 1,
         }
@@ -494,13 +624,31 @@ fn absolute(from: &[String], path: &[String]) -> Option<Vec<String>> {
     Some(base)
 }
 
-/// The module `segments` names: its longest prefix that is a module.
-fn resolve(modules: &BTreeSet<ModPath>, segments: &[String]) -> ModPath {
-    (0..=segments.len())
-        .rev()
-        .map(|n| segments[..n].to_vec())
-        .find(|m| modules.contains(m))
-        .unwrap_or_default()
+/// The module `segments` names: its longest prefix that is a module, through re-exports (a
+/// name a module re-exports with `pub use` is the module where the name comes from).
+fn resolve(krate: &Crate, segments: &[String]) -> ModPath {
+    let mut segments = segments.to_vec();
+    let (mut module, mut at) = (ModPath::new(), 0);
+    // A bound on re-exports followed (a re-export naming itself would be a compile error).
+    let mut hops = 0;
+    while at < segments.len() {
+        let mut next = module.clone();
+        next.push(segments[at].clone());
+        if krate.modules.contains(&next) {
+            (module, at) = (next, at + 1);
+            continue;
+        }
+        let Some(target) = krate.reexports.get(&(module.clone(), segments[at].clone())) else {
+            break;
+        };
+        hops += 1;
+        if hops > 32 {
+            break;
+        }
+        segments = target.iter().chain(&segments[at + 1..]).cloned().collect();
+        (module, at) = (ModPath::new(), 0);
+    }
+    module
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -512,7 +660,7 @@ type SiblingEdges = BTreeMap<ModPath, BTreeMap<String, BTreeMap<String, Vec<Site
 fn sibling_edges(krate: &Crate) -> SiblingEdges {
     let mut edges = SiblingEdges::new();
     for reference in &krate.references {
-        let target = resolve(&krate.modules, &reference.segments);
+        let target = resolve(krate, &reference.segments);
         let from = &reference.from;
         let common = from.iter().zip(&target).take_while(|(a, b)| a == b).count();
         if common == from.len() || common == target.len() {
@@ -792,14 +940,32 @@ fn cycle_finder_picks_the_shortest_way_back_within_a_component() {
     );
 }
 
-fn scan(text: &str, module: &[&str]) -> (Vec<String>, Vec<String>) {
+fn scan(text: &str, module: &[&str]) -> (Vec<String>, Vec<String>, Vec<String>) {
     let module: ModPath = module.iter().map(|s| s.to_string()).collect();
-    let (children, references) = scan_file(&tokenize(text), &module, Path::new("x.rs"));
+    let scanned = scan_file(&tokenize(text), &module, Path::new("x.rs"));
     (
-        children.iter().map(|c| c.module.join("::")).collect(),
-        references
+        scanned
+            .children
+            .iter()
+            .map(|c| c.module.join("::"))
+            .collect(),
+        scanned
+            .references
             .iter()
             .map(|r| format!("{}: {}", r.from.join("::"), r.segments.join("::")))
+            .collect(),
+        scanned
+            .reexports
+            .iter()
+            .map(|r| {
+                let how = if r.relative { "relative" } else { "absolute" };
+                format!(
+                    "{} as {}: {how} {}",
+                    r.module.join("::"),
+                    r.name,
+                    r.target.join("::")
+                )
+            })
             .collect(),
     )
 }
@@ -822,8 +988,12 @@ fn scanner_expands_use_groups_and_resolves_super_inside_inline_modules() {
             use super::*;
             use super::super::up;
         }
+        pub use child::{Thing, other::Two as Deux};
+        pub(crate) use crate::fmt::duration as dur;
+        use super::private::Kept;
+        pub use serde::Serialize;
     "##;
-    let (children, references) = scan(text, &["a", "b"]);
+    let (children, references, reexports) = scan(text, &["a", "b"]);
     assert_eq!(children, ["a::b::moved", "a::b::tests"]);
     assert_eq!(
         references,
@@ -832,11 +1002,22 @@ fn scanner_expands_use_groups_and_resolves_super_inside_inline_modules() {
             "a::b: fmt::duration",
             "a::b: fmt::sizes::bytes",
             "a::b: fmt::sizes::Unit",
-            "a::b: a::sibling",
+            "a::b: a::sibling::*",
             "a::b: inline::path::call",
             "a::b: a::b::own::g",
-            "a::b::tests: a::b",
+            "a::b::tests: a::b::*",
             "a::b::tests: a::up",
+            "a::b: fmt::duration",
+            "a::b: a::private::Kept",
+        ]
+    );
+    assert_eq!(
+        reexports,
+        [
+            "a::b as Thing: relative child::Thing",
+            "a::b as Deux: relative child::other::Two",
+            "a::b as dur: absolute fmt::duration",
+            "a::b as Serialize: relative serde::Serialize",
         ]
     );
 }
@@ -866,6 +1047,7 @@ fn edges_are_lifted_to_siblings_and_parent_child_references_are_allowed() {
     let krate = Crate {
         modules,
         files: BTreeSet::new(),
+        reexports: BTreeMap::new(),
         references: vec![
             reference(&["a", "x"], &["b", "z", "Item"]), // a → b
             reference(&["b", "z"], &["a", "y", "f"]),    // b → a: a circle at the root
@@ -898,4 +1080,48 @@ fn edges_are_lifted_to_siblings_and_parent_child_references_are_allowed() {
     assert!(
         found[0].contains("a → b: 1 reference(s)") && found[0].contains("b → a: 1 reference(s)")
     );
+}
+
+#[test]
+fn a_name_re_exported_by_a_parent_is_the_module_it_comes_from() {
+    // a/mod.rs: `pub use x::Thing;` — y's `super::Thing` is a reference to x, not to a.
+    let text = "pub use x::Thing;\npub use serde::Serialize;\nmod x;\nmod y;\n";
+    let module: ModPath = vec!["a".to_string()];
+    let scanned = scan_file(&tokenize(text), &module, Path::new("a/mod.rs"));
+    let mut krate = Crate::default();
+    for m in [vec![], vec!["a"], vec!["a", "x"], vec!["a", "y"]] {
+        krate
+            .modules
+            .insert(m.into_iter().map(String::from).collect());
+    }
+    for r in scanned.reexports {
+        let child: ModPath = r.module.iter().chain(r.target.first()).cloned().collect();
+        if krate.modules.contains(&child) {
+            let target = r.module.iter().chain(&r.target).cloned().collect();
+            krate.reexports.insert((r.module, r.name), target);
+        }
+    }
+    assert_eq!(
+        krate.reexports.len(),
+        1,
+        "serde's is not ours: {:?}",
+        krate.reexports
+    );
+    let seg = |p: &[&str]| -> Vec<String> { p.iter().map(|s| s.to_string()).collect() };
+    assert_eq!(
+        resolve(&krate, &seg(&["a", "Thing", "new"])),
+        seg(&["a", "x"])
+    );
+    assert_eq!(resolve(&krate, &seg(&["a", "Other"])), seg(&["a"]));
+    krate.references.push(Reference {
+        from: seg(&["a", "y"]),
+        segments: seg(&["a", "Thing"]),
+        site: Site {
+            file: "a/y.rs".into(),
+            line: 1,
+            text: "super::Thing".into(),
+        },
+    });
+    let edges = sibling_edges(&krate);
+    assert!(edges[&seg(&["a"])]["y"].contains_key("x"), "{edges:?}");
 }
