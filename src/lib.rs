@@ -2,7 +2,8 @@
 //!
 //! The architecture is `../shared/DESIGN.md` made visible: [`unit`] files, durable [`state`],
 //! the [`daemon`], its event loop and its [`config`] file, the shim in [`sandbox`], `keel init`
-//! in [`init`], and every raw syscall in [`sys`].
+//! in [`init`], every raw syscall in [`sys`], and the figures people read (durations, sizes)
+//! in [`fmt`], a leaf for all of them.
 
 pub mod cgroup;
 pub mod checkout;
