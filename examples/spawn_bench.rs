@@ -26,6 +26,10 @@
 //! and the `exec_stamp` example first). The state directory is on tmpfs (/dev/shm) so that the
 //! figures are the sandbox's, not the disk's fsyncs.
 
+// A benchmark: its baseline is a bare fork and exec, unsafe by its nature; each block's
+// comment says why it is sound.
+#![allow(unsafe_code)]
+
 use keel::daemon::{attempt_spec, spawn_shim_program, AttemptContext};
 use keel::sandbox::templates::SandboxTemplates;
 use keel::state::StateDir;

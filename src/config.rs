@@ -13,9 +13,11 @@
 //! a unit file and is read with the unit module's machinery, so its errors name `file:line:col`
 //! and read the same way.
 
-use crate::daemon::queue::{cpu_millis, format_bytes, Capacity};
+use crate::fmt::format_bytes;
 use crate::unit::source_map::SourceMap;
-use crate::unit::{format_size, read_ron_text, Dur, FieldPath, Size, UnitError, MIN_MEMORY};
+use crate::unit::{
+    cpu_millis, format_size, read_ron_text, Dur, FieldPath, Size, UnitError, MIN_MEMORY,
+};
 use serde::{Deserialize, Deserializer};
 use std::path::Path;
 use std::time::Duration;
@@ -69,6 +71,16 @@ impl Config {
     pub fn starvation_limit_ms(&self) -> u64 {
         u64::try_from(self.starvation_limit.as_millis()).unwrap_or(u64::MAX)
     }
+}
+
+/// What the daemon may hand out (the scheduler's capacity, `crate::daemon::queue`): the sum of
+/// running reservations stays within it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    pub cpu_millis: u64,
+    pub memory: u64,
+    /// At most this many tasks run at once; `None`: no count limit.
+    pub max_running: Option<usize>,
 }
 
 /// What the host lets the daemon use, the base of the defaults.

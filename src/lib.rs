@@ -2,13 +2,15 @@
 //!
 //! The architecture is `../shared/DESIGN.md` made visible: [`unit`] files, durable [`state`],
 //! the [`daemon`], its event loop and its [`config`] file, the shim in [`sandbox`], `keel init`
-//! in [`init`], and every raw syscall in [`sys`].
+//! in [`init`], every raw syscall in [`sys`], and the figures people read (durations, sizes)
+//! in [`fmt`], a leaf for all of them.
 
 pub mod cgroup;
 pub mod checkout;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod fmt;
 pub mod init;
 pub mod liveness;
 pub mod logger;
@@ -16,5 +18,6 @@ pub mod notify;
 pub mod protocol;
 pub mod sandbox;
 pub mod state;
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod unit;

@@ -6,7 +6,7 @@
 //!
 //! All times are milliseconds on one monotonic clock.
 
-use crate::cli::format::duration_precise;
+use crate::fmt::duration_precise;
 use crate::unit::{Liveness, LivenessSignal};
 use std::time::Duration;
 

@@ -145,7 +145,7 @@ fn main() {
             Ok(handed) => keel::sandbox::shim::run(spec, handed),
             Err(message) => {
                 log::error!("{message}");
-                keel::sandbox::shim::SETUP_FAILURE
+                keel::sandbox::spec::SETUP_FAILURE
             }
         };
         std::process::exit(code);

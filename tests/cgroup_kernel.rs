@@ -4,6 +4,10 @@
 //! that tree (cgroup.kill: only processes this test started live there) and removes it, even
 //! when the test fails.
 
+// A test crate: its `pre_exec` (joining the cgroups between fork and exec, as the shim does)
+// is unsafe by its nature; the block's comment says why it is sound.
+#![allow(unsafe_code)]
+
 mod common;
 
 use common::{require_root, KillOnDrop};

@@ -7,10 +7,11 @@ mod common;
 use common::KillOnDrop;
 use keel::sandbox::logs::{rotated_path, tail_lines};
 use keel::sandbox::spec::{
-    exit_record_path, kill_request_signal, output_log_path, shim_record_path, AgentStatus,
-    AttemptSpec, ExitRecord, ShimRecord,
+    exit_record_path, kill_request_signal, output_log_path, shim_record_path, AttemptSpec,
+    ExitRecord, ShimRecord,
 };
 use keel::state::{read_ron, write_ron};
+use keel::sys::wait::AgentStatus;
 use std::fs;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -132,9 +133,10 @@ fn wait_for_output(dir: &TempDir, needle: &str) {
     }
 }
 
+/// Send `signal` to a child this test started (and has not reaped: its pid is still its own).
 fn signal(pid: u32, signal: i32) {
-    // SAFETY: kill(2) with the pid of a child this test started.
-    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+    let pidfd = keel::sys::pidfd_open(pid as i32).expect("pidfd_open");
+    keel::sys::pidfd_send_signal(&pidfd, signal).expect("pidfd_send_signal");
 }
 
 /// (state, ppid, pgrp, session) from /proc/<pid>/stat.

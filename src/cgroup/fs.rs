@@ -71,3 +71,20 @@ impl CgroupFs for RealFs {
         .map_err(io::Error::from)
     }
 }
+
+/// mkdir(2) of a cgroup: `Ok(true)` when made, `Ok(false)` when it was there already.
+pub(super) fn mkdir_or_existing(fs: &dyn CgroupFs, path: &Path) -> io::Result<bool> {
+    match fs.mkdir(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// rmdir(2) of a cgroup; one that is gone already is no error.
+pub(super) fn rmdir_or_gone(fs: &dyn CgroupFs, path: &Path) -> io::Result<()> {
+    match fs.rmdir(path) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        other => other,
+    }
+}

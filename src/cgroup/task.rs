@@ -1,7 +1,7 @@
 //! One task's cgroups: `<base>/<name>/tasks/<unit>` in v2 and, on hybrid hosts, in the v1 cpu,
 //! cpuacct, memory and pids hierarchies.
 
-use super::tree::{mkdir_or_existing, rmdir_or_gone};
+use super::fs::{mkdir_or_existing, rmdir_or_gone};
 use super::{
     keyed_value, CgroupError, CgroupFs, Limits, Mode, OomWatch, Removal, Stats, V1Controller,
     CPU_PERIOD_US,

@@ -1,8 +1,8 @@
 //! keel's own subtree: `<base>/<name>/{supervisor,tasks}` in every hierarchy it uses (`units`
 //! instead of `tasks` on v1, see [`V1_TASKS`]).
 
+use super::fs::{mkdir_or_existing, rmdir_or_gone};
 use super::{check_name, CgroupError, CgroupFs, Layout, Mode, RealFs, TaskCgroup, CONTROLLERS};
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,21 +29,6 @@ pub struct Tree {
     /// this daemon started in its `supervisor/` ([`Layout::adopted`]) or, respawned by
     /// `keel init`, in init's cgroup.
     found: bool,
-}
-
-pub(super) fn mkdir_or_existing(fs: &dyn CgroupFs, path: &Path) -> io::Result<bool> {
-    match fs.mkdir(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-pub(super) fn rmdir_or_gone(fs: &dyn CgroupFs, path: &Path) -> io::Result<()> {
-    match fs.rmdir(path) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        other => other,
-    }
 }
 
 /// The controllers listed in a `cgroup.subtree_control` (missing file: none).

@@ -120,7 +120,7 @@ fn load(dirs: &StateDir, unit: &str) -> Result<CheckoutRecord, CheckoutError> {
 }
 
 fn refuse_running(dirs: &StateDir, unit: &str) -> Result<(), CheckoutError> {
-    if crate::daemon::spawn::attempt_lock_held(&dirs.run_dir(unit)) {
+    if crate::state::attempt_lock_held(&dirs.run_dir(unit)) {
         return Err(CheckoutError::Running {
             unit: unit.to_string(),
         });

@@ -10,8 +10,6 @@ pub mod logs;
 pub mod rm;
 pub mod simple;
 pub mod status;
-pub mod status_detail;
-pub mod watch;
 
 use crate::protocol::{Request, Response};
 use std::io::{BufRead, BufReader, Write};

@@ -85,7 +85,7 @@ pub(crate) fn remove_checkout(
         Ok(removed) => {
             let mut note = format!(
                 "checkout removed ({} freed)",
-                crate::daemon::queue::format_bytes(removed.freed_bytes, false)
+                crate::fmt::format_bytes(removed.freed_bytes, false)
             );
             if let Some(harvest) = removed.harvest {
                 note.push_str(&format!("; {harvest}"));

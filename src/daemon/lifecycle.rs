@@ -4,13 +4,12 @@
 
 use super::queue::{QueuedTask, Reservation};
 use super::record::TaskRecord;
-use super::record::{Intent, LastExit, ShimIdentity, TaskState};
+use super::record::{Ending, Intent, LastExit, ShimIdentity, TaskState};
 use super::slices::{self, SliceProblem};
 use super::spawn::{self, AttemptContext, SpawnError};
-use super::store::Store;
+use super::store::{transition, Store};
 use super::timers::{Timer, Timers};
 use super::{checkouts, liveness, Daemon, Task};
-use crate::sandbox::spec::{self, ExitRecord};
 use crate::state::{self, now_ms};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -19,77 +18,6 @@ use std::time::{Duration, Instant};
 const START_RETRY: Duration = Duration::from_secs(5);
 /// How soon a start waiting for the previous attempt's cgroup to empty is tried again.
 const SLICE_BUSY_RETRY: Duration = Duration::from_millis(20);
-
-/// How an attempt ended, as far as the daemon could learn it.
-pub(crate) struct Ending {
-    pub exit: LastExit,
-    /// Why, beyond the exit status (a spawn error, a vanished shim).
-    pub note: Option<String>,
-    /// When the agent ended, from its exit record.
-    pub ended_ms: Option<u64>,
-}
-
-impl Ending {
-    pub fn lost(note: impl Into<String>) -> Self {
-        Ending {
-            exit: LastExit::Lost,
-            note: Some(note.into()),
-            ended_ms: None,
-        }
-    }
-
-    /// From the exit record in `run/`, when it belongs to `generation`; otherwise lost.
-    pub fn from_records(run_dir: &std::path::Path, generation: u64, otherwise: &str) -> Self {
-        match state::read_ron::<ExitRecord>(&spec::exit_record_path(run_dir)) {
-            Ok(Some(record)) if record.generation == generation => Ending {
-                exit: match record.spawn_error {
-                    Some(_) => LastExit::SpawnFailed,
-                    None => LastExit::Agent(record.status),
-                },
-                note: record.spawn_error,
-                ended_ms: Some(record.ended_ms),
-            },
-            Ok(Some(record)) => Ending::lost(format!(
-                "{otherwise}; exit record of generation {} ignored (current {generation})",
-                record.generation
-            )),
-            Ok(None) => Ending::lost(otherwise),
-            Err(e) => Ending::lost(format!("{otherwise}; {e}")),
-        }
-    }
-}
-
-/// Change state, persist, journal — in that order. Returns whether the record reached the
-/// disk.
-pub(crate) fn transition(task: &mut Task, to: TaskState, detail: &str, store: &mut Store) -> bool {
-    if to == TaskState::Queued && task.record.state != TaskState::Queued {
-        task.queued_since_ms = now_ms();
-    }
-    if to != TaskState::Queued {
-        task.waiting = None;
-    }
-    if task.record.state.has_attempt() && !to.has_attempt() {
-        // What this attempt reserved is free again.
-        store.queue_changed = true;
-    }
-    task.record.state = to;
-    let persisted = store.persist(task).is_ok();
-    let unit = &task.name;
-    let what = if detail.is_empty() {
-        to.to_string()
-    } else {
-        format!("{to} ({detail})")
-    };
-    if persisted {
-        store.task_event(task, to.as_str(), detail);
-        log::info!("{unit}: {what}");
-    } else {
-        // Not journaled either: the caller may take it back (a stop, a start), and the
-        // journal holds what the records held.
-        log::warn!("{unit}: {what}: not recorded in the state directory");
-    }
-    persisted
-}
 
 /// Undo an undecided start: the task stays queued and is retried after `START_RETRY`. The
 /// record on disk was not changed (or the change did not take): memory goes back to it.
@@ -182,7 +110,7 @@ impl Daemon {
         let (Some(unit_def), Some(text)) = (task.unit.clone(), task.unit_text.clone()) else {
             return;
         };
-        if spawn::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
+        if crate::state::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             // A shim of an earlier attempt is still alive (not ours to watch: it will be
             // adopted, or it is ending). Never two live attempts: try again later.
             let before = task.record.clone();

@@ -286,7 +286,7 @@ impl Daemon {
             match signal {
                 libc::SIGCHLD => self.reap_children(),
                 libc::SIGTERM | libc::SIGINT => {
-                    log::info!("{}: orderly shutdown", crate::unit::signal_name(signal));
+                    log::info!("{}: orderly shutdown", crate::fmt::signal_name(signal));
                     self.begin_shutdown(Shutdown::StopTasks { exit_code: 0 });
                 }
                 libc::SIGHUP => {
@@ -299,7 +299,7 @@ impl Daemon {
                 }
                 // Forwarded by keel init from whoever signals the container; a supervisor
                 // must not die of them. They report the counts, as a cheap "are you there".
-                _ => log::info!("{}: {}", crate::unit::signal_name(signal), self.summary()),
+                _ => log::info!("{}: {}", crate::fmt::signal_name(signal), self.summary()),
             }
         }
     }

@@ -93,7 +93,7 @@ pub fn decide(
         let reason = format!(
             "restart limit reached: {} restarts within {}; last exit {exit}",
             next.restarts.len(),
-            crate::cli::format::duration(policy.limit.within.0)
+            crate::fmt::duration(policy.limit.within.0)
         );
         return (Decision::Failed { reason }, next);
     }
@@ -116,7 +116,7 @@ pub fn backoff_delay(backoff: &Backoff, failures: u32, jitter: f64) -> Duration 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::spec::AgentStatus;
+    use crate::sys::wait::AgentStatus;
     use crate::unit::Dur;
 
     fn backoff() -> Backoff {

@@ -13,7 +13,9 @@
 //! CPU is counted in integer millicores: summing `f64` cores drifts (ten reservations of 0.1
 //! sum to 0.9999999999999999, which would not fit in 1.0).
 
-use crate::unit::Resources;
+use crate::config::Capacity;
+use crate::fmt::{format_bytes, format_cpu, format_waited};
+use crate::unit::{cpu_millis, Resources};
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -37,16 +39,6 @@ impl Reservation {
     }
 }
 
-/// `cores` as millicores, rounded to the nearest (`0.1` → 100, not 100.00000000000001 → 101);
-/// non-positive or NaN → 0 (validation refuses those before they get here).
-pub(crate) fn cpu_millis(cores: f64) -> u64 {
-    if cores.is_nan() || cores <= 0.0 {
-        return 0;
-    }
-    // `as` saturates: an absurd share becomes u64::MAX, which never fits.
-    ((cores * 1000.0).round() as u64).max(1)
-}
-
 /// A queued task as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedTask {
@@ -57,15 +49,6 @@ pub struct QueuedTask {
     /// When it last entered the queue (ms since the epoch): how long it has waited.
     pub queued_since_ms: u64,
     pub reservation: Reservation,
-}
-
-/// What the daemon may hand out: the sum of running reservations stays within it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capacity {
-    pub cpu_millis: u64,
-    pub memory: u64,
-    /// At most this many tasks run at once; `None`: no count limit.
-    pub max_running: Option<usize>,
 }
 
 /// The scheduler's answer: what to start now (in order) and why each other task waits.
@@ -228,62 +211,6 @@ pub fn never_fits(reservation: &Reservation, capacity: &Capacity) -> Option<Stri
         ));
     }
     (!problems.is_empty()).then(|| problems.join("; "))
-}
-
-/// Millicores as cores with at most two decimals, trailing zeros trimmed: 1500 → "1.5".
-pub fn format_cpu(millis: u64, round_up: bool) -> String {
-    let hundredths = if round_up {
-        millis.div_ceil(10)
-    } else {
-        millis / 10
-    };
-    let (whole, frac) = (hundredths / 100, hundredths % 100);
-    match frac {
-        0 => whole.to_string(),
-        _ if frac % 10 == 0 => format!("{whole}.{}", frac / 10),
-        _ => format!("{whole}.{frac:02}"),
-    }
-}
-
-/// Bytes in the largest unit of the unit-file format (K, M, G, T) that keeps a whole part,
-/// with at most one decimal: 1288490188 → "1.2G"; below 1K, bytes as a bare number.
-pub fn format_bytes(bytes: u64, round_up: bool) -> String {
-    const UNITS: [(&str, u32); 4] = [("T", 40), ("G", 30), ("M", 20), ("K", 10)];
-    let Some(at) = UNITS.iter().position(|(_, shift)| bytes >> shift > 0) else {
-        return bytes.to_string();
-    };
-    let tenths = |shift: u32| {
-        let (scaled, unit) = (u128::from(bytes) * 10, 1u128 << shift);
-        if round_up {
-            scaled.div_ceil(unit)
-        } else {
-            scaled / unit
-        }
-    };
-    let (mut name, mut value) = (UNITS[at].0, tenths(UNITS[at].1));
-    // Rounding up can reach 1024 of a unit: show the next one ("1G", not "1024M").
-    if at > 0 && value >= 10240 {
-        (name, value) = (UNITS[at - 1].0, tenths(UNITS[at - 1].1));
-    }
-    match value % 10 {
-        0 => format!("{}{name}", value / 10),
-        decimal => format!("{}.{decimal}{name}", value / 10),
-    }
-}
-
-/// A wait for a person: "45s", "12m", "3h20m", "2d5h" (rounded down).
-fn format_waited(ms: u64) -> String {
-    let secs = ms / 1000;
-    let pair = |big: u64, big_unit: &str, small: u64, small_unit: &str| match small {
-        0 => format!("{big}{big_unit}"),
-        _ => format!("{big}{big_unit}{small}{small_unit}"),
-    };
-    match secs {
-        0..60 => format!("{secs}s"),
-        60..3600 => format!("{}m", secs / 60),
-        3600..86400 => pair(secs / 3600, "h", secs % 3600 / 60, "m"),
-        _ => pair(secs / 86400, "d", secs % 86400 / 3600, "h"),
-    }
 }
 
 #[cfg(test)]

@@ -352,40 +352,6 @@ fn over_committed_capacity_leaves_nothing_free() {
     );
 }
 
-#[test]
-fn formats() {
-    assert_eq!(format_cpu(4000, true), "4");
-    assert_eq!(format_cpu(1500, false), "1.5");
-    assert_eq!(format_cpu(1234, false), "1.23");
-    assert_eq!(format_cpu(1234, true), "1.24");
-    assert_eq!(format_cpu(1999, false), "1.99");
-    assert_eq!(format_cpu(1999, true), "2");
-    assert_eq!(format_cpu(50, true), "0.05");
-    assert_eq!(format_cpu(1, true), "0.01");
-    assert_eq!(format_cpu(1, false), "0");
-    assert_eq!(format_bytes(3 * G, true), "3G");
-    assert_eq!(format_bytes(G + G / 4, false), "1.2G");
-    assert_eq!(format_bytes(G + G / 4, true), "1.3G");
-    assert_eq!(
-        format_bytes(G + G / 5, false),
-        "1.1G",
-        "rounded down: 1.19999…G"
-    );
-    assert_eq!(format_bytes(G - 1, true), "1G");
-    assert_eq!(format_bytes(G - 1, false), "1023.9M");
-    assert_eq!(format_bytes(512 << 20, false), "512M");
-    assert_eq!(format_bytes(1536, false), "1.5K");
-    assert_eq!(format_bytes(1000, false), "1000");
-    assert_eq!(format_bytes(0, false), "0");
-    assert_eq!(format_bytes(u64::MAX, true), "16777216T");
-    assert_eq!(format_waited(999), "0s");
-    assert_eq!(format_waited(45_000), "45s");
-    assert_eq!(format_waited(12 * MIN + 59_000), "12m");
-    assert_eq!(format_waited(200 * MIN), "3h20m");
-    assert_eq!(format_waited(120 * MIN), "2h");
-    assert_eq!(format_waited(53 * 60 * MIN), "2d5h");
-}
-
 /// Without starvation_limit, a stream of small tasks keeps a big one waiting forever; with
 /// it, the big one starts once it has waited the limit and what ran has finished.
 #[test]

@@ -1,6 +1,8 @@
 //! A task's durable record (`tasks/<unit>/state.ron`): desired and observed state.
 
-use crate::sandbox::spec::AgentStatus;
+use crate::sandbox::spec::{exit_record_path, ExitRecord};
+use crate::state::read_ron;
+use crate::sys::wait::AgentStatus;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -225,6 +227,45 @@ impl TaskRecord {
             stop_started_ms: None,
             stall: None,
             recent_exits: Vec::new(),
+        }
+    }
+}
+
+/// How an attempt ended, as far as the daemon could learn it.
+pub(crate) struct Ending {
+    pub exit: LastExit,
+    /// Why, beyond the exit status (a spawn error, a vanished shim).
+    pub note: Option<String>,
+    /// When the agent ended, from its exit record.
+    pub ended_ms: Option<u64>,
+}
+
+impl Ending {
+    pub fn lost(note: impl Into<String>) -> Self {
+        Ending {
+            exit: LastExit::Lost,
+            note: Some(note.into()),
+            ended_ms: None,
+        }
+    }
+
+    /// From the exit record in `run/`, when it belongs to `generation`; otherwise lost.
+    pub fn from_records(run_dir: &std::path::Path, generation: u64, otherwise: &str) -> Self {
+        match read_ron::<ExitRecord>(&exit_record_path(run_dir)) {
+            Ok(Some(record)) if record.generation == generation => Ending {
+                exit: match record.spawn_error {
+                    Some(_) => LastExit::SpawnFailed,
+                    None => LastExit::Agent(record.status),
+                },
+                note: record.spawn_error,
+                ended_ms: Some(record.ended_ms),
+            },
+            Ok(Some(record)) => Ending::lost(format!(
+                "{otherwise}; exit record of generation {} ignored (current {generation})",
+                record.generation
+            )),
+            Ok(None) => Ending::lost(otherwise),
+            Err(e) => Ending::lost(format!("{otherwise}; {e}")),
         }
     }
 }

@@ -2,13 +2,13 @@
 //! settled (its attempt ended while nobody watched), or left as it was. A shutdown that a
 //! crash interrupted under `keel init` is resumed.
 
-use super::lifecycle::transition;
-use super::lifecycle::Ending;
 use super::reconcile::{self, Action, Observed};
+use super::record::Ending;
 use super::record::{Intent, ShimIdentity, TaskRecord, TaskState};
 use super::stopping::{self, stop, Stop};
+use super::store::transition;
 use super::timers::Timer;
-use super::{liveness, slices, spawn, Daemon, Task};
+use super::{liveness, slices, Daemon, Task};
 use crate::sandbox::spec::{self, AttemptSpec, ShimRecord};
 use crate::state::{self, now_ms};
 use std::time::{Duration, Instant};
@@ -65,7 +65,7 @@ impl Daemon {
                 record.generation = spec.generation;
                 record.attempt = spec.attempt;
             }
-            None if spawn::attempt_lock_held(&run_dir) => {
+            None if crate::state::attempt_lock_held(&run_dir) => {
                 log::error!("{name}: {error}, and a shim of unknown attempt is alive: not starting it again");
                 record.state = TaskState::Failed;
                 record.reason = Some(format!(
@@ -130,7 +130,7 @@ impl Daemon {
         let run_dir = self.store.dirs.run_dir(name);
         let observed = Observed {
             boot_id: self.instance.boot_id.clone(),
-            attempt_lock_held: spawn::attempt_lock_held(&run_dir),
+            attempt_lock_held: crate::state::attempt_lock_held(&run_dir),
             shim_record: state::read_ron::<ShimRecord>(&spec::shim_record_path(&run_dir))
                 .ok()
                 .flatten(),

@@ -2,9 +2,10 @@
 //! what it held (its slice, its checkout's branch, its liveness watch), then apply the pending
 //! intent or the restart policy ([`super::policy`]) and persist the outcome.
 
-use super::lifecycle::{transition, Ending};
 use super::policy::{self, Decision, History, Policy};
+use super::record::Ending;
 use super::record::{Intent, LastExit, TaskState};
+use super::store::transition;
 use super::store::Store;
 use super::timers::{Timer, Timers};
 use super::{checkouts, slices, Daemon, Instance, Shutdown, Task};
@@ -163,7 +164,7 @@ fn settle_task(
     task.record.stop_started_ms = None;
     task.record.finished_ms = Some(now_ms());
     task.record.intent = Intent::None;
-    let mut detail = format!("{exit} after {}", crate::cli::format::duration(ran_for));
+    let mut detail = format!("{exit} after {}", crate::fmt::duration(ran_for));
     if let Some(note) = &ending.note {
         detail.push_str(&format!("; {note}"));
     }
@@ -249,7 +250,7 @@ fn settle_task(
             transition(
                 task,
                 TaskState::Backoff,
-                &format!("restart in {}", crate::cli::format::duration_precise(delay)),
+                &format!("restart in {}", crate::fmt::duration_precise(delay)),
                 store,
             );
             timers.add_after(delay, Timer::BackoffExpired { unit, generation });

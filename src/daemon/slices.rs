@@ -5,11 +5,12 @@
 use super::event_loop::{EventLoop, Source};
 use super::record::{LastExit, TaskState};
 use super::store::Store;
+use super::task::{CpuSample, OomWatched};
 use super::timers::{Timer, Timers};
 use super::{Daemon, Task};
 use crate::cgroup::{CgroupError, Layout, Limits, Removal, TaskCgroup, Tree};
-use crate::sandbox::spec::AgentStatus;
 use crate::state::now_ms;
+use crate::sys::wait::AgentStatus;
 use crate::unit::Unit;
 use mio::unix::SourceFd;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -99,19 +100,6 @@ pub(crate) enum SliceProblem {
     Busy(String),
     /// Not at all (no cgroups, a limit the kernel refuses): the attempt fails to start.
     Failed(String),
-}
-
-/// The OOM watch of a live attempt, registered in the loop.
-pub(crate) struct OomWatched {
-    watch: crate::cgroup::OomWatch,
-    token: mio::Token,
-}
-
-/// A task's CPU time at an instant: `keel status` shows the share since an earlier sample.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CpuSample {
-    usage_usec: u64,
-    at: Instant,
 }
 
 /// What `keel status` shows of a running task's slice.
@@ -438,7 +426,7 @@ impl Daemon {
                 Some(task) if task.record.state.has_attempt() => {}
                 // A live shim this daemon does not supervise (its record was unreadable, say)
                 // is never killed behind the operator's back.
-                _ if super::spawn::attempt_lock_held(&self.store.dirs.run_dir(&unit)) => {
+                _ if crate::state::attempt_lock_held(&self.store.dirs.run_dir(&unit)) => {
                     log::warn!(
                         "{unit}: a cgroup whose shim is alive but not supervised: left alone"
                     );

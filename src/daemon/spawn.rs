@@ -1,10 +1,10 @@
 //! Turning a decision to start into a running shim: the attempt's spec, its environment
 //! contract, and the clone3 call.
 
-use crate::sandbox::launch::{launch_for_exec, shim_argv, shim_env, shim_envp, Launch};
+use crate::sandbox::launch::{launch_for_exec, shim_argv, shim_env, shim_envp};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
-use crate::sandbox::templates::SandboxTemplates;
-use crate::state::StateDir;
+use crate::sandbox::templates::{resolve_launch, SandboxTemplates};
+use crate::state::{attempt_lock_path, take_attempt_lock, StateDir};
 use crate::unit::Unit;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -141,40 +141,6 @@ pub fn last_progress_line(run_dir: &Path) -> Option<String> {
     Some(line.chars().take(200).collect())
 }
 
-/// `run/attempt.lock`: held by the daemon from just before the spawn, then by the shim (as
-/// its fd 3) for its whole life. Whoever can take it knows that no shim of this task is
-/// alive — even one that has not yet written `shim.ron`.
-pub fn attempt_lock_path(run_dir: &Path) -> std::path::PathBuf {
-    run_dir.join("attempt.lock")
-}
-
-/// Is a shim of this task alive (holding the attempt lock)?
-pub fn attempt_lock_held(run_dir: &Path) -> bool {
-    match OpenOptions::new()
-        .read(true)
-        .open(attempt_lock_path(run_dir))
-    {
-        Ok(file) => !crate::sys::try_lock_exclusive(&file).unwrap_or(true),
-        Err(_) => false,
-    }
-}
-
-fn take_attempt_lock(run_dir: &Path) -> Result<File, SpawnError> {
-    let path = attempt_lock_path(run_dir);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| SpawnError::Open(path.display().to_string(), e))?;
-    match crate::sys::try_lock_exclusive(&file) {
-        Ok(true) => Ok(file),
-        Ok(false) => Err(SpawnError::PreviousShimAlive),
-        Err(e) => Err(SpawnError::Open(path.display().to_string(), e)),
-    }
-}
-
 /// Spawn `keel shim --spec …` with a pidfd (its clone writes the spec: see
 /// [`launch_for_exec`]). The shim's own stderr goes to `run/shim.log`, never to the daemon: a
 /// shim must outlive the daemon and its pipes.
@@ -201,13 +167,15 @@ pub fn spawn_shim_program(
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,
     mut templates: Option<&mut SandboxTemplates>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
-    let lock = take_attempt_lock(&spec.run_dir)?;
+    let lock = take_attempt_lock(&spec.run_dir)
+        .map_err(|e| SpawnError::Open(attempt_lock_path(&spec.run_dir).display().to_string(), e))?
+        .ok_or(SpawnError::PreviousShimAlive)?;
     prepare_sandbox_sources(&spec.run_dir)
         .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
     // The agent's start, resolved here on the host (its user, $HOME, the host's /); the
     // shim's clone forks it before its own exec (crate::sandbox::launch).
     let launch =
-        Launch::new(spec, shim_env(), templates.as_deref_mut()).map_err(SpawnError::Launch)?;
+        resolve_launch(spec, shim_env(), templates.as_deref_mut()).map_err(SpawnError::Launch)?;
     let spec_path = spec::attempt_path(&spec.run_dir);
     // The previous attempt's spec goes before the clone writes this one: a daemon that finds
     // the lock held reads no older attempt's spec for it (recovery.rs).

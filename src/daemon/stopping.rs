@@ -2,8 +2,8 @@
 //! The stop signal first, SIGKILL after `stop.timeout`, and what happens afterwards is the
 //! task's persisted intent.
 
-use super::lifecycle::transition;
 use super::record::{Intent, TaskState};
+use super::store::transition;
 use super::store::Store;
 use super::timers::{Timer, Timers};
 use super::{checkouts, slices, Daemon, Task, FORCE_KILL_GRACE};
@@ -37,7 +37,7 @@ pub(crate) fn signal_shim(task: &mut Task, signal: i32) -> bool {
             log::warn!(
                 "{}: signal {} to shim {}: {e}",
                 task.name,
-                crate::unit::signal_name(signal),
+                crate::fmt::signal_name(signal),
                 shim.pid
             );
             false
@@ -118,8 +118,8 @@ pub(crate) fn stop(
         TaskState::Stopping,
         &format!(
             "{}, SIGKILL after {}",
-            crate::unit::signal_name(signal),
-            crate::cli::format::duration_precise(timeout)
+            crate::fmt::signal_name(signal),
+            crate::fmt::duration_precise(timeout)
         ),
         store,
     );
@@ -254,7 +254,7 @@ impl Daemon {
         let run = self.store.dirs.run_dir(unit);
         let work = self.store.dirs.work_dir(unit);
         let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
-        if super::spawn::attempt_lock_held(&run) {
+        if crate::state::attempt_lock_held(&run) {
             // Never pull run/ (and its lock) from under a live shim.
             log::error!("{unit}: removed while a shim still holds its attempt lock; run/ kept");
         } else {

@@ -1,6 +1,7 @@
 //! What the daemon writes down: the state directory (task records, accepted units, run files)
 //! and the journal, and what this loop round changed that the loop acts on before it sleeps.
 
+use super::record::TaskState;
 use super::Task;
 use crate::state::{now_ms, Event, Journal, StateDir, StateError};
 
@@ -62,4 +63,36 @@ impl Store {
             log::error!("journal: {e}");
         }
     }
+}
+
+/// Change state, persist, journal — in that order. Returns whether the record reached the
+/// disk.
+pub(crate) fn transition(task: &mut Task, to: TaskState, detail: &str, store: &mut Store) -> bool {
+    if to == TaskState::Queued && task.record.state != TaskState::Queued {
+        task.queued_since_ms = now_ms();
+    }
+    if to != TaskState::Queued {
+        task.waiting = None;
+    }
+    if task.record.state.has_attempt() && !to.has_attempt() {
+        // What this attempt reserved is free again.
+        store.queue_changed = true;
+    }
+    task.record.state = to;
+    let persisted = store.persist(task).is_ok();
+    let unit = &task.name;
+    let what = if detail.is_empty() {
+        to.to_string()
+    } else {
+        format!("{to} ({detail})")
+    };
+    if persisted {
+        store.task_event(task, to.as_str(), detail);
+        log::info!("{unit}: {what}");
+    } else {
+        // Not journaled either: the caller may take it back (a stop, a start), and the
+        // journal holds what the records held.
+        log::warn!("{unit}: {what}: not recorded in the state directory");
+    }
+    persisted
 }

@@ -20,7 +20,7 @@ impl Daemon {
         if let Some(every) = self.notifier.watchdog_interval() {
             log::info!(
                 "systemd watchdog: pinging every {}",
-                crate::cli::format::duration_precise(every)
+                crate::fmt::duration_precise(every)
             );
             self.notifier.watchdog_ping();
             self.events.timers.add_after(every, Timer::Watchdog);

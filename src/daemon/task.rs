@@ -2,8 +2,8 @@
 //! what it has observed of it), the shims' statuses reaped before their pidfd event, and what
 //! `keel rm` did with a removed task's files.
 
+use super::queue;
 use super::record::TaskRecord;
-use super::{queue, slices};
 use crate::state::now_ms;
 use crate::unit::Unit;
 use mio::Token;
@@ -105,7 +105,7 @@ pub(crate) struct Task {
     /// What the live attempt reserved (from the unit it started with).
     pub reserved: Option<queue::Reservation>,
     /// The live attempt's OOM watch.
-    pub oom: Option<slices::OomWatched>,
+    pub oom: Option<OomWatched>,
     /// When the watch last saw the OOM killer strike in the attempt's cgroup, and when keel
     /// itself last sent the attempt a SIGKILL (unix ms): which came last decides `oom`.
     pub last_oom_ms: Option<u64>,
@@ -117,7 +117,7 @@ pub(crate) struct Task {
     /// The branches kept in the main repository and when they were listed (`keel status`).
     pub kept_branches: std::cell::RefCell<Option<(Vec<String>, Instant)>>,
     /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
-    pub cpu_samples: std::cell::Cell<(Option<slices::CpuSample>, Option<slices::CpuSample>)>,
+    pub cpu_samples: std::cell::Cell<(Option<CpuSample>, Option<CpuSample>)>,
     /// An orderly shutdown could not record its stop: left running for the next daemon.
     pub left_running: bool,
 }
@@ -169,4 +169,17 @@ impl Task {
             left_running: false,
         }
     }
+}
+
+/// The OOM watch of a live attempt, registered in the loop (kept by `slices.rs`).
+pub(crate) struct OomWatched {
+    pub(super) watch: crate::cgroup::OomWatch,
+    pub(super) token: mio::Token,
+}
+
+/// A task's CPU time at an instant: `keel status` shows the share since an earlier sample.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuSample {
+    pub(super) usage_usec: u64,
+    pub(super) at: Instant,
 }

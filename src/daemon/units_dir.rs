@@ -3,8 +3,8 @@
 //! apart: editors and `git checkout` remove and rewrite files) removes its task, and a
 //! file that does not parse is reported without harming anything else.
 
-use super::lifecycle::transition;
 use super::record::{Intent, TaskRecord, TaskState};
+use super::store::transition;
 use super::timers::Timer;
 use super::{Daemon, DaemonError, Task};
 use crate::state::now_ms;

@@ -412,7 +412,7 @@ impl Init<'_> {
             if self.companion_pid.is_some() {
                 log::info!(
                     "waiting up to {} for the companion command",
-                    crate::cli::format::duration(COMPANION_GRACE)
+                    crate::fmt::duration(COMPANION_GRACE)
                 );
                 self.signal_companion(Signal::SIGTERM);
                 self.companion_kill_at = Some(Instant::now() + COMPANION_GRACE);
@@ -435,7 +435,7 @@ impl Init<'_> {
             Some(delay) => {
                 log::info!(
                     "respawning the daemon in {}",
-                    crate::cli::format::duration_precise(delay)
+                    crate::fmt::duration_precise(delay)
                 );
                 self.respawn_at = Some(now + delay);
                 Ok(())
@@ -444,7 +444,7 @@ impl Init<'_> {
                 log::error!(
                     "daemon crashed {} times within {}: giving up",
                     self.crashes.len(),
-                    crate::cli::format::duration(CRASH_WINDOW)
+                    crate::fmt::duration(CRASH_WINDOW)
                 );
                 Err(1)
             }

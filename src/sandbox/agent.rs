@@ -1,9 +1,9 @@
 //! What the shim hands the agent and what it says when the agent cannot start: the agent's
 //! environment (the supervisor's own variables removed) and the spawn-failure message.
 
-use crate::sandbox::shim::SETUP_FAILURE;
-use crate::sandbox::spec::AgentStatus;
+use crate::sandbox::spec::SETUP_FAILURE;
 use crate::sys::process::{ExecFailure, ExecStage};
+use crate::sys::wait::AgentStatus;
 use nix::errno::Errno;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;

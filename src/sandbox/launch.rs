@@ -16,7 +16,6 @@
 use crate::sandbox::agent::agent_env;
 use crate::sandbox::prepare::{prepare, Prepared};
 use crate::sandbox::spec::AttemptSpec;
-use crate::sandbox::templates::SandboxTemplates;
 use crate::state::now_ms;
 use crate::sys::process::{self, ExecPlan, ForkedAgent};
 use std::ffi::{CString, OsString};
@@ -38,26 +37,18 @@ pub struct Launch {
 
 impl Launch {
     /// `inherited`: the environment the agent's is made from (the supervisor's own variables
-    /// are removed). `templates`: build the sandbox on a copy of a template of its shape when
-    /// there is one (or one can be built); `None`: the whole mount plan. Errors say what to
-    /// fix (an unknown user, a program path with a NUL).
-    pub fn new<I>(
-        spec: &AttemptSpec,
-        inherited: I,
-        mut templates: Option<&mut SandboxTemplates>,
-    ) -> Result<Launch, String>
+    /// are removed); the sandbox is the whole mount plan (the daemon's starts may be built on a
+    /// template: [`crate::sandbox::templates::resolve_launch`]). Errors say what to fix (an
+    /// unknown user, a program path with a NUL).
+    pub fn new<I>(spec: &AttemptSpec, inherited: I) -> Result<Launch, String>
     where
         I: IntoIterator<Item = (OsString, OsString)>,
     {
         let sandbox = match &spec.sandbox {
-            Some(sandbox) => {
-                let mut prepared = prepare(sandbox, templates.as_deref_mut())
-                    .map_err(|e| format!("sandbox: {e}"))?;
-                if let Some(templates) = templates {
-                    prepared.use_template(templates);
-                }
-                Some(prepared)
-            }
+            Some(sandbox) => Some(
+                prepare(sandbox, crate::sandbox::mounts::list_host_root)
+                    .map_err(|e| format!("sandbox: {e}"))?,
+            ),
             None => None,
         };
         Launch::with_sandbox(spec, inherited, sandbox)
@@ -225,7 +216,7 @@ pub fn hand_over(started: Result<Handoff, String>, spec: &AttemptSpec, spec_path
 
 /// The exit status of the daemon's clone when it could not write the attempt's spec. There is
 /// no exit record then; a shim leaves one whenever it ends but with
-/// [`crate::sandbox::shim::SETUP_FAILURE`] (its spec unreadable).
+/// [`crate::sandbox::spec::SETUP_FAILURE`] (its spec unreadable).
 pub const SPEC_NOT_WRITTEN: i32 = 124;
 
 /// What `keel shim` was handed on its command line.
@@ -345,7 +336,7 @@ mod tests {
             sandbox: None,
             cgroup_v1_procs: vec!["/nonexistent/keel-test/cgroup.procs".into()],
         };
-        let launch = Launch::new(&spec, Vec::new(), None).unwrap();
+        let launch = Launch::new(&spec, Vec::new()).unwrap();
         let started = start_agent(&launch);
         let dir = std::env::temp_dir().join(format!("keel-launch-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

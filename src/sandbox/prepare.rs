@@ -8,7 +8,6 @@ use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
 use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
 use crate::sandbox::spec::SandboxSpec;
-use crate::sandbox::templates::SandboxTemplates;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -45,15 +44,16 @@ pub struct Prepared {
     pub home: PathBuf,
     /// The seccomp filter, built here (once per process) rather than in the agent's child,
     /// which shares its parent's memory and should allocate little.
-    seccomp: &'static [crate::sandbox::seccomp::Instruction],
+    seccomp: &'static [crate::sys::seccomp::Instruction],
 }
 
 /// Resolve the sandbox of `spec`. Errors say what to fix (an unknown user, a capability
-/// name) and are reported as the attempt's spawn failure. `templates`: the daemon's, whose
-/// listing of the host's `/` is kept while `/` does not change; `None`: listed now.
+/// name) and are reported as the attempt's spawn failure. `list_host_root`: the listing of
+/// the host's `/` — [`mounts::list_host_root`], or the daemon's templates' (kept while `/`
+/// does not change: [`crate::sandbox::templates`]).
 pub fn prepare(
     spec: &SandboxSpec,
-    templates: Option<&mut SandboxTemplates>,
+    list_host_root: impl FnOnce() -> std::io::Result<Vec<RootEntry>>,
 ) -> Result<Prepared, String> {
     // The user databases only matter for `sandbox.user` (root needs no lookup).
     let read = |path: &str| match &spec.user {
@@ -99,11 +99,7 @@ pub fn prepare(
         // own of: keep the host's resolver directory visible, read-only.
         readonly: mounts::resolv_conf_run_dir().into_iter().collect(),
     };
-    let host_root = match templates {
-        Some(templates) if templates.enabled() => templates.host_root(),
-        _ => mounts::list_host_root(),
-    }
-    .map_err(|e| format!("cannot list the host's /: {e}"))?;
+    let host_root = list_host_root().map_err(|e| format!("cannot list the host's /: {e}"))?;
     Ok(Prepared {
         layout,
         host_root,
@@ -143,20 +139,20 @@ impl Prepared {
         Ok(())
     }
 
-    /// Build on a template of this sandbox's shape when it has one (see
-    /// [`crate::sandbox::templates`]): the agent's start then mounts a dozen things, not sixty.
-    pub fn use_template(&mut self, templates: &mut SandboxTemplates) {
-        if !templates.enabled() {
-            // Not even the host's state is read: it would only be thrown away.
-            return;
-        }
-        let host = templates.host_state(&self.layout, &self.host_root);
-        let Some(attempt) = templates.shape(&self.layout, &self.host_root, &host) else {
-            return;
-        };
-        if let Some(ns) = templates.get(&attempt, &self.layout, &self.host_root) {
-            self.template = Some((attempt, TemplateNs::Template(ns)));
-        }
+    /// The mounts this sandbox needs (its shape, with [`Prepared::host_root`]).
+    pub fn layout(&self) -> &SandboxLayout {
+        &self.layout
+    }
+
+    /// The host's `/` as it was listed for this sandbox.
+    pub fn host_root(&self) -> &[RootEntry] {
+        &self.host_root
+    }
+
+    /// Build on `ns`, a template of this sandbox's shape (`attempt`): the agent's start then
+    /// mounts a dozen things, not sixty ([`crate::sandbox::templates`] chooses it).
+    pub fn build_on_template(&mut self, attempt: AttemptOnTemplate, ns: OwnedFd) {
+        self.template = Some((attempt, TemplateNs::Template(ns)));
     }
 
     /// The descriptor of the namespace this sandbox is built on, if any.

@@ -11,14 +11,7 @@
 //!
 //! The program is built by a pure function and tested here; `src/sys/seccomp.rs` installs it.
 
-/// One classic-BPF instruction (`struct sock_filter`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Instruction {
-    pub code: u16,
-    pub jt: u8,
-    pub jf: u8,
-    pub k: u32,
-}
+use crate::sys::seccomp::Instruction;
 
 // linux/bpf_common.h (BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, …), linux/seccomp.h,
 // linux/audit.h.

@@ -19,20 +19,17 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::SigSet;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
+use crate::fmt::signal_name;
 use crate::sandbox::agent::{agent_env, spawn_failure};
 use crate::sandbox::launch::{start_agent, Handed, Handoff, Launch};
 use crate::sandbox::logs::LogWriter;
 use crate::sandbox::spec::{
-    exit_record_path, kill_request_signal, shim_record_path, AgentStatus, AttemptSpec, ExitRecord,
-    ShimRecord,
+    exit_record_path, kill_request_signal, shim_record_path, AttemptSpec, ExitRecord, ShimRecord,
+    SETUP_FAILURE,
 };
 use crate::state::{now_ms, read_ron, write_ron};
-use crate::sys::process::{self, ExecPlan, Reaped};
-use crate::unit::signal_name;
-
-/// The shim's exit code when it could not start the agent for a reason of its own (as
-/// `docker run` uses 125): unreadable spec, no pipe, no log file.
-pub const SETUP_FAILURE: i32 = 125;
+use crate::sys::process::{self, ExecPlan};
+use crate::sys::wait::{reap_any, AgentStatus, Reaped};
 
 /// Signals forwarded to the agent's process group as they are: the contract with the daemon,
 /// which refuses to send any other.
@@ -162,7 +159,7 @@ fn start<'a>(
             Handed::take_over(pid, started_ms).map_err(fail)?
         }
         // Started on its own (`keel shim --spec`, tests): the same start, here.
-        _ => Launch::new(spec, std::env::vars_os(), None)
+        _ => Launch::new(spec, std::env::vars_os())
             .and_then(|launch| start_agent(&launch))
             .map_err(fail)?,
     };
@@ -350,7 +347,7 @@ impl Shim<'_> {
     /// Reap every ended child: the agent (remember its status) and any orphan.
     fn reap(&mut self) {
         loop {
-            match process::reap_any() {
+            match reap_any() {
                 Ok(Reaped::Child(pid, status)) if pid == self.agent => {
                     log::debug!("agent pid {pid} ended: {status}");
                     self.ended = Some((status, now_ms()));

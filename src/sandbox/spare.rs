@@ -26,8 +26,8 @@
 use crate::sandbox::launch::{hand_over, shim_argv, start_agent, Launch};
 use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
 use crate::sandbox::prepare::{Prepared, PreparedParts};
-use crate::sandbox::shim::SETUP_FAILURE;
 use crate::sandbox::spec::AttemptSpec;
+use crate::sandbox::spec::SETUP_FAILURE;
 use crate::sys::fds::{receive_with_fds, send_with_fds};
 use std::ffi::CString;
 use std::io;

@@ -7,8 +7,8 @@
 //! as its last. Each carries the attempt's generation, so a record left by an older attempt is
 //! never mistaken for the current one (fencing).
 
+use crate::sys::wait::AgentStatus;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Everything the shim needs to run one attempt of a task.
@@ -118,37 +118,6 @@ pub struct ShimRecord {
     pub boot_id: String,
 }
 
-/// How the agent ended.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub enum AgentStatus {
-    Exited(i32),
-    Signaled(i32),
-}
-
-impl AgentStatus {
-    /// The exit code a shell (and tini) would report: the code, or 128 + the signal number.
-    pub fn exit_code(self) -> i32 {
-        match self {
-            AgentStatus::Exited(code) => code,
-            AgentStatus::Signaled(signal) => 128 + signal,
-        }
-    }
-    pub fn success(self) -> bool {
-        self == AgentStatus::Exited(0)
-    }
-}
-
-impl fmt::Display for AgentStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AgentStatus::Exited(code) => write!(f, "exit:{code}"),
-            AgentStatus::Signaled(signal) => {
-                write!(f, "signal:{}", crate::unit::signal_name(*signal))
-            }
-        }
-    }
-}
-
 /// Written atomically by the shim when the agent has ended, before the shim exits.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ExitRecord {
@@ -200,16 +169,9 @@ pub const FORWARDED_SIGNALS: [i32; 8] = [
     libc::SIGCONT,
 ];
 
-/// Signals a unit may name as `stop.signal`.
-pub const STOP_SIGNALS: [i32; 7] = [
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGKILL,
-];
+/// The shim's exit code when it could not start the agent for a reason of its own (as
+/// `docker run` uses 125): unreadable spec, no pipe, no log file.
+pub const SETUP_FAILURE: i32 = 125;
 
 /// The signal to send to the shim so that the agent receives `signal`.
 pub fn signal_for_shim(signal: i32) -> Option<i32> {

@@ -11,10 +11,14 @@
 //! key is read again only when the kernel reports a change ([`crate::sandbox::host_view`]).
 
 use crate::sandbox::host_view::{HostState, HostView};
+use crate::sandbox::launch::Launch;
 use crate::sandbox::mounts::template::{attempt_on_template, build_template, AttemptOnTemplate};
-use crate::sandbox::mounts::{RootEntry, SandboxLayout};
+use crate::sandbox::mounts::{self, RootEntry, SandboxLayout};
+use crate::sandbox::prepare::{prepare, Prepared};
 use crate::sandbox::spare::Spare;
+use crate::sandbox::spec::AttemptSpec;
 use std::collections::hash_map::DefaultHasher;
+use std::ffi::OsString;
 use std::hash::{Hash, Hasher};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -55,6 +59,39 @@ pub struct SandboxTemplates {
     last: Option<AttemptOnTemplate>,
 }
 
+/// The attempt's start resolved on the host, as [`Launch::new`] does, its sandbox built on a
+/// copy of a template of its shape when `templates` has one (or can build one); `None`: the
+/// whole mount plan. The daemon's side of a start: `inherited` is the environment the agent's
+/// is made from.
+pub fn resolve_launch<I>(
+    spec: &AttemptSpec,
+    inherited: I,
+    templates: Option<&mut SandboxTemplates>,
+) -> Result<Launch, String>
+where
+    I: IntoIterator<Item = (OsString, OsString)>,
+{
+    let Some(templates) = templates else {
+        return Launch::new(spec, inherited);
+    };
+    let sandbox = match &spec.sandbox {
+        Some(sandbox) => {
+            let listing = || {
+                if templates.enabled() {
+                    templates.host_root()
+                } else {
+                    mounts::list_host_root()
+                }
+            };
+            let mut prepared = prepare(sandbox, listing).map_err(|e| format!("sandbox: {e}"))?;
+            templates.use_for(&mut prepared);
+            Some(prepared)
+        }
+        None => None,
+    };
+    Launch::with_sandbox(spec, inherited, sandbox)
+}
+
 /// Layouts whose verdict is remembered (a daemon's units come in a few shapes).
 const REMEMBERED_SHAPES: usize = 64;
 
@@ -75,6 +112,23 @@ impl SandboxTemplates {
             last: None,
             disabled: std::env::var_os("KEEL_NO_SANDBOX_TEMPLATES").is_some_and(|v| v == "1")
                 || !can_join_mount_namespaces(),
+        }
+    }
+
+    /// Build `prepared` on a template of its shape when it has one (built now if need be):
+    /// the agent's start then mounts a dozen things, not sixty.
+    pub fn use_for(&mut self, prepared: &mut Prepared) {
+        if !self.enabled() {
+            // Not even the host's state is read: it would only be thrown away.
+            return;
+        }
+        let (layout, host_root) = (prepared.layout(), prepared.host_root());
+        let host = self.host_state(layout, host_root);
+        let Some(attempt) = self.shape(layout, host_root, &host) else {
+            return;
+        };
+        if let Some(ns) = self.get(&attempt, layout, host_root) {
+            prepared.build_on_template(attempt, ns);
         }
     }
 

@@ -1,8 +1,9 @@
 //! Work done in a forked child of the (single-threaded) daemon, with a bounded wait for it:
 //! building a sandbox template.
 
-use super::fds::wait_readable;
-use super::process::{pipe, reset_signal_dispositions, wait_for, MAX_REPORT_MESSAGE};
+use super::fds::{pipe, wait_readable};
+use super::process::{reset_signal_dispositions, MAX_REPORT_MESSAGE};
+use super::wait::wait_for;
 use super::{block_all_signals, restore_signal_mask};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};

@@ -1,6 +1,6 @@
 //! The few raw syscalls keel needs that neither std nor nix wrap: pidfds, clone3, locks,
 //! capabilities (`caps`), mounts (`mount`), a machine's PID 1 (`machine`), the shim's fork
-//! and exec (`process`), the terminal's size (`term`), and libgit2's global settings (`git`).
+//! and exec (`process`), reaping (`wait`), the terminal's size (`term`), and libgit2's global settings (`git`).
 //!
 //! Every `unsafe` block of keel lives under `src/sys/`, each with a `// SAFETY:` line.
 //! Everything else in the crate goes through these functions or through nix.
@@ -15,6 +15,7 @@ pub mod process;
 pub mod seccomp;
 pub mod term;
 mod vfork;
+pub mod wait;
 
 use std::ffi::CString;
 use std::io;

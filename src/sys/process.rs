@@ -6,7 +6,7 @@
 //! fork and exec the child only makes async-signal-safe calls on that memory and reports a
 //! failure to the parent through a close-on-exec pipe (stage + errno), as posix_spawn does.
 
-use crate::sandbox::spec::AgentStatus;
+use super::wait::wait_for;
 use nix::sys::signal::SigSet;
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -14,7 +14,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-pub use super::child::run_in_child;
 pub use super::fds::{
     clear_cloexec, exit_now, grow_pipe, open_dev_null, pipe, set_cloexec, set_nonblocking,
     wait_readable,
@@ -295,11 +294,12 @@ struct ChildSetup<'a> {
 }
 
 fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
-    // SAFETY (whole function): we are the vfork-style child of a single-threaded process that
-    // is suspended until we exec or exit, started with every signal blocked. Every call below
-    // but `prepare` is async-signal-safe (rt_sigaction, sigprocmask, setsid, prctl, getppid,
-    // dup2, fcntl, chdir, syscall(close_range), execve, write, _exit) and only reads memory
-    // built before the clone. We never return or unwind: every path ends in execve or _exit.
+    // SAFETY: (the whole function) we are the vfork-style child of a single-threaded process
+    // that is suspended until we exec or exit, started with every signal blocked. Every call
+    // below but `prepare` is async-signal-safe (rt_sigaction, sigprocmask, setsid, prctl,
+    // getppid, dup2, fcntl, chdir, syscall(close_range), execve, write, _exit) and only reads
+    // memory built before the clone. We never return or unwind: every path ends in execve or
+    // _exit.
     unsafe {
         let fail = |stage: ExecStage, errno: libc::c_int| child_fail(report, stage, errno);
         let errno = || *libc::__errno_location();
@@ -532,69 +532,6 @@ pub fn exec_as_is(program: &std::ffi::CStr, argv: &[std::ffi::CString]) -> io::E
     // call; the array ends with a NULL pointer as execv(3) requires.
     unsafe { libc::execv(program.as_ptr(), pointers.as_ptr()) };
     io::Error::last_os_error()
-}
-
-/// What one `waitpid(-1, WNOHANG)` found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reaped {
-    Child(i32, AgentStatus),
-    /// Children exist but none has ended.
-    NoneReady,
-    /// No children left (ECHILD).
-    NoChildren,
-}
-
-/// Reap one ended child, any child (orphans reparented to us included), without blocking.
-pub fn reap_any() -> io::Result<Reaped> {
-    loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: `status` is a valid out pointer for the duration of the call.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid == 0 {
-            return Ok(Reaped::NoneReady);
-        }
-        if pid < 0 {
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::ECHILD) => return Ok(Reaped::NoChildren),
-                Some(libc::EINTR) => continue,
-                _ => return Err(err),
-            }
-        }
-        if let Some(decoded) = decode_wait_status(status) {
-            return Ok(Reaped::Child(pid, decoded));
-        }
-    }
-}
-
-/// Block until child `pid` has ended and reap it.
-pub fn wait_for(pid: i32) -> io::Result<AgentStatus> {
-    loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: `status` is a valid out pointer for the duration of the call.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc < 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(err);
-        }
-        if let Some(decoded) = decode_wait_status(status) {
-            return Ok(decoded);
-        }
-    }
-}
-
-/// A wait status as exit code or terminating signal (None for stop/continue reports).
-pub fn decode_wait_status(status: libc::c_int) -> Option<AgentStatus> {
-    if libc::WIFEXITED(status) {
-        Some(AgentStatus::Exited(libc::WEXITSTATUS(status)))
-    } else if libc::WIFSIGNALED(status) {
-        Some(AgentStatus::Signaled(libc::WTERMSIG(status)))
-    } else {
-        None
-    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,18 @@
 
 use std::io;
 
+/// One classic-BPF instruction (`struct sock_filter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instruction {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
 /// Install a seccomp filter on this thread (seccomp(2), `SECCOMP_SET_MODE_FILTER`). Requires
 /// no_new_privs (or CAP_SYS_ADMIN); inherited by every child, kept across execve.
-pub fn install_seccomp_filter(program: &[crate::sandbox::seccomp::Instruction]) -> io::Result<()> {
+pub fn install_seccomp_filter(program: &[Instruction]) -> io::Result<()> {
     let filters: Vec<libc::sock_filter> = program
         .iter()
         .map(|i| libc::sock_filter {

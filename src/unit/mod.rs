@@ -17,6 +17,7 @@
 mod lexer;
 mod scanner;
 pub(crate) mod source_map;
+mod suggest;
 mod validate;
 mod values;
 
@@ -33,8 +34,8 @@ mod tests_values;
 
 pub use validate::{validate_unit, FieldPath, PathSeg, Problem};
 pub use values::{
-    format_duration, format_size, parse_capability, parse_duration, parse_signal, parse_size,
-    signal_name, Dur, Size, StopSignal,
+    cpu_millis, format_duration, format_size, parse_capability, parse_duration, parse_signal,
+    parse_size, Dur, Size, StopSignal,
 };
 
 use serde::Deserialize;

@@ -3,7 +3,8 @@
 
 use super::lexer::{lex, Tok, TokKind};
 use super::scanner::{Node, Paths, Scanner};
-use super::validate::{did_you_mean, one_of, FieldPath, PathSeg};
+use super::suggest::{did_you_mean, one_of};
+use super::validate::{FieldPath, PathSeg};
 
 const DURATION_HINT: &str = "a duration such as \"90s\", \"5m\" or \"250ms\"";
 

@@ -106,9 +106,6 @@ fn signals() {
         .contains("unknown signal \"15\""));
     assert!(parse_signal("").is_err());
     assert!(parse_signal("SIG").is_err());
-    assert_eq!(signal_name(libc::SIGTERM), "SIGTERM");
-    assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
-    assert_eq!(signal_name(99), "SIG99");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The scalar values of a unit file: durations, sizes, signals and capabilities written as
 //! strings, and the argv of a command.
 
-use super::validate::did_you_mean;
+use super::suggest::did_you_mean;
 use super::Command;
 use serde::{Deserialize, Deserializer};
 use std::time::Duration;
@@ -159,6 +159,16 @@ pub fn format_size(bytes: u64) -> String {
     bytes.to_string()
 }
 
+/// `cores` as millicores, rounded to the nearest (`0.1` → 100, not 100.00000000000001 → 101);
+/// non-positive or NaN → 0 (validation refuses those before they get here).
+pub fn cpu_millis(cores: f64) -> u64 {
+    if cores.is_nan() || cores <= 0.0 {
+        return 0;
+    }
+    // `as` saturates: an absurd share becomes u64::MAX, which never fits.
+    ((cores * 1000.0).round() as u64).max(1)
+}
+
 /// Signal number from `"SIGTERM"` / `"TERM"` (any case).
 pub fn parse_signal(text: &str) -> Result<i32, String> {
     use std::str::FromStr;
@@ -182,13 +192,16 @@ pub fn parse_signal(text: &str) -> Result<i32, String> {
     ))
 }
 
-/// Signal name for display (`SIGTERM`), or `SIG<n>` when unknown.
-pub fn signal_name(number: i32) -> String {
-    match nix::sys::signal::Signal::try_from(number) {
-        Ok(signal) => signal.as_str().to_string(),
-        Err(_) => format!("SIG{number}"),
-    }
-}
+/// Signals a unit may name as `stop.signal`.
+pub const STOP_SIGNALS: [i32; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGKILL,
+];
 
 /// Linux capability names, indexed by number (see capabilities(7)).
 const CAPABILITIES: [&str; 41] = [

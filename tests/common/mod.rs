@@ -321,7 +321,7 @@ impl Daemon {
         let record = keel::sandbox::spec::ExitRecord {
             generation,
             attempt,
-            status: keel::sandbox::spec::AgentStatus::Exited(0),
+            status: keel::sys::wait::AgentStatus::Exited(0),
             agent_pid: 1,
             started_ms: now.saturating_sub(1000),
             ended_ms: now,

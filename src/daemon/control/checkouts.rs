@@ -9,7 +9,7 @@ impl Daemon {
     /// `keel harvest UNIT`: the same, now — between attempts. While an agent runs it can
     /// rewrite its git directory under the harvest's feet; its attempt's end harvests anyway.
     pub(super) fn harvest_request(&mut self, unit: &str) -> Response {
-        if crate::daemon::spawn::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
+        if crate::state::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             return Response::Error {
                 message: format!(
                     "{unit}: running; its branch is harvested when the attempt ends (or `keel stop {unit}` first)"
@@ -72,7 +72,7 @@ impl Daemon {
         }
         let mut message = format!(
             "freed {} ({} checkout{} removed{})",
-            crate::daemon::queue::format_bytes(freed, false),
+            crate::fmt::format_bytes(freed, false),
             removed.len(),
             if removed.len() == 1 { "" } else { "s" },
             if removed.is_empty() {

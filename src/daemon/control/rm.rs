@@ -55,8 +55,7 @@ impl Daemon {
     fn remove_leftovers(&mut self, unit: &str, force: bool) -> Option<String> {
         crate::unit::validate_name(unit).ok()?;
         let dir = self.store.dirs.task_dir(unit);
-        if !dir.is_dir() || crate::daemon::spawn::attempt_lock_held(&self.store.dirs.run_dir(unit))
-        {
+        if !dir.is_dir() || crate::state::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             return None;
         }
         let message = match self.delete_task_files(unit, 0, force) {

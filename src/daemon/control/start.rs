@@ -2,9 +2,9 @@
 //! cleared) and `keel restart` (stop the attempt, then start again at once).
 
 use super::{not_persisted, unknown_unit};
-use crate::daemon::lifecycle::transition;
 use crate::daemon::record::{Intent, TaskState};
 use crate::daemon::stopping::{stop, Stop};
+use crate::daemon::store::transition;
 use crate::daemon::Daemon;
 use crate::protocol::Response;
 

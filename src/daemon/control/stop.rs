@@ -30,13 +30,13 @@ impl Daemon {
             return Response::Error {
                 message: format!(
                     "{} cannot be sent to a task: use SIGKILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH or SIGCONT",
-                    crate::unit::signal_name(signal)
+                    crate::fmt::signal_name(signal)
                 ),
             };
         };
         if signal_shim(task, to_shim) {
             Response::Ok {
-                message: format!("{unit}: sent {}", crate::unit::signal_name(signal)),
+                message: format!("{unit}: sent {}", crate::fmt::signal_name(signal)),
             }
         } else {
             Response::Error {

@@ -26,7 +26,7 @@ mod verdicts;
 
 pub(crate) use verdicts::check_liveness;
 
-use super::lifecycle::Ending;
+use super::record::Ending;
 use super::record::{LastExit, StallStop, TaskRecord, TaskState};
 use super::slices::{self, Slices};
 use super::timers::{Timer, Timers};

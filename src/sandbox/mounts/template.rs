@@ -341,7 +341,7 @@ pub fn build_template(
         })
         .collect();
     let new_root = template.new_root.clone();
-    crate::sys::process::run_in_child(
+    crate::sys::child::run_in_child(
         &|| {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
                 .map_err(|e| format!("unshare: {e}"))?;

@@ -1,10 +1,13 @@
 //! `keel status [UNIT] [--json] [--watch [SECS]] [--color WHEN]`: one line a task, read at a
 //! glance (a state's colour says whether it needs a person); with UNIT, that task in full
-//! ([`super::status_detail`]); `--json` is the stable [`crate::protocol::StatusReport`].
+//! ([`detail`]); `--watch` redraws it ([`watch`]); `--json` is the stable [`crate::protocol::StatusReport`].
 
-use super::format::{ago, duration_precise, fit, fit_visible, paint, wrap, Tone};
+pub mod detail;
+pub mod watch;
+
+use super::format::{fit, fit_visible, paint, wrap, Tone};
 use super::{request, CliError, CliResult};
-use crate::daemon::queue::format_bytes;
+use crate::fmt::{ago, duration_precise, format_bytes};
 use crate::protocol::{Request, Response, StatusReport, TaskInfo};
 use crate::state::now_ms;
 use std::path::Path;
@@ -31,7 +34,7 @@ pub fn run(state_dir: &Path, options: &Options<'_>) -> CliResult {
         std::env::var_os("NO_COLOR").as_deref(),
     );
     if let Some(every) = options.watch {
-        return super::watch::run(state_dir, options.unit, every, colour, terminal);
+        return watch::run(state_dir, options.unit, every, colour, terminal);
     }
     let report = fetch(state_dir, options.unit, Duration::from_secs(30))?;
     if options.json {
@@ -79,7 +82,7 @@ pub fn fetch_report(
 pub fn render(report: &StatusReport, now: u64, colour: bool) -> String {
     if let [task] = report.tasks.as_slice() {
         if let Some(detail) = &task.detail {
-            return super::status_detail::render(task, detail, now, colour);
+            return detail::render(task, detail, now, colour);
         }
     }
     render_table(report, now, colour)

@@ -5,9 +5,9 @@
 //! that is down is one line in the frame, and the next frame finds it again when it is back.
 //! Ctrl-C (or SIGTERM, SIGHUP) ends it after the current frame; a second one at once.
 
-use super::format::{fit_visible, paint, Tone};
-use super::status::{fetch_report, render};
-use super::{CliError, CliResult};
+use super::{fetch_report, render};
+use crate::cli::format::{fit_visible, paint, Tone};
+use crate::cli::{CliError, CliResult};
 use crate::state::{now_ms, rfc3339};
 use std::io::Write;
 use std::path::Path;
@@ -56,13 +56,13 @@ pub fn run(
             // What to do comes last in the message; the retry first, so a cut keeps it.
             Err(down) => format!(
                 "trying again every {}: {}\n",
-                super::format::duration_precise(every),
+                crate::fmt::duration_precise(every),
                 paint(&down.0, Tone::Bad, colour)
             ),
         };
         let header = format!(
             "{command} every {} · {} UTC · Ctrl-C quits",
-            super::format::duration_precise(every),
+            crate::fmt::duration_precise(every),
             &rfc3339(now)[11..19]
         );
         let screen = if terminal {

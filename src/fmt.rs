@@ -1,0 +1,171 @@
+//! Human-readable figures, for everyone who writes them (messages, logs, the command line):
+//! durations, sizes, CPU shares, signal names. A leaf: it imports nothing of keel's.
+//!
+//! The unit file's own spelling of durations and sizes (`"1h30m"`, `"512M"`, exact and parsed
+//! back) is the unit format's, in `crate::unit`.
+
+use std::time::Duration;
+
+/// `"3s"`, `"4m"`, `"2h"`, `"3d"`: the largest whole unit (for tables and messages).
+pub fn duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 60 {
+        if d < Duration::from_secs(1) && !d.is_zero() {
+            return format!("{}ms", d.as_millis());
+        }
+        format!("{secs}s")
+    } else if secs < 3600 {
+        format!("{}m", secs / 60)
+    } else if secs < 86_400 {
+        format!("{}h", secs / 3600)
+    } else {
+        format!("{}d", secs / 86_400)
+    }
+}
+
+/// `"1.5s"`, `"250ms"`, `"5m0s"`: precise enough for backoff delays and timeouts.
+pub fn duration_precise(d: Duration) -> String {
+    let millis = d.as_millis();
+    if millis < 1000 {
+        format!("{millis}ms")
+    } else if millis < 60_000 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        format!("{}m{}s", millis / 60_000, (millis % 60_000) / 1000)
+    }
+}
+
+/// Time since a wall-clock instant, `"12s ago"`; `"-"` when unknown.
+pub fn ago(ts_ms: Option<u64>, now_ms: u64) -> String {
+    match ts_ms {
+        Some(ts) => format!(
+            "{} ago",
+            duration(Duration::from_millis(now_ms.saturating_sub(ts)))
+        ),
+        None => "-".to_string(),
+    }
+}
+
+/// Millicores as cores with at most two decimals, trailing zeros trimmed: 1500 → "1.5".
+pub fn format_cpu(millis: u64, round_up: bool) -> String {
+    let hundredths = if round_up {
+        millis.div_ceil(10)
+    } else {
+        millis / 10
+    };
+    let (whole, frac) = (hundredths / 100, hundredths % 100);
+    match frac {
+        0 => whole.to_string(),
+        _ if frac % 10 == 0 => format!("{whole}.{}", frac / 10),
+        _ => format!("{whole}.{frac:02}"),
+    }
+}
+
+/// Bytes in the largest unit of the unit-file format (K, M, G, T) that keeps a whole part,
+/// with at most one decimal: 1288490188 → "1.2G"; below 1K, bytes as a bare number.
+pub fn format_bytes(bytes: u64, round_up: bool) -> String {
+    const UNITS: [(&str, u32); 4] = [("T", 40), ("G", 30), ("M", 20), ("K", 10)];
+    let Some(at) = UNITS.iter().position(|(_, shift)| bytes >> shift > 0) else {
+        return bytes.to_string();
+    };
+    let tenths = |shift: u32| {
+        let (scaled, unit) = (u128::from(bytes) * 10, 1u128 << shift);
+        if round_up {
+            scaled.div_ceil(unit)
+        } else {
+            scaled / unit
+        }
+    };
+    let (mut name, mut value) = (UNITS[at].0, tenths(UNITS[at].1));
+    // Rounding up can reach 1024 of a unit: show the next one ("1G", not "1024M").
+    if at > 0 && value >= 10240 {
+        (name, value) = (UNITS[at - 1].0, tenths(UNITS[at - 1].1));
+    }
+    match value % 10 {
+        0 => format!("{}{name}", value / 10),
+        decimal => format!("{}.{decimal}{name}", value / 10),
+    }
+}
+
+/// A wait for a person: "45s", "12m", "3h20m", "2d5h" (rounded down).
+pub fn format_waited(ms: u64) -> String {
+    let secs = ms / 1000;
+    let pair = |big: u64, big_unit: &str, small: u64, small_unit: &str| match small {
+        0 => format!("{big}{big_unit}"),
+        _ => format!("{big}{big_unit}{small}{small_unit}"),
+    };
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86400 => pair(secs / 3600, "h", secs % 3600 / 60, "m"),
+        _ => pair(secs / 86400, "d", secs % 86400 / 3600, "h"),
+    }
+}
+
+/// Signal name for display (`SIGTERM`), or `SIG<n>` when unknown.
+pub fn signal_name(number: i32) -> String {
+    match nix::sys::signal::Signal::try_from(number) {
+        Ok(signal) => signal.as_str().to_string(),
+        Err(_) => format!("SIG{number}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 1 << 30;
+    const MIN: u64 = 60_000;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration(Duration::from_secs(3)), "3s");
+        assert_eq!(duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(duration(Duration::from_secs(3600)), "1h");
+        assert_eq!(duration(Duration::from_secs(300)), "5m");
+        assert_eq!(duration_precise(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(duration_precise(Duration::from_secs(300)), "5m0s");
+        assert_eq!(ago(Some(1000), 13_000), "12s ago");
+    }
+
+    #[test]
+    fn signals_by_name() {
+        assert_eq!(signal_name(libc::SIGTERM), "SIGTERM");
+        assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
+        assert_eq!(signal_name(99), "SIG99");
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(format_cpu(4000, true), "4");
+        assert_eq!(format_cpu(1500, false), "1.5");
+        assert_eq!(format_cpu(1234, false), "1.23");
+        assert_eq!(format_cpu(1234, true), "1.24");
+        assert_eq!(format_cpu(1999, false), "1.99");
+        assert_eq!(format_cpu(1999, true), "2");
+        assert_eq!(format_cpu(50, true), "0.05");
+        assert_eq!(format_cpu(1, true), "0.01");
+        assert_eq!(format_cpu(1, false), "0");
+        assert_eq!(format_bytes(3 * G, true), "3G");
+        assert_eq!(format_bytes(G + G / 4, false), "1.2G");
+        assert_eq!(format_bytes(G + G / 4, true), "1.3G");
+        assert_eq!(
+            format_bytes(G + G / 5, false),
+            "1.1G",
+            "rounded down: 1.19999…G"
+        );
+        assert_eq!(format_bytes(G - 1, true), "1G");
+        assert_eq!(format_bytes(G - 1, false), "1023.9M");
+        assert_eq!(format_bytes(512 << 20, false), "512M");
+        assert_eq!(format_bytes(1536, false), "1.5K");
+        assert_eq!(format_bytes(1000, false), "1000");
+        assert_eq!(format_bytes(0, false), "0");
+        assert_eq!(format_bytes(u64::MAX, true), "16777216T");
+        assert_eq!(format_waited(999), "0s");
+        assert_eq!(format_waited(45_000), "45s");
+        assert_eq!(format_waited(12 * MIN + 59_000), "12m");
+        assert_eq!(format_waited(200 * MIN), "3h20m");
+        assert_eq!(format_waited(120 * MIN), "2h");
+        assert_eq!(format_waited(53 * 60 * MIN), "2d5h");
+    }
+}

@@ -1,0 +1,103 @@
+//! Where everything lives under the state directory (DESIGN, "Durable state").
+
+use super::{io_err, StateError};
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+
+/// The layout of `state_dir` (DESIGN, "Durable state").
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    pub root: PathBuf,
+}
+
+impl StateDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        StateDir { root: root.into() }
+    }
+    pub fn lock_path(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+    pub fn socket_path(&self) -> PathBuf {
+        self.root.join("keel.sock")
+    }
+    pub fn events_path(&self) -> PathBuf {
+        self.root.join("events.jsonl")
+    }
+    /// Written by a daemon that exits on purpose, read by `keel init` (absent = a crash).
+    pub fn exit_status_path(&self) -> PathBuf {
+        self.root.join("exit-status")
+    }
+    /// A shutdown decided under `keel init`, finished by a respawned daemon.
+    pub fn shutdown_marker_path(&self) -> PathBuf {
+        self.root.join("shutdown.ron")
+    }
+    pub fn tasks_dir(&self) -> PathBuf {
+        self.root.join("tasks")
+    }
+    pub fn task_dir(&self, unit: &str) -> PathBuf {
+        self.tasks_dir().join(unit)
+    }
+    pub fn record_path(&self, unit: &str) -> PathBuf {
+        self.task_dir(unit).join("state.ron")
+    }
+    pub fn accepted_unit_path(&self, unit: &str) -> PathBuf {
+        self.task_dir(unit).join("unit.ron")
+    }
+    pub fn work_dir(&self, unit: &str) -> PathBuf {
+        self.task_dir(unit).join("work")
+    }
+    pub fn checkpoint_dir(&self, unit: &str) -> PathBuf {
+        self.task_dir(unit).join("checkpoint")
+    }
+    pub fn run_dir(&self, unit: &str) -> PathBuf {
+        self.task_dir(unit).join("run")
+    }
+
+    /// Create the state directory itself (mode 0700: it holds the control socket and logs).
+    pub fn create(&self) -> Result<(), StateError> {
+        use std::os::unix::fs::DirBuilderExt;
+        for dir in [self.root.clone(), self.tasks_dir()] {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(io_err(&dir))?;
+        }
+        Ok(())
+    }
+
+    /// Create a task's directories (idempotent).
+    pub fn create_task_dirs(&self, unit: &str) -> Result<(), StateError> {
+        for dir in [
+            self.task_dir(unit),
+            self.work_dir(unit),
+            self.checkpoint_dir(unit),
+            self.run_dir(unit),
+        ] {
+            fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        }
+        Ok(())
+    }
+
+    /// Names of the tasks that have a record.
+    pub fn recorded_units(&self) -> Result<Vec<String>, StateError> {
+        let dir = self.tasks_dir();
+        let mut names = Vec::new();
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(names),
+            Err(e) => return Err(io_err(&dir)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io_err(&dir))?;
+            if let Some(name) = entry.file_name().to_str() {
+                if entry.path().join("state.ron").exists() {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+}
