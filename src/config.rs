@@ -281,5 +281,4 @@ fn check(raw: &RawConfig) -> Vec<(FieldPath, String)> {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;

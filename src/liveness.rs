@@ -255,5 +255,4 @@ fn signal_words(settings: &Settings) -> String {
 }
 
 #[cfg(test)]
-#[path = "liveness_tests.rs"]
 mod tests;

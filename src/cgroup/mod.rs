@@ -38,8 +38,6 @@ mod tree;
 pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_plan;
 
 pub use detect::{
     detect, init_needs_leaf, parse_cpu_max, parse_layout, read_only_cgroup_mounts, Layout, Mode,

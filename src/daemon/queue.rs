@@ -214,5 +214,4 @@ pub fn never_fits(reservation: &Reservation, capacity: &Capacity) -> Option<Stri
 }
 
 #[cfg(test)]
-#[path = "queue_tests.rs"]
 mod tests;

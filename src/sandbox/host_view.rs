@@ -376,5 +376,4 @@ impl MountTable {
 }
 
 #[cfg(test)]
-#[path = "host_view_tests.rs"]
 mod tests;

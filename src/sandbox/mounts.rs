@@ -30,8 +30,6 @@ mod planner;
 pub mod template;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_checkout;
 mod validate;
 
 use std::fmt;

@@ -535,5 +535,4 @@ pub fn exec_as_is(program: &std::ffi::CStr, argv: &[std::ffi::CString]) -> io::E
 }
 
 #[cfg(test)]
-#[path = "process_tests.rs"]
 mod tests;

@@ -24,13 +24,7 @@ mod values;
 #[cfg(test)]
 mod test_support;
 #[cfg(test)]
-mod tests_errors;
-#[cfg(test)]
-mod tests_source_map;
-#[cfg(test)]
-mod tests_valid;
-#[cfg(test)]
-mod tests_values;
+mod tests;
 
 pub use validate::{validate_unit, FieldPath, PathSeg, Problem};
 pub use values::{

@@ -13,6 +13,7 @@
 //! them and the references behind each edge. Comments and string literals are not code and
 //! are skipped; a file under `src/` that no `mod` item reaches fails the test too.
 
+mod conventions;
 mod cycles;
 mod scan;
 mod self_tests;

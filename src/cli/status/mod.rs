@@ -285,5 +285,4 @@ fn note(task: &TaskInfo, now: u64, colour: bool) -> String {
 }
 
 #[cfg(test)]
-#[path = "status_tests.rs"]
 mod tests;

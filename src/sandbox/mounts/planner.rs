@@ -14,7 +14,6 @@ use super::error::Step;
 pub(super) use work::checkout_objects;
 
 // The task's own files at `workdir`: the work directory, or its git checkout.
-#[path = "planner_work.rs"]
 mod work;
 use super::{MountAttrs, MountOp, RootEntry, RootEntryKind, SandboxLayout};
 

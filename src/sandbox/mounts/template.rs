@@ -571,5 +571,4 @@ impl Fresh {
 }
 
 #[cfg(test)]
-#[path = "tests_template.rs"]
 mod tests;

@@ -1,6 +1,6 @@
-use super::source_map::{offset_of, SourceMap, SCHEMA};
-use super::test_support::*;
-use super::*;
+use crate::unit::source_map::{offset_of, SourceMap, SCHEMA};
+use crate::unit::test_support::*;
+use crate::unit::*;
 
 #[test]
 fn schema_names_every_field_and_only_real_ones() {

@@ -456,3 +456,5 @@ fn keel_init_needs_a_leaf_only_on_v2_below_the_root() {
     assert!(!init_needs_leaf(Mode::V2, false), "the root is exempt");
     assert!(!init_needs_leaf(Mode::Hybrid, true), "no controllers on v2");
 }
+
+mod plan;

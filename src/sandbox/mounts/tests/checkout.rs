@@ -2,8 +2,8 @@
 //! full checkout) at `workdir`, the git directory on `<workdir>/.git`, the main repository's
 //! objects read-only at their own path.
 
-use super::tests::{dir, host, index_of, layout, p, pivot_index, printed, ROOT};
-use super::*;
+use crate::sandbox::mounts::tests::{dir, host, index_of, layout, p, pivot_index, printed, ROOT};
+use crate::sandbox::mounts::*;
 
 const TASK: &str = "/var/lib/keel/tasks/demo/checkout";
 const LOWER: &str = "/var/lib/keel/bases/0123456789abcdef-c0ffee/tree";

@@ -1,5 +1,5 @@
-use super::test_support::*;
-use super::*;
+use crate::unit::test_support::*;
+use crate::unit::*;
 
 /// Parses `text`, expecting an error at exactly `line:col` whose message contains `needle`.
 fn assert_bad(text: &str, line: usize, col: usize, needle: &str) {

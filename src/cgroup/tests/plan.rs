@@ -1,8 +1,8 @@
 //! The exact writes of each backend, through the recording double: setup, limits, kill, removal,
 //! teardown; and that none of them leaves keel's subtree.
 
-use super::testing::{Op, RecordingFs};
-use super::*;
+use crate::cgroup::testing::{Op, RecordingFs};
+use crate::cgroup::*;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -489,3 +489,5 @@ fn read_only_paths_are_bound_inside_keel_mounts_and_stay_read_only() {
         .iter()
         .any(|o| o.starts_with("setattr       /run/systemd")));
 }
+
+mod checkout;

@@ -1,5 +1,5 @@
-use super::test_support::*;
-use super::*;
+use crate::unit::test_support::*;
+use crate::unit::*;
 
 // ------------------------------------------------------------------------------------------
 // Every field, every default.

@@ -1,0 +1,115 @@
+use super::*;
+
+fn running(generation: u64, shim: Option<ShimIdentity>) -> TaskRecord {
+    let mut r = TaskRecord::new("t", 0);
+    r.state = TaskState::Running;
+    r.generation = generation;
+    r.shim = shim;
+    r
+}
+fn id(pid: i32, boot: &str) -> ShimIdentity {
+    ShimIdentity {
+        pid,
+        start_time: 100,
+        boot_id: boot.into(),
+    }
+}
+fn observed(lock_held: bool) -> Observed {
+    Observed {
+        boot_id: "boot".into(),
+        attempt_lock_held: lock_held,
+        shim_record: None,
+    }
+}
+
+#[test]
+fn live_shim_is_adopted() {
+    let r = running(3, Some(id(10, "boot")));
+    assert_eq!(
+        decide(&r, &observed(true)),
+        Action::Adopt {
+            shim: id(10, "boot")
+        }
+    );
+}
+
+#[test]
+fn no_lock_holder_means_the_attempt_is_over() {
+    let r = running(3, Some(id(10, "boot")));
+    assert_eq!(decide(&r, &observed(false)), Action::Settle);
+    let mut stopping = r.clone();
+    stopping.state = TaskState::Stopping;
+    assert_eq!(decide(&stopping, &observed(false)), Action::Settle);
+}
+
+#[test]
+fn a_shim_of_an_earlier_boot_is_settled_as_a_reboot() {
+    let r = running(3, Some(id(10, "old-boot")));
+    assert_eq!(decide(&r, &observed(false)), Action::SettleAfterReboot);
+    // Known only from run/shim.ron (the daemon died before recording the pid).
+    let mut r = running(3, None);
+    r.state = TaskState::Starting;
+    let mut o = observed(false);
+    o.shim_record = Some(ShimRecord {
+        generation: 3,
+        pid: 77,
+        start_time: 100,
+        boot_id: "old-boot".into(),
+    });
+    assert_eq!(decide(&r, &o), Action::SettleAfterReboot);
+    // No shim ever identified itself: nothing says which boot, so it is simply lost.
+    assert_eq!(decide(&r, &observed(false)), Action::Settle);
+}
+
+#[test]
+fn a_recorded_shim_of_another_boot_is_not_adopted() {
+    let r = running(3, Some(id(10, "old-boot")));
+    assert_eq!(decide(&r, &observed(true)), Action::WaitForShim);
+}
+
+#[test]
+fn starting_without_recorded_pid_finds_the_shim_record_or_waits_for_it() {
+    let mut r = running(4, None);
+    r.state = TaskState::Starting;
+    let mut o = observed(true);
+    // Spawned, but the shim has not written shim.ron yet: never start a second one.
+    assert_eq!(decide(&r, &o), Action::WaitForShim);
+    o.shim_record = Some(ShimRecord {
+        generation: 4,
+        pid: 77,
+        start_time: 100,
+        boot_id: "boot".into(),
+    });
+    assert_eq!(
+        decide(&r, &o),
+        Action::Adopt {
+            shim: id(77, "boot")
+        }
+    );
+    // A shim record of an older attempt is not this attempt's shim.
+    o.shim_record.as_mut().unwrap().generation = 3;
+    assert_eq!(decide(&r, &o), Action::WaitForShim);
+    // Decided but never spawned: nobody holds the lock.
+    assert_eq!(decide(&r, &observed(false)), Action::Settle);
+}
+
+#[test]
+fn idle_states_are_kept_and_backoff_rearmed() {
+    for state in [
+        TaskState::Queued,
+        TaskState::Succeeded,
+        TaskState::Failed,
+        TaskState::Stopped,
+    ] {
+        let mut r = TaskRecord::new("t", 0);
+        r.state = state;
+        assert_eq!(decide(&r, &observed(true)), Action::Keep);
+    }
+    let mut r = TaskRecord::new("t", 0);
+    r.state = TaskState::Backoff;
+    r.backoff_until_ms = Some(99);
+    assert_eq!(
+        decide(&r, &observed(false)),
+        Action::ArmBackoff { until_ms: 99 }
+    );
+}

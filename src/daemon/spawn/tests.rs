@@ -1,0 +1,67 @@
+use super::*;
+use crate::unit::parse_unit;
+
+fn unit(text: &str) -> Unit {
+    parse_unit(Path::new("t.ron"), text).unwrap()
+}
+
+fn env_of(spec: &AttemptSpec, key: &str) -> String {
+    spec.env
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("{key} missing"))
+}
+
+#[test]
+fn first_attempt_uses_command_and_is_not_resumed() {
+    let dirs = StateDir::new("/var/lib/keel");
+    let u = unit(r#"Unit(command: ["a"], resume_command: Some(["b"]), env: {"X": "1"})"#);
+    let ctx = AttemptContext {
+        unit_name: "t",
+        attempt: 1,
+        generation: 7,
+        last_exit: None,
+        last_progress: None,
+    };
+    let spec = attempt_spec(&dirs, &u, &ctx);
+    assert_eq!(spec.argv, ["a"]);
+    assert_eq!(env_of(&spec, "KEEL_RESUMED"), "0");
+    assert_eq!(env_of(&spec, "KEEL_ATTEMPT"), "1");
+    assert_eq!(env_of(&spec, "KEEL_LAST_EXIT"), "");
+    assert_eq!(env_of(&spec, "X"), "1");
+    assert_eq!(env_of(&spec, "KEEL_PROGRESS"), "/run/keel/progress");
+    assert_eq!(env_of(&spec, "KEEL_CHECKPOINT_DIR"), "/run/keel/checkpoint");
+    assert_eq!(spec.cwd, Path::new("/work"));
+    let sandbox = spec.sandbox.unwrap();
+    assert_eq!(sandbox.work_source, Path::new("/var/lib/keel/tasks/t/work"));
+    assert_eq!(
+        sandbox.hidden[0],
+        Path::new("/var/lib/keel"),
+        "the state dir is hidden"
+    );
+    assert_eq!(
+        sandbox.new_root,
+        Path::new("/var/lib/keel/tasks/t/run/root")
+    );
+}
+
+#[test]
+fn later_attempts_resume() {
+    let dirs = StateDir::new("/s");
+    let u = unit(r#"Unit(command: ["a"], resume_command: Some(["b", "--continue"]))"#);
+    let ctx = AttemptContext {
+        unit_name: "t",
+        attempt: 2,
+        generation: 8,
+        last_exit: Some("exit:1".into()),
+        last_progress: Some("step 3".into()),
+    };
+    let spec = attempt_spec(&dirs, &u, &ctx);
+    assert_eq!(spec.argv, ["b", "--continue"]);
+    assert_eq!(env_of(&spec, "KEEL_RESUMED"), "1");
+    assert_eq!(env_of(&spec, "KEEL_LAST_EXIT"), "exit:1");
+    assert_eq!(env_of(&spec, "KEEL_LAST_PROGRESS"), "step 3");
+    let plain = unit(r#"Unit(command: ["a"])"#);
+    assert_eq!(attempt_spec(&dirs, &plain, &ctx).argv, ["a"]);
+}

@@ -1,0 +1,66 @@
+use super::*;
+
+fn args(list: &[&str]) -> Vec<OsString> {
+    list.iter().map(OsString::from).collect()
+}
+
+#[test]
+fn shim_arguments_parse_or_say_what_is_wrong() {
+    assert_eq!(Handed::parse(&[]), Ok(None));
+    assert_eq!(
+        Handed::parse(&args(&["--agent", "2", "--started-ms", "17"])),
+        Ok(Some(Handed::Agent {
+            pid: 2,
+            started_ms: 17
+        }))
+    );
+    assert_eq!(
+        Handed::parse(&args(&["--launch-error", "no pipe"])),
+        Ok(Some(Handed::LaunchError("no pipe".into())))
+    );
+    assert!(Handed::parse(&args(&["--agent", "x", "--started-ms", "1"]))
+        .unwrap_err()
+        .contains("bad --agent"));
+    assert!(Handed::parse(&args(&["--agent", "2"]))
+        .unwrap_err()
+        .contains("unexpected"));
+}
+
+#[test]
+fn the_exec_arguments_carry_the_agent_or_the_error() {
+    // A launch whose cgroup cannot be joined fails before any fork.
+    let spec = AttemptSpec {
+        unit: "t".into(),
+        generation: 1,
+        attempt: 1,
+        argv: vec!["/bin/true".into()],
+        env: Vec::new(),
+        cwd: "/".into(),
+        run_dir: "/nonexistent".into(),
+        log_max_bytes: 1,
+        log_keep: 1,
+        sandbox: None,
+        cgroup_v1_procs: vec!["/nonexistent/keel-test/cgroup.procs".into()],
+    };
+    let launch = Launch::new(&spec, Vec::new()).unwrap();
+    let started = start_agent(&launch);
+    let dir = std::env::temp_dir().join(format!("keel-launch-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec_path = dir.join("attempt.ron");
+    // Not launch_for_exec itself: it closes every other descriptor of this process.
+    // start_agent fails at the cgroup, before any fork.
+    let handed = hand_over(started, &spec, &spec_path);
+    let (extra, pid) = (handed.to_args(), handed.agent());
+    let written: AttemptSpec = crate::state::read_ron(&spec_path).unwrap().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        written, spec,
+        "the spec is written even when the start failed"
+    );
+    assert_eq!(pid, None);
+    assert_eq!(extra[0].to_str().unwrap(), "--launch-error");
+    assert!(
+        extra[1].to_str().unwrap().contains("cannot join"),
+        "{extra:?}"
+    );
+}
