@@ -116,4 +116,15 @@ fn an_exit_record_of_another_generation_is_ignored_when_a_restarted_daemon_settl
             && detail.contains("exit record of generation 2 ignored (current 1)"),
         "{detail}"
     );
+    // Journaled as fenced too, as when a live shim's end finds such a record.
+    let fenced = events_named(&d, "job", "fenced");
+    assert_eq!(fenced.len(), 1, "{fenced:?}\n{}", d.daemon_log());
+    assert_eq!(fenced[0]["generation"], 1, "{fenced:?}");
+    assert!(
+        fenced[0]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("exit record of generation 2 ignored (current 1)"),
+        "{fenced:?}"
+    );
 }

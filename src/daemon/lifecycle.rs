@@ -4,7 +4,7 @@
 
 use super::queue::{QueuedTask, Reservation};
 use super::record::TaskRecord;
-use super::record::{Ending, Intent, LastExit, ShimIdentity, TaskState};
+use super::record::{Ending, Intent, ShimIdentity, TaskState};
 use super::slices::{self, SliceProblem};
 use super::spawn::{self, AttemptContext, SpawnError};
 use super::store::{transition, Store};
@@ -274,13 +274,6 @@ impl Daemon {
         if let Some(task) = self.tasks.get(unit) {
             self.store.task_event(task, "start-failed", &why);
         }
-        self.settle(
-            unit,
-            Ending {
-                exit: LastExit::SpawnFailed,
-                note: Some(why),
-                ended_ms: None,
-            },
-        );
+        self.settle(unit, Ending::spawn_failed(why));
     }
 }

@@ -238,6 +238,9 @@ pub(crate) struct Ending {
     pub note: Option<String>,
     /// When the agent ended, from its exit record.
     pub ended_ms: Option<u64>,
+    /// An exit record of another generation was found and ignored: the generation it named.
+    /// [`Daemon::settle`](super::Daemon::settle) journals it as `fenced`.
+    pub fenced: Option<u64>,
 }
 
 impl Ending {
@@ -246,6 +249,17 @@ impl Ending {
             exit: LastExit::Lost,
             note: Some(note.into()),
             ended_ms: None,
+            fenced: None,
+        }
+    }
+
+    /// The attempt could not start: `why` is the unit's problem (its checkout, its sandbox).
+    pub fn spawn_failed(why: String) -> Self {
+        Ending {
+            exit: LastExit::SpawnFailed,
+            note: Some(why),
+            ended_ms: None,
+            fenced: None,
         }
     }
 
@@ -259,11 +273,15 @@ impl Ending {
                 },
                 note: record.spawn_error,
                 ended_ms: Some(record.ended_ms),
+                fenced: None,
             },
-            Ok(Some(record)) => Ending::lost(format!(
-                "{otherwise}; exit record of generation {} ignored (current {generation})",
-                record.generation
-            )),
+            Ok(Some(record)) => Ending {
+                fenced: Some(record.generation),
+                ..Ending::lost(format!(
+                    "{otherwise}; exit record of generation {} ignored (current {generation})",
+                    record.generation
+                ))
+            },
             Ok(None) => Ending::lost(otherwise),
             Err(e) => Ending::lost(format!("{otherwise}; {e}")),
         }

@@ -32,7 +32,7 @@ impl Daemon {
         let Some(shim) = task.shim.take() else {
             return;
         };
-        let (attempt, generation) = (task.record.attempt, task.record.generation);
+        let generation = task.record.generation;
         let reaped = self.tasks.reaped.remove(&shim.pid);
         self.events.unwatch_shim(&shim);
         let how = match reaped {
@@ -51,13 +51,6 @@ impl Daemon {
             _ => "shim vanished without an exit record".to_string(),
         };
         let ending = Ending::from_records(&self.store.dirs.run_dir(unit), generation, &how);
-        if ending.exit == LastExit::Lost {
-            if let Some(note) = &ending.note {
-                if note.contains("ignored") {
-                    self.store.event(unit, attempt, generation, "fenced", note);
-                }
-            }
-        }
         self.settle(unit, ending);
     }
 
@@ -67,6 +60,12 @@ impl Daemon {
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
+        // Fencing: a record another generation left is journaled, whoever found it (the
+        // shim's end, or a restarted daemon's reconcile).
+        if ending.fenced.is_some() {
+            let note = ending.note.as_deref().unwrap_or_default();
+            self.store.task_event(task, "fenced", note);
+        }
         // An OOM event that came in the same round as the exit: journal it first.
         slices::check_oom(task, false, &mut self.store, &mut self.events);
         let mut ending = ending;
