@@ -48,7 +48,7 @@ fn a_live_attempts_shim_dying_beside_an_older_generations_exit_record_is_fenced(
     let d = Daemon::start("fence-older");
     d.write_unit(
         "job",
-        r#"Unit(command: ["/bin/sh", "-c", "if [ -e /work/failed-once ]; then exec sleep 600; fi; touch /work/failed-once; exit 1"],
+        r#"Unit(command: ["/bin/sh", "-c", "if [ -e /work/failed-once ]; then echo ready; exec sleep 600; fi; touch /work/failed-once; exit 1"],
             restart: OnFailure, backoff: Backoff(initial: "100ms"),
             restart_limit: RestartLimit(count: 1, within: "1h"))"#,
     );
@@ -62,6 +62,14 @@ fn a_live_attempts_shim_dying_beside_an_older_generations_exit_record_is_fenced(
     assert_eq!((record.attempt, record.generation), (2, 2), "{record:?}");
     let shim = record.shim.clone().expect("attempt 2's shim recorded").pid;
     assert_eq!(task["pid"], shim, "{task}");
+    // The shim removes a stale exit record when it starts, before it copies any output: once
+    // the agent's line is in the log, a record planted now stays.
+    let log = d.task_dir("job").join("run/output.log");
+    wait_until(
+        WITHIN,
+        "attempt 2's shim copying its agent's output",
+        || std::fs::read_to_string(&log).is_ok_and(|t| t.contains("ready")),
+    );
 
     // Attempt 1's record, claiming success, where attempt 2's would be; then attempt 2's shim
     // dies without writing one.
