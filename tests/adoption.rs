@@ -14,42 +14,86 @@ use std::time::Duration;
 
 const WITHIN: Duration = Duration::from_secs(30);
 
-/// A cgroup of the test's own in the v2 hierarchy, beside the daemon's tree (none of the
-/// daemon's): removed, with whatever is left in it, when dropped.
+/// The v2 hierarchy's mount point: `/sys/fs/cgroup/unified` on a hybrid host.
+fn v2_mount() -> PathBuf {
+    let unified = PathBuf::from("/sys/fs/cgroup/unified");
+    if unified.join("cgroup.procs").exists() {
+        unified
+    } else {
+        PathBuf::from("/sys/fs/cgroup")
+    }
+}
+
+/// A cgroup of the test's own in the v2 hierarchy (none of the daemon's): what it created is
+/// killed and removed, leaf first, when dropped.
 struct ForeignCgroup {
-    name: String,
-    dir: PathBuf,
+    /// The directories created, outermost first; the last is the leaf.
+    created: Vec<PathBuf>,
 }
 
 impl ForeignCgroup {
-    /// `name` beside the daemon's tree, and the leaf `name/leaf` (`leaf` may be empty).
-    fn new(name: String, leaf: &str) -> Self {
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-        let path = own
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))
-            .expect("a v2 hierarchy");
-        let unified = PathBuf::from("/sys/fs/cgroup/unified");
-        let mount = if unified.join("cgroup.procs").exists() {
-            unified
-        } else {
-            PathBuf::from("/sys/fs/cgroup")
+    /// `<tree>-foreign` beside the test's own cgroup, and so beside the daemon's tree (`<tree>`
+    /// is that of `task_cgroup`, `…/<tree>/tasks/<unit>`).
+    fn beside_the_tree(task_cgroup: &str) -> Self {
+        let tree = task_cgroup
+            .rsplit('/')
+            .nth(2)
+            .expect("…/<tree>/tasks/<unit>");
+        let own = v2_cgroup_of(std::process::id());
+        let dir = v2_mount()
+            .join(own.trim_start_matches('/'))
+            .join(format!("{tree}-foreign"));
+        Self::create(vec![dir])
+    }
+
+    /// The last two components of `task_cgroup` (`tasks/<unit>`) at the hierarchy's root: a
+    /// cgroup whose whole path is a proper suffix of the task's.
+    fn a_suffix_of(task_cgroup: &str) -> Self {
+        let parts: Vec<&str> = task_cgroup.trim_start_matches('/').split('/').collect();
+        assert!(
+            parts.len() > 2,
+            "{task_cgroup:?}: too short to take a suffix of"
+        );
+        let parent = v2_mount().join(parts[parts.len() - 2]);
+        let leaf = parent.join(parts[parts.len() - 1]);
+        assert!(
+            !parent.exists(),
+            "{} exists already: not the test's to use",
+            parent.display()
+        );
+        Self::create(vec![parent, leaf])
+    }
+
+    fn create(dirs: Vec<PathBuf>) -> Self {
+        let mut cgroup = ForeignCgroup {
+            created: Vec::new(),
         };
-        let dir = mount.join(path.trim_start_matches('/')).join(&name);
-        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let dir = dir.join(leaf);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        ForeignCgroup { name, dir }
+        for dir in dirs {
+            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            cgroup.created.push(dir);
+        }
+        cgroup
     }
 
     fn add(&self, pid: u32) {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        let leaf = self.created.last().unwrap();
+        std::fs::write(leaf.join("cgroup.procs"), pid.to_string()).unwrap();
     }
 }
 
 impl Drop for ForeignCgroup {
     fn drop(&mut self) {
-        remove_cgroup_tree(&self.name);
+        for dir in self.created.iter().rev() {
+            let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+            let deadline = std::time::Instant::now() + WITHIN;
+            while dir.exists() && std::fs::remove_dir(dir).is_err() {
+                if std::time::Instant::now() > deadline {
+                    eprintln!("cannot remove {}", dir.display());
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
     }
 }
 
@@ -165,24 +209,19 @@ fn a_recorded_pid_with_another_start_time_is_not_adopted() {
     );
 }
 
-/// The test's sleep, with its true start time, in the cgroup `<tree>-foreign/<leaf>` beside the
-/// daemon's tree (not the task's), is recorded as the task's shim: refused by cgroup.
-fn assert_foreign_cgroup_not_adopted(name: &str, leaf: &str) {
+/// The test's sleep, with its true start time, in a cgroup of the test's (`foreign`, given the
+/// task's cgroup) is recorded as the task's shim: refused by cgroup.
+fn assert_foreign_cgroup_not_adopted(name: &str, foreign: impl FnOnce(&str) -> ForeignCgroup) {
     let (mut d, shim) = daemon_killed_under_a_running_task(name);
     let task_cgroup = v2_cgroup_of(shim.pid as u32);
     assert!(
         task_cgroup.ends_with("/tasks/job"),
         "the task has no v2 cgroup of its own to check against: {task_cgroup:?}"
     );
-    let foreign = ForeignCgroup::new(format!("{}-foreign", d.cgroup_name), leaf);
+    let foreign = foreign(&task_cgroup);
     let stranger = stranger_started_after(shim.start_time);
     foreign.add(stranger.id());
-    let stranger_cgroup = v2_cgroup_of(stranger.id());
-    assert_ne!(stranger_cgroup, task_cgroup);
-    assert!(
-        stranger_cgroup.ends_with(leaf),
-        "{stranger_cgroup:?} should end with {leaf:?}"
-    );
+    assert_ne!(v2_cgroup_of(stranger.id()), task_cgroup);
     let start_time = keel::sys::process_start_time(stranger.id() as i32).unwrap();
     record_shim_as(&d, stranger.id(), start_time);
     assert_not_adopted(
@@ -197,15 +236,16 @@ fn a_recorded_pid_outside_the_tasks_cgroup_is_not_adopted() {
     if !require_root("adoption") {
         return;
     }
-    assert_foreign_cgroup_not_adopted("adopt-cgroup", "");
+    assert_foreign_cgroup_not_adopted("adopt-cgroup", ForeignCgroup::beside_the_tree);
 }
 
-/// The cgroup check compares the whole path: a process in a cgroup elsewhere whose last
-/// components are the task's (`…-foreign/tasks/job`) is not the task's shim either.
+/// The cgroup check compares the whole path: a process in `/tasks/job`, whose path is the end
+/// of the task's (`…/<tree>/tasks/job`), is not the task's shim either (a suffix match took
+/// it for one).
 #[test]
 fn a_recorded_pid_in_a_cgroup_named_like_the_tasks_is_not_adopted() {
     if !require_root("adoption") {
         return;
     }
-    assert_foreign_cgroup_not_adopted("adopt-lookalike", "tasks/job");
+    assert_foreign_cgroup_not_adopted("adopt-lookalike", ForeignCgroup::a_suffix_of);
 }
