@@ -56,7 +56,7 @@ enum Command {
     Status {
         /// Show this task in full.
         unit: Option<String>,
-        /// The stable JSON structure (README, "Commands").
+        /// The stable JSON structure (docs/commands.md, "JSON output").
         #[arg(long, conflicts_with = "watch")]
         json: bool,
         /// Redraw in place every SECS seconds (default 2) until Ctrl-C.

@@ -25,9 +25,9 @@ pub(crate) enum Source {
 }
 
 pub(crate) struct EventLoop {
-    pub poll: Poll,
+    poll: Poll,
     pub signals: Signals,
-    pub sources: HashMap<Token, Source>,
+    sources: HashMap<Token, Source>,
     next_token: usize,
     pub timers: Timers,
     /// When the current round began (after the poll returned): `keel health`'s loop age.
@@ -80,30 +80,72 @@ impl EventLoop {
             .register(&mut SourceFd(&fd), token, Interest::READABLE)
     }
 
-    pub fn new_token(&mut self) -> Token {
+    fn new_token(&mut self) -> Token {
         self.next_token += 1;
         Token(self.next_token)
     }
 
+    /// What a dynamic token stands for, if it is still registered.
+    pub fn source(&self, token: Token) -> Option<&Source> {
+        self.sources.get(&token)
+    }
+
+    /// Register `source` (a descriptor, a socket) for `interest` under a new token that stands
+    /// for `what`.
+    pub fn watch(
+        &mut self,
+        source: &mut impl mio::event::Source,
+        interest: Interest,
+        what: Source,
+    ) -> std::io::Result<Token> {
+        let token = self.new_token();
+        self.poll.registry().register(source, token, interest)?;
+        self.sources.insert(token, what);
+        Ok(token)
+    }
+
+    /// Change what a registered source is watched for.
+    pub fn rewatch(
+        &self,
+        source: &mut impl mio::event::Source,
+        token: Token,
+        interest: Interest,
+    ) -> std::io::Result<()> {
+        self.poll.registry().reregister(source, token, interest)
+    }
+
+    /// Stop watching `source` and forget its token.
+    pub fn unwatch(&mut self, source: &mut impl mio::event::Source, token: Token) {
+        let _ = self.poll.registry().deregister(source);
+        self.sources.remove(&token);
+    }
+
+    /// Forget a token whose source is gone already.
+    pub fn forget(&mut self, token: Token) {
+        self.sources.remove(&token);
+    }
+
     /// Watch a new shim's pidfd: readable when the shim has ended.
     pub fn watch_shim(&mut self, unit: &str, pid: i32, pidfd: OwnedFd) -> LiveShim {
-        let token = self.new_token();
         let fd = pidfd.as_raw_fd();
-        if let Err(e) = self
-            .poll
-            .registry()
-            .register(&mut SourceFd(&fd), token, Interest::READABLE)
-        {
-            log::error!("{unit}: cannot watch shim {pid}: {e}");
-        }
-        self.sources.insert(token, Source::Shim(unit.to_string()));
+        let what = Source::Shim(unit.to_string());
+        let token = match self.watch(&mut SourceFd(&fd), Interest::READABLE, what) {
+            Ok(token) => token,
+            Err(e) => {
+                // Kept as a token of its own all the same, as before: the shim's end is then
+                // noticed by the reaper and reconcile, not by its pidfd.
+                log::error!("{unit}: cannot watch shim {pid}: {e}");
+                let token = self.new_token();
+                self.sources.insert(token, Source::Shim(unit.to_string()));
+                token
+            }
+        };
         LiveShim { pid, pidfd, token }
     }
 
     pub fn unwatch_shim(&mut self, shim: &LiveShim) {
         let fd = shim.pidfd.as_raw_fd();
-        let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
-        self.sources.remove(&shim.token);
+        self.unwatch(&mut SourceFd(&fd), shim.token);
     }
 
     /// Sleep until an event or the earliest timer. False when the poll failed (a signal

@@ -1,6 +1,7 @@
-//! A task's life in the daemon: its transitions (persisted before they are acted on), the
-//! scheduler's round, and the start of an attempt. The end of an attempt is in `settle.rs`,
-//! stopping in `stopping.rs`, recovery after a daemon restart in `recovery.rs`.
+//! A task's life in the daemon: the scheduler's round and the start of an attempt. Its
+//! transitions (persisted before they are acted on) are `store::transition`; the end of an
+//! attempt is in `settle.rs`, stopping in `stopping.rs`, recovery after a daemon restart in
+//! `recovery.rs`.
 
 use super::queue::{QueuedTask, Reservation};
 use super::record::TaskRecord;

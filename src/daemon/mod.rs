@@ -7,8 +7,9 @@
 //! sandboxing's templates and spare (`sandboxing.rs`), the cgroup slices (`slices.rs`), the
 //! liveness watches (`liveness/`) and the control socket (`control/`, a file per request).
 //! An event is dispatched here by its token or timer; its handler looks the task up once and
-//! hands it, with the subsystems the step touches, to the lifecycle's steps: `lifecycle.rs`
-//! (transitions, scheduling, the start), `settle.rs` (the end of an attempt), `stopping.rs`,
+//! hands it, with the subsystems the step touches, to the lifecycle's steps: `store.rs`
+//! (`transition`: state, persist, journal), `lifecycle.rs` (scheduling, the start),
+//! `settle.rs` (the end of an attempt), `stopping.rs`,
 //! `recovery.rs` (after a restart), `shutdown.rs`. The decisions are pure and kernel-free:
 //! `queue.rs`, `policy.rs`, `reconcile.rs`, [`crate::liveness`].
 
@@ -91,7 +92,7 @@ pub struct Daemon {
     pub(crate) tasks: Tasks,
     /// keel's cgroup tree, or why there is none (retried at each reload) (slices.rs).
     slices: slices::Slices,
-    /// What is seen of each live attempt's work (progress files, output, CPU) (liveness.rs).
+    /// What is seen of each live attempt's work (progress files, output, CPU) (liveness/).
     liveness: liveness::Watches,
     /// systemd's notify socket and watchdog (no-ops elsewhere) (systemd.rs).
     notifier: crate::notify::Notifier,
@@ -265,7 +266,7 @@ impl Daemon {
             INOTIFY => self.on_units_dir_event(),
             LIVENESS => self.on_liveness_event(),
             LISTENER => self.control.accept(&mut self.events),
-            token => match self.events.sources.get(&token) {
+            token => match self.events.source(token) {
                 Some(Source::Shim(unit)) => {
                     let unit = unit.clone();
                     self.on_shim_exit(&unit);

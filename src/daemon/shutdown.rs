@@ -73,7 +73,7 @@ impl Daemon {
         let _ = std::fs::remove_file(self.store.dirs.shutdown_marker_path());
         self.store
             .event("", 0, 0, "daemon-stop", &format!("exit {code}"));
-        let _ = self.store.journal.sync();
+        self.store.sync();
         log::info!("daemon stopped (exit {code})");
         let _ = std::fs::remove_file(self.store.dirs.socket_path());
         code

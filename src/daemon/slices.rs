@@ -178,17 +178,15 @@ pub(crate) fn watch_oom(task: &mut Task, slices: &Slices, events: &mut EventLoop
             return;
         }
     };
-    let token = events.new_token();
     let fd = watch.as_raw_fd();
-    if let Err(e) = events
-        .poll
-        .registry()
-        .register(&mut SourceFd(&fd), token, watch.interest())
-    {
-        log::warn!("{unit}: cannot watch for OOM kills: {e}");
-        return;
-    }
-    events.sources.insert(token, Source::Oom(unit.to_string()));
+    let what = Source::Oom(unit.to_string());
+    let token = match events.watch(&mut SourceFd(&fd), watch.interest(), what) {
+        Ok(token) => token,
+        Err(e) => {
+            log::warn!("{unit}: cannot watch for OOM kills: {e}");
+            return;
+        }
+    };
     task.oom = Some(OomWatched { watch, token });
 }
 
@@ -197,8 +195,7 @@ fn unwatch_oom(task: &mut Task, events: &mut EventLoop) {
         return;
     };
     let fd = watched.watch.as_raw_fd();
-    let _ = events.poll.registry().deregister(&mut SourceFd(&fd));
-    events.sources.remove(&watched.token);
+    events.unwatch(&mut SourceFd(&fd), watched.token);
 }
 
 /// The slice's OOM watch fired (or a recheck is due): if the OOM killer struck, say so at

@@ -23,6 +23,7 @@ use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Token};
 use std::collections::HashMap;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
@@ -52,11 +53,9 @@ pub(crate) struct Control {
 impl Control {
     /// Bind the socket (mode 0600) and register it in the loop.
     pub fn bind(path: &Path, events: &EventLoop) -> Result<Self, DaemonError> {
-        let mut listener = bind(path)?;
+        let listener = bind(path)?;
         events
-            .poll
-            .registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)
+            .register_fixed(listener.as_raw_fd(), LISTENER)
             .map_err(super::setup("register the control socket"))?;
         Ok(Control {
             listener,
@@ -126,16 +125,10 @@ impl Control {
                         let _ = stream.write_all(format!("{line}\n").as_bytes());
                         continue;
                     }
-                    let token = events.new_token();
-                    if events
-                        .poll
-                        .registry()
-                        .register(&mut stream, token, Interest::READABLE)
-                        .is_err()
-                    {
+                    let Ok(token) = events.watch(&mut stream, Interest::READABLE, Source::Client)
+                    else {
                         continue;
-                    }
-                    events.sources.insert(token, Source::Client);
+                    };
                     events
                         .timers
                         .add_after(CLIENT_DEADLINE, Timer::ClientDeadline { token: token.0 });
@@ -249,7 +242,7 @@ impl Control {
                     client.output.drain(..n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let _ = events.poll.registry().reregister(
+                    let _ = events.rewatch(
                         &mut client.stream,
                         token,
                         Interest::READABLE | Interest::WRITABLE,
@@ -268,10 +261,10 @@ impl Control {
     }
 
     fn close(&mut self, token: Token, events: &mut EventLoop) {
-        if let Some(mut client) = self.clients.remove(&token) {
-            let _ = events.poll.registry().deregister(&mut client.stream);
+        match self.clients.remove(&token) {
+            Some(mut client) => events.unwatch(&mut client.stream, token),
+            None => events.forget(token),
         }
-        events.sources.remove(&token);
     }
 }
 
