@@ -260,7 +260,8 @@ impl StartPath {
             StartPath::Template => {
                 assert!(!log.contains("spare"), "{log}");
                 let daemon_log = d.daemon_log();
-                assert!(daemon_log.contains("sandbox template"), "{daemon_log}");
+                let built = |l: &str| l.contains("sandbox template ") && l.contains(" built in ");
+                assert!(daemon_log.lines().any(built), "{daemon_log}");
             }
             StartPath::InFull => {
                 assert!(!log.contains("spare"), "{log}");
