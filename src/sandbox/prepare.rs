@@ -1,8 +1,8 @@
 //! The sandbox from the shim's side: before the fork, resolve the user and `$HOME` (on the
 //! host's view, where `/etc/passwd` is), give the task's own directories to that user, and list
-//! the host's `/`; after the fork, in the agent's child, [`Prepared::enter`] unshares the mount,
-//! IPC and UTS (and network) namespaces, builds the mounts, drops privileges and installs the seccomp
-//! filter, in that order.
+//! the host's `/`; after the fork, in the agent's child, [`Prepared::enter`] unshares the
+//! mount, IPC and UTS (and network) namespaces, builds the mounts, drops privileges and
+//! installs the seccomp filter, in that order.
 
 use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
 use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
@@ -116,8 +116,8 @@ pub fn prepare(
 
 impl Prepared {
     /// In the agent's child: its own mount, IPC and UTS namespaces (and network namespace for
-    /// `network: None`: [`mounts::task_namespaces`]), the mounts, then the privileges (which need the capabilities the
-    /// mounts used, so they come last).
+    /// `network: None`: [`mounts::task_namespaces`]), the mounts, then the privileges (which
+    /// need the capabilities the mounts used, so they come last).
     pub fn enter(&self) -> Result<(), String> {
         match &self.template {
             Some((attempt, ns)) => match ns.enter(attempt, self.network_none) {
