@@ -377,6 +377,20 @@ pub fn setup(layout: &SandboxLayout) -> Result<(), SandboxError> {
     )
 }
 
+/// The namespaces the agent's child unshares with its mount namespace, on every start path
+/// (the whole plan, a template, a spare's copy): IPC — its own SysV objects and POSIX message
+/// queues, which die with its last process, none of the host's or another task's in reach —
+/// and UTS (the host's hostname, copied; the task's to keep), with a network namespace of
+/// its own for `network: None`. The shim, which uses no IPC, stays in the host's.
+pub fn task_namespaces(network_none: bool) -> nix::sched::CloneFlags {
+    use nix::sched::CloneFlags;
+    let mut flags = CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS;
+    if network_none {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    flags
+}
+
 /// The directory `/etc/resolv.conf` really lives in, when that is under `/run`
 /// (systemd-resolved, resolvconf): the sandbox's `/run` is keel's own, so unless this
 /// directory is among [`SandboxLayout::readonly`], a symlinked resolv.conf dangles inside and

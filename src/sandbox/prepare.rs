@@ -1,8 +1,8 @@
 //! The sandbox from the shim's side: before the fork, resolve the user and `$HOME` (on the
 //! host's view, where `/etc/passwd` is), give the task's own directories to that user, and list
-//! the host's `/`; after the fork, in the agent's child, [`Prepared::enter`] unshares the mount
-//! (and network) namespace, builds the mounts, drops privileges and installs the seccomp
-//! filter, in that order.
+//! the host's `/`; after the fork, in the agent's child, [`Prepared::enter`] unshares the
+//! mount, IPC and UTS (and network) namespaces, builds the mounts, drops privileges and
+//! installs the seccomp filter, in that order.
 
 use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
 use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
@@ -115,9 +115,9 @@ pub fn prepare(
 }
 
 impl Prepared {
-    /// In the agent's child: its own mount namespace (and network namespace for
-    /// `network: None`), the mounts, then the privileges (which need the capabilities the
-    /// mounts used, so they come last).
+    /// In the agent's child: its own mount, IPC and UTS namespaces (and network namespace for
+    /// `network: None`: [`mounts::task_namespaces`]), the mounts, then the privileges (which
+    /// need the capabilities the mounts used, so they come last).
     pub fn enter(&self) -> Result<(), String> {
         match &self.template {
             Some((attempt, ns)) => match ns.enter(attempt, self.network_none) {
@@ -214,16 +214,14 @@ impl Prepared {
         matches!(self.template, Some((_, TemplateNs::PreparedCopy(_))))
     }
 
-    /// The whole mount plan, in a mount namespace copied from the caller's.
+    /// The whole mount plan, in a mount namespace copied from the caller's (with the task's
+    /// other namespaces).
     fn build_in_full(&self) -> Result<(), String> {
-        use nix::sched::CloneFlags;
-        let mut flags = CloneFlags::CLONE_NEWNS;
-        if self.network_none {
-            flags |= CloneFlags::CLONE_NEWNET;
-        }
+        let flags =
+            nix::sched::CloneFlags::CLONE_NEWNS | mounts::task_namespaces(self.network_none);
         nix::sched::unshare(flags).map_err(|e| {
             format!(
-                "cannot create the task's mount{} namespace (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN",
+                "cannot create the task's mount, IPC, UTS{} namespaces (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN",
                 if self.network_none { " and network" } else { "" }
             )
         })?;

@@ -408,14 +408,10 @@ impl AttemptOnTemplate {
     }
 
     /// In the template's namespace: a copy of it (the caller's mount namespace from now on;
-    /// also a network namespace of its own for `network: None`), at its root.
-    fn copy_template(network_none: bool) -> Result<(), String> {
-        let mut flags = nix::sched::CloneFlags::CLONE_NEWNS;
-        if network_none {
-            flags |= nix::sched::CloneFlags::CLONE_NEWNET;
-        }
-        nix::sched::unshare(flags).map_err(|e| {
-            format!("cannot create the task's mount namespace (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN")
+    /// with `others` too: the task's, [`super::task_namespaces`]), at its root.
+    fn copy_template(others: nix::sched::CloneFlags) -> Result<(), String> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS | others).map_err(|e| {
+            format!("cannot create the task's namespaces (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN")
         })?;
         sys::chdir(Path::new("/")).map_err(|e| format!("chdir /: {e}"))?;
         // The copy's root is not unbindable as the template's was: again, as the full plan
@@ -461,7 +457,7 @@ impl AttemptOnTemplate {
 
     /// In the template's namespace: a copy of it, the fresh mounts, the clones attached.
     fn finish(&self, clones: Vec<(OwnedFd, &PathBuf)>, network_none: bool) -> Result<(), String> {
-        Self::copy_template(network_none)?;
+        Self::copy_template(super::task_namespaces(network_none))?;
         self.mount_fresh_ones(Fresh::All)?;
         Self::attach(clones)
     }
@@ -482,7 +478,8 @@ impl AttemptOnTemplate {
         nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNS).map_err(|e| {
             EnterError::Unjoined(format!("cannot join the sandbox template (setns: {e})"))
         })?;
-        let copied = Self::copy_template(false)
+        // The mount namespace only: the task's others are its agent's, made at its start.
+        let copied = Self::copy_template(nix::sched::CloneFlags::empty())
             .and_then(|()| self.mount_fresh_ones(Fresh::OfThePidNamespace))
             // The new /proc is this PID namespace's: "self" is the caller.
             .and_then(|()| {
@@ -504,8 +501,9 @@ impl AttemptOnTemplate {
 
     /// In the agent's child, on a copy made by [`AttemptOnTemplate::prepare_copy`] in this
     /// PID namespace: clone the per-task sources from the host, join the copy (its own: no
-    /// other process uses it), mount the task's fresh filesystems and attach the clones. The
-    /// same mount table as [`AttemptOnTemplate::enter`] leaves.
+    /// other process uses it), make the task's other namespaces, mount the task's fresh
+    /// filesystems and attach the clones. The same mount table as
+    /// [`AttemptOnTemplate::enter`] leaves.
     pub fn enter_prepared(
         &self,
         prepared: BorrowedFd<'_>,
@@ -516,11 +514,9 @@ impl AttemptOnTemplate {
             EnterError::Unjoined(format!("cannot join the prepared sandbox (setns: {e})"))
         })?;
         let finish = || {
-            if network_none {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
-                    format!("cannot create the task's network namespace (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN")
-                })?;
-            }
+            nix::sched::unshare(super::task_namespaces(network_none)).map_err(|e| {
+                format!("cannot create the task's namespaces (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN")
+            })?;
             sys::chdir(Path::new("/")).map_err(|e| format!("chdir /: {e}"))?;
             self.mount_fresh_ones(Fresh::OfTheTask)?;
             Self::attach(clones)

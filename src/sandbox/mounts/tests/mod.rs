@@ -490,4 +490,14 @@ fn read_only_paths_are_bound_inside_keel_mounts_and_stay_read_only() {
         .any(|o| o.starts_with("setattr       /run/systemd")));
 }
 
+#[test]
+fn every_task_has_its_own_ipc_and_uts_namespaces_and_a_network_one_for_none() {
+    use nix::sched::CloneFlags;
+    let own = CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS;
+    assert_eq!(task_namespaces(false), own);
+    assert_eq!(task_namespaces(true), own | CloneFlags::CLONE_NEWNET);
+    // The mount namespace is made apart (copied from a template, or a spare's copy joined).
+    assert!(!task_namespaces(true).contains(CloneFlags::CLONE_NEWNS));
+}
+
 mod checkout;
