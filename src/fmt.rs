@@ -1,9 +1,11 @@
 //! Human-readable figures, for everyone who writes them (messages, logs, the command line):
-//! durations, sizes, CPU shares, signal names. A leaf: it imports nothing of keel's.
+//! durations, sizes, CPU shares, signal names; and text someone else wrote made safe to show
+//! ([`printable`]). A leaf: it imports nothing of keel's.
 //!
 //! The unit file's own spelling of durations and sizes (`"1h30m"`, `"512M"`, exact and parsed
 //! back) is the unit format's, in `crate::unit`.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// `"3s"`, `"4m"`, `"2h"`, `"3d"`: the largest whole unit (for tables and messages).
@@ -108,6 +110,88 @@ pub fn signal_name(number: i32) -> String {
         Ok(signal) => signal.as_str().to_string(),
         Err(_) => format!("SIG{number}"),
     }
+}
+
+/// `text` as it may be shown on a terminal: every character that would act on the terminal
+/// or hide instead of showing is written as a visible escape, everything else is unchanged
+/// (non-ASCII letters, emoji, a backslash). Escaped: the C0 controls and DEL (`\e` for ESC,
+/// `\n`, `\r`, `\t`, else `\x07`), the C1 controls (`\u{9b}`), and the invisible format
+/// characters — bidi embeddings, overrides, isolates and marks (U+202A–U+202E, U+2066–U+2069,
+/// U+200E, U+200F, U+061C), zero-width spaces, the word joiner and invisible operators, the
+/// BOM, the soft hyphen, line and paragraph separators, tags (`\u{202e}`). The joiners U+200C
+/// and U+200D stay: Persian, Indic scripts and emoji need them, and they move nothing.
+///
+/// Each escape is printable ASCII, one column a character: widths counted in characters stay
+/// right for the escaped text.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    printable_keeping(text, &[])
+}
+
+/// [`printable`], leaving the characters of `keep` as they are (a log's newlines and tabs).
+pub fn printable_keeping<'a>(text: &'a str, keep: &[char]) -> Cow<'a, str> {
+    let hides = |c: char| is_hidden_or_active(c) && !keep.contains(&c);
+    let Some(first) = text.find(hides) else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str(&text[..first]);
+    for c in text[first..].chars() {
+        if hides(c) {
+            push_escape(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`printable_keeping`] for bytes that may not be UTF-8 (a log): each byte that is not part
+/// of a character is written `\xNN`.
+pub fn printable_bytes(bytes: &[u8], keep: &[char]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(&printable_keeping(chunk.valid(), keep));
+        for byte in chunk.invalid() {
+            let _ = write!(out, "\\x{byte:02x}");
+        }
+    }
+    out
+}
+
+/// Whether `c` acts on a terminal (a control) or hides (an invisible format character): what
+/// [`printable`] escapes.
+pub fn is_hidden_or_active(c: char) -> bool {
+    matches!(
+        c,
+        '\0'..='\x1f'
+            | '\x7f'..='\u{9f}'
+            | '\u{ad}'
+            | '\u{61c}'
+            | '\u{180e}'
+            | '\u{200b}'
+            | '\u{200e}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e007f}'
+    )
+}
+
+fn push_escape(out: &mut String, c: char) {
+    use std::fmt::Write;
+    let _ = match c {
+        '\x1b' => write!(out, "\\e"),
+        '\n' => write!(out, "\\n"),
+        '\r' => write!(out, "\\r"),
+        '\t' => write!(out, "\\t"),
+        '\0'..='\x7f' => write!(out, "\\x{:02x}", c as u32),
+        _ => write!(out, "\\u{{{:x}}}", c as u32),
+    };
 }
 
 #[cfg(test)]

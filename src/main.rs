@@ -93,13 +93,17 @@ enum Command {
         #[arg(short, long, default_value = "SIGKILL")]
         signal: String,
     },
-    /// The task's captured stdout and stderr.
+    /// The task's captured stdout and stderr (on a terminal, control characters but newline
+    /// and tab are shown escaped; into a pipe, the bytes as they are).
     Logs {
         unit: String,
         #[arg(short = 'n', long = "lines")]
         lines: Option<usize>,
         #[arg(short, long)]
         follow: bool,
+        /// The bytes as the task wrote them, even on a terminal (escape sequences act on it).
+        #[arg(long)]
+        raw: bool,
     },
     /// The journal of transitions.
     Events {
@@ -223,7 +227,7 @@ fn main() {
         Command::Kill { unit, signal } => match keel::unit::parse_signal(&signal) {
             Ok(signal) => cli::simple::run(&state_dir, Request::Kill { unit, signal }),
             Err(e) => {
-                eprintln!("keel: {e}");
+                eprintln!("keel: {}", keel::fmt::printable(&e.to_string()));
                 std::process::exit(2);
             }
         },
@@ -231,7 +235,12 @@ fn main() {
             unit,
             lines,
             follow,
-        } => cli::logs::run(&state_dir, &unit, lines, follow),
+            raw,
+        } => cli::logs::run(
+            &state_dir,
+            &unit,
+            &cli::logs::Options { lines, follow, raw },
+        ),
         Command::Events {
             unit,
             follow,
@@ -254,7 +263,8 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("keel: {e}");
+        // Messages name paths and units (the daemon's lines among them): escaped.
+        eprintln!("keel: {}", keel::fmt::printable_keeping(&e.0, &['\n']));
         std::process::exit(1);
     }
 }

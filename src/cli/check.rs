@@ -3,13 +3,17 @@
 //! if any file is bad.
 
 use super::{CliError, CliResult};
+use crate::fmt::printable;
 use std::path::PathBuf;
 
 pub fn run(files: &[PathBuf]) -> CliResult {
     let mut bad = 0;
     for file in files {
         match crate::unit::load_unit_file(file) {
-            Ok((name, _, _)) => println!("{}: ok (unit {name})", file.display()),
+            Ok((name, _, _)) => println!(
+                "{}: ok (unit {name})",
+                printable(&file.display().to_string())
+            ),
             Err(first) => {
                 bad += 1;
                 // A readable file may hold several problems: report them all.
@@ -19,7 +23,8 @@ pub fn run(files: &[PathBuf]) -> CliResult {
                     .and_then(|text| crate::unit::check_unit(file, &text).err())
                     .unwrap_or_else(|| vec![first]);
                 for error in all {
-                    eprintln!("{error}");
+                    // The message may quote the file: escaped.
+                    eprintln!("{}", printable(&error.to_string()));
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! `keel events [-f] [-n N] [--json] [UNIT]`: the journal of transitions (`events.jsonl`, and
-//! the rotated `events.jsonl.1` before it), read straight from the state directory.
+//! the rotated `events.jsonl.1` before it), read straight from the state directory. Lines are
+//! printed escaped (`--json`: the same JSON, its invisible characters as `\u` escapes).
 
 use super::{CliError, CliResult};
 use crate::state::{rotated_journal_path, Event, StateDir};
@@ -65,7 +66,7 @@ fn render(line: &str, options: &Options<'_>) -> Option<String> {
         return None;
     }
     Some(if options.json {
-        line.trim_end().to_string()
+        crate::cli::format::json_escaped(line.trim_end()).into_owned()
     } else {
         human(&event)
     })
@@ -112,7 +113,8 @@ fn follow(path: &Path, options: &Options<'_>, out: &mut impl Write) -> CliResult
     }
 }
 
-/// `2026-11-30T05:12:03.123Z  flaky  #2  backoff  restart in 2.0s`
+/// `2026-11-30T05:12:03.123Z  flaky  #2  backoff  restart in 2.0s`; control and invisible
+/// characters of the detail (a task's note, a path) escaped ([`crate::fmt::printable`]).
 pub fn human(event: &Event) -> String {
     let unit = if event.unit.is_empty() {
         "-"
@@ -127,5 +129,5 @@ pub fn human(event: &Event) -> String {
         text.push_str("  ");
         text.push_str(&event.detail);
     }
-    text
+    crate::fmt::printable(&text).into_owned()
 }

@@ -1,5 +1,6 @@
-//! Text for the terminal: cutting, wrapping, colour. The figures in it (durations, sizes) are
-//! written by `crate::fmt`.
+//! Text for the terminal: cutting, wrapping, colour, JSON without invisible characters. The
+//! figures in it (durations, sizes) are written by `crate::fmt`, and text someone else wrote
+//! is made printable by `crate::fmt::printable`.
 
 /// Cut a string to `width` characters, marking the cut with `…`.
 pub fn fit(text: &str, width: usize) -> String {
@@ -123,6 +124,31 @@ pub fn fit_visible(text: &str, width: usize) -> String {
         out.push_str("\x1b[0m");
     }
     out
+}
+
+/// JSON text (as serde_json writes it) with the characters [`crate::fmt::printable`] escapes
+/// written as `\uXXXX` escapes: the same JSON value, nothing in it that acts on a terminal.
+/// serde_json already escapes the C0 controls in strings (outside strings, the only C0
+/// characters are whitespace, left as they are); DEL, the C1 controls and the invisible
+/// format characters it writes raw.
+pub fn json_escaped(json: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write;
+    let raw = |c: char| c >= '\x7f' && crate::fmt::is_hidden_or_active(c);
+    let Some(first) = json.find(raw) else {
+        return json.into();
+    };
+    let mut out = String::with_capacity(json.len() + 16);
+    out.push_str(&json[..first]);
+    for c in json[first..].chars() {
+        if raw(c) {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
 }
 
 #[cfg(test)]

@@ -97,7 +97,8 @@ pub fn request(
 pub fn print_outcome(response: Response) -> CliResult {
     match response {
         Response::Ok { message } => {
-            println!("{message}");
+            // Lines the daemon wrote, naming units and paths: escaped but for the newlines.
+            println!("{}", crate::fmt::printable_keeping(&message, &['\n']));
             Ok(())
         }
         Response::Error { message } => Err(CliError(message)),

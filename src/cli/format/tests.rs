@@ -50,3 +50,35 @@ fn a_long_text_is_cut_with_an_ellipsis() {
     assert_eq!(fit("abcdef", 4), "abc…");
     assert_eq!(fit("abc", 4), "abc");
 }
+
+#[test]
+fn json_keeps_its_value_and_loses_what_acts_on_a_terminal() {
+    let value = serde_json::json!({
+        "progress": "a\x1b]0;x\x07b\u{9b}c\x7fd\u{202e}e\u{e0041}f Grüße 👩‍💻",
+        "plain": ["ok", 1],
+    });
+    let written = serde_json::to_string_pretty(&value).unwrap();
+    // serde_json escapes C0 itself, and writes DEL, C1 and format characters raw.
+    assert!(written.contains("\\u001b]0;x\\u0007b"), "{written}");
+    assert!(
+        written.contains('\u{202e}') && written.contains('\u{9b}'),
+        "{written}"
+    );
+    let escaped = json_escaped(&written);
+    assert!(
+        escaped
+            .chars()
+            .all(|c| matches!(c, '\n' | ' ') || !crate::fmt::is_hidden_or_active(c)),
+        "{escaped}"
+    );
+    assert!(
+        escaped.contains("\\u009bc\\u007fd\\u202ee\\udb40\\udc41f Grüße 👩‍💻"),
+        "{escaped}"
+    );
+    let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();
+    assert_eq!(back, value);
+    assert!(matches!(
+        json_escaped("{\"a\": \"ok\"}"),
+        std::borrow::Cow::Borrowed(_)
+    ));
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 /// Label column width.
 const LABEL: usize = 12;
 
-pub fn render(task: &TaskInfo, d: &TaskDetail, now: u64, colour: bool) -> String {
+pub(super) fn render(task: &TaskInfo, d: &TaskDetail, now: u64, colour: bool) -> String {
     let mut out = Block::default();
     out.head(&headline(task, now, colour));
     out.field("unit file", &unit_file(task, d));

@@ -1,8 +1,10 @@
 //! `keel status [UNIT] [--json] [--watch [SECS]] [--color WHEN]`: one line a task, read at a
 //! glance (a state's colour says whether it needs a person); with UNIT, that task in full
 //! ([`detail`]); `--watch` redraws it ([`watch`]); `--json` is the stable [`crate::protocol::StatusReport`].
+//! What a task wrote is shown escaped ([`printable`]): it cannot act on the terminal.
 
 pub mod detail;
+pub mod printable;
 pub mod watch;
 
 use super::format::{fit, fit_visible, paint, wrap, Tone};
@@ -38,10 +40,8 @@ pub fn run(state_dir: &Path, options: &Options<'_>) -> CliResult {
     }
     let report = fetch(state_dir, options.unit, Duration::from_secs(30))?;
     if options.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| CliError(e.to_string()))?
-        );
+        let json = serde_json::to_string_pretty(&report).map_err(|e| CliError(e.to_string()))?;
+        println!("{}", super::format::json_escaped(&json));
     } else {
         print!("{}", render(&report, now_ms(), colour));
     }
@@ -78,8 +78,10 @@ pub fn fetch_report(
     }
 }
 
-/// The table, or one task in full when the report holds its detail.
+/// The table, or one task in full when the report holds its detail; every string of the
+/// report escaped ([`printable::escaped`]).
 pub fn render(report: &StatusReport, now: u64, colour: bool) -> String {
+    let report = &printable::escaped(report);
     if let [task] = report.tasks.as_slice() {
         if let Some(detail) = &task.detail {
             return detail::render(task, detail, now, colour);
@@ -90,7 +92,7 @@ pub fn render(report: &StatusReport, now: u64, colour: bool) -> String {
 
 /// The table: the daemon, a summary of what needs attention, one line a task; at most
 /// [`WIDTH`] columns whatever the names, reasons and figures.
-pub fn render_table(report: &StatusReport, now: u64, colour: bool) -> String {
+fn render_table(report: &StatusReport, now: u64, colour: bool) -> String {
     let d = &report.daemon;
     // Read whole: wrapped, not cut (a path, why cgroups are unavailable).
     let mut lines = wrap(

@@ -4,7 +4,7 @@ use crate::protocol::{
     CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, RestartInfo, SignalInfo, TaskDetail,
 };
 
-fn task(unit: &str, state: &str) -> TaskInfo {
+pub(super) fn task(unit: &str, state: &str) -> TaskInfo {
     serde_json::from_value(serde_json::json!({
         "unit": unit, "state": state, "attempt": 1, "generation": 1,
         "restarts": 0, "unit_changed": false,
@@ -12,7 +12,7 @@ fn task(unit: &str, state: &str) -> TaskInfo {
     .unwrap()
 }
 
-fn report(tasks: Vec<TaskInfo>) -> StatusReport {
+pub(super) fn report(tasks: Vec<TaskInfo>) -> StatusReport {
     StatusReport {
         daemon: DaemonInfo {
             pid: 1,
@@ -160,7 +160,7 @@ fn a_running_task_shows_its_last_activity_and_a_missing_progress() {
     assert_eq!(note(&quiet, 100_000, false), "no activity yet · “step 3”");
 }
 
-fn detailed() -> TaskInfo {
+pub(super) fn detailed() -> TaskInfo {
     let mut t = task("worker", "running");
     t.attempt = 3;
     t.generation = 4;

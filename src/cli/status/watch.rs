@@ -8,6 +8,7 @@
 use super::{fetch_report, render};
 use crate::cli::format::{fit_visible, paint, Tone};
 use crate::cli::{CliError, CliResult};
+use crate::fmt::printable;
 use crate::state::{now_ms, rfc3339};
 use std::io::Write;
 use std::path::Path;
@@ -45,19 +46,20 @@ pub fn run(
         let _ = write!(out, "{HIDE_CURSOR}\x1b[2J");
     }
     let command = match unit {
-        Some(unit) => format!("keel status {unit}"),
+        Some(unit) => format!("keel status {}", printable(unit)),
         None => "keel status".to_string(),
     };
     while !stop.load(Ordering::Relaxed) {
         let now = now_ms();
+        // Messages name paths and units: escaped, as the report is by `render`.
         let body = match fetch_report(state_dir, unit, REQUEST_TIMEOUT) {
             Ok(Ok(report)) => render(&report, now, colour),
-            Ok(Err(refused)) => format!("{}\n", paint(&refused, Tone::Bad, colour)),
+            Ok(Err(refused)) => format!("{}\n", paint(&printable(&refused), Tone::Bad, colour)),
             // What to do comes last in the message; the retry first, so a cut keeps it.
             Err(down) => format!(
                 "trying again every {}: {}\n",
                 crate::fmt::duration_precise(every),
-                paint(&down.0, Tone::Bad, colour)
+                paint(&printable(&down.0), Tone::Bad, colour)
             ),
         };
         let header = format!(
