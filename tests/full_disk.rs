@@ -40,7 +40,7 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
-        // The daemon's fixture is dropped first: nothing of it uses the directory any more.
+        // Dropped after the daemon (a Fixture's field order): nothing uses the directory now.
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }
@@ -275,13 +275,19 @@ fn a_full_log_disk_never_blocks_the_agent_and_the_gap_is_noted() {
         return;
     }
     // The task's run/ (output.log, progress) on a 1 MiB tmpfs; the state beside it is not full.
-    let mut d = Daemon::prepare("full-log");
-    let run = d.task_dir("chatty").join("run");
-    let tmpfs = Tmpfs::mount(&run, "1m", &d.scratch.dir);
-    d.spawn();
+    let mut daemon = Daemon::prepare("full-log");
+    let run = daemon.task_dir("chatty").join("run");
+    let tmpfs = Tmpfs::mount(&run, "1m", &daemon.scratch.dir);
+    daemon.spawn();
+    // Held together so that the daemon goes first, also when the test fails.
+    let f = Fixture {
+        daemon,
+        _tmpfs: tmpfs,
+    };
+    let d = &f.daemon;
     d.write_unit("chatty", CHATTY);
     let before = d.wait_state("chatty", "running", wait::PATIENCE);
-    shim_set_up(&d, "chatty");
+    shim_set_up(d, "chatty");
     let round_file = d.task_dir("chatty").join("checkpoint/round");
     let round = || -> Option<u64> {
         std::fs::read_to_string(&round_file)
@@ -354,6 +360,5 @@ fn a_full_log_disk_never_blocks_the_agent_and_the_gap_is_noted() {
         "one note for the one gap"
     );
     assert_eq!(d.task("chatty").unwrap()["pid"], before["pid"]);
-    drop(d);
-    drop(tmpfs);
+    drop(f);
 }

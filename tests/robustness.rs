@@ -60,6 +60,27 @@ fn garbage_requests_get_errors_not_a_crash() {
     assert!(d.keel(&["health"]).status.success());
 }
 
+/// A unit name from a client becomes a path under the state directory only once it is a valid
+/// name: `keel harvest` of `../..` (the CLI would refuse it; a raw client need not) is refused.
+#[test]
+fn a_unit_name_that_climbs_out_of_the_state_directory_is_refused() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start("climbing-name");
+    let sock = d.state().join("keel.sock");
+    for unit in ["../..", "../../tmp", "a/b", ""] {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        let request = serde_json::json!({"verb": "harvest", "unit": unit});
+        s.write_all(format!("{request}\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(reply["result"], "error", "{unit:?}: {line}");
+        let message = reply["message"].as_str().unwrap_or_default();
+        assert!(message.contains("unit name"), "{unit:?}: {line}");
+    }
+    assert!(d.keel(&["health"]).status.success());
+}
+
 #[test]
 fn stray_signals_do_not_kill_the_daemon() {
     let d = Daemon::start("usr-signals");

@@ -20,15 +20,23 @@ fn offences(path: &Path, text: &str) -> Vec<String> {
         ));
     }
     for (number, line) in text.lines().enumerate() {
-        let code = line.trim_start();
-        if code.starts_with("#[path") {
+        // The line's code without its comment and its white space: `#[cfg(test)] mod tests {`
+        // and `pub mod test{` are caught as well as `mod tests {`.
+        let code: String = line
+            .split("//")
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        if code.contains("#[path") {
             found.push(format!(
                 "{}:{}: #[path]: put the module's file where its name says",
                 path.display(),
                 number + 1
             ));
         }
-        if code.starts_with("mod tests {") || code.starts_with("pub(crate) mod tests {") {
+        if code.contains("modtests{") || code.contains("modtest{") {
             found.push(format!(
                 "{}:{}: inline tests: move them to <module>/tests.rs as `mod tests;`",
                 path.display(),
@@ -63,6 +71,13 @@ fn each_way_of_breaking_the_convention_is_caught() {
     let file = Path::new("src/x.rs");
     assert_eq!(offences(file, "#[cfg(test)]\nmod tests;\n").len(), 0);
     assert_eq!(offences(file, "#[cfg(test)]\nmod tests {\n}\n").len(), 1);
+    assert_eq!(offences(file, "#[cfg(test)] mod tests{}\n").len(), 1);
+    assert_eq!(offences(file, "pub(crate) mod test {\n").len(), 1);
+    assert_eq!(
+        offences(file, "#[cfg(test)] #[path = \"t.rs\"] mod tests;\n").len(),
+        1
+    );
+    assert_eq!(offences(file, "// mod tests { in a comment\n").len(), 0);
     assert_eq!(
         offences(file, "#[path = \"x_tests.rs\"]\nmod tests;\n").len(),
         1

@@ -9,6 +9,10 @@ impl Daemon {
     /// `keel harvest UNIT`: the same, now — between attempts. While an agent runs it can
     /// rewrite its git directory under the harvest's feet; its attempt's end harvests anyway.
     pub(super) fn harvest_request(&mut self, unit: &str) -> Response {
+        // The name becomes a path under the state directory: never `..` or a slash.
+        if let Err(message) = crate::unit::validate_name(unit) {
+            return Response::Error { message };
+        }
         if crate::state::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             return Response::Error {
                 message: format!(
