@@ -127,11 +127,6 @@ impl SandboxSpec {
             if let Some(why) = crate::unit::keel_dir_problem(path, &keel_dirs) {
                 return refuse(why);
             }
-            if path.components().any(|c| c.as_os_str() == ".git") {
-                return refuse(format!(
-                    "{shown:?} lies in a git directory (.git): {GIT_DIR_HARM}"
-                ));
-            }
             for dir in &git_dirs {
                 if let Some(relation) = relation(path, dir) {
                     return refuse(format!(
@@ -141,6 +136,11 @@ impl SandboxSpec {
                         GIT_DIR_HARM
                     ));
                 }
+            }
+            if path.components().any(|c| c.as_os_str() == ".git") {
+                return refuse(format!(
+                    "{shown:?} lies in a git directory (.git): {GIT_DIR_HARM}"
+                ));
             }
             if std::fs::symlink_metadata(path.join(".git")).is_ok() {
                 return refuse(format!(
@@ -291,3 +291,6 @@ pub fn signal_for_shim(signal: i32) -> Option<i32> {
 pub fn kill_request_signal() -> i32 {
     libc::SIGRTMIN() + 3
 }
+
+#[cfg(test)]
+mod tests;

@@ -435,7 +435,12 @@ pub fn check_unit_with(
     };
     let mut found = map.duplicate_keys();
     let mut problems = validate_unit(&unit);
-    problems.extend(more(&unit));
+    // One problem per value: what the validator says of it comes first.
+    let more: Vec<Problem> = more(&unit)
+        .into_iter()
+        .filter(|extra| problems.iter().all(|p| p.path != extra.path))
+        .collect();
+    problems.extend(more);
     for problem in problems {
         let offset = std::iter::once(&problem.path)
             .chain(&problem.also)

@@ -300,7 +300,7 @@ pub fn refused_capability(number: u8, host_network: bool) -> Option<String> {
             "leave it out",
         ),
         32 | 33 => (
-            "CAP_MAC_* changes the host's security policy".to_string(),
+            "CAP_MAC_OVERRIDE and CAP_MAC_ADMIN change the host's security policy".to_string(),
             "leave it out",
         ),
         34 => ("CAP_SYSLOG reads kernel addresses".to_string(), "leave it out"),
