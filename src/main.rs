@@ -255,7 +255,7 @@ fn main() {
                 lines,
             },
         ),
-        Command::Check { files } => cli::check::run(&files),
+        Command::Check { files } => cli::check::run(&files, &state_dir),
         Command::Health => cli::health::run(&state_dir),
         Command::Reload => cli::simple::run(&state_dir, Request::Reload),
         Command::Shutdown { keep_tasks } => {

@@ -196,6 +196,7 @@ impl Daemon {
         };
         let mut attempt_spec = spawn::attempt_spec(&self.store.dirs, &unit_def, &ctx);
         if let Some(sandbox) = attempt_spec.sandbox.as_mut() {
+            sandbox.keel_dirs.units = Some(self.units.dir.clone());
             // Unit files hold other tasks' settings (and their env: API keys).
             if !self.units.dir.starts_with(&self.store.dirs.root) {
                 sandbox.hidden.push(self.units.dir.clone());

@@ -100,6 +100,11 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         // tmpfs pages are the task's memory: /tmp may use its whole reservation, $HOME half.
         tmp_size: memory,
         home_size: memory / 2,
+        // No writable path may reach them (the units directory: added by the caller).
+        keel_dirs: spec::KeelDirs {
+            state: Some(dirs.root.clone()),
+            units: None,
+        },
     };
     AttemptSpec {
         unit: ctx.unit_name.to_string(),

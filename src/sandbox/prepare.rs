@@ -55,6 +55,8 @@ pub fn prepare(
     spec: &SandboxSpec,
     list_host_root: impl FnOnce() -> std::io::Result<Vec<RootEntry>>,
 ) -> Result<Prepared, String> {
+    // Before anything is done for it: a writable path may not give the agent keel's state.
+    spec.check_writable()?;
     // The user databases only matter for `sandbox.user` (root needs no lookup).
     let read = |path: &str| match &spec.user {
         Some(_) => std::fs::read_to_string(path).unwrap_or_default(),

@@ -71,6 +71,108 @@ pub struct SandboxSpec {
     /// Size caps of the private tmpfs `/tmp` and `$HOME`.
     pub tmp_size: u64,
     pub home_size: u64,
+    /// keel's own directories, which no writable path may be, cover or lie inside
+    /// ([`SandboxSpec::check_writable`]). `serde(default)`: a spec of an older keel reads.
+    #[serde(default)]
+    pub keel_dirs: KeelDirs,
+}
+
+/// The directories of the daemon that starts the task (host paths, as it was given them).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct KeelDirs {
+    pub state: Option<PathBuf>,
+    pub units: Option<PathBuf>,
+}
+
+impl SandboxSpec {
+    /// Refuse a `sandbox.writable` path that would give the agent what the sandbox keeps from
+    /// it, as far as the start can tell: keel's state or units directory (as given and as
+    /// resolved), a git directory — the main repository's, one the checkout borrows objects
+    /// from, or any other: a path named `.git` or inside one, a repository's work tree (it
+    /// holds a `.git`), a bare repository or a path inside one (`HEAD` and `objects/`).
+    /// The static rules (system directories, `/`) are the validator's
+    /// ([`crate::unit::sandbox_rules`]). Its I/O: keel's two directories resolved, and per
+    /// writable path an `lstat` of `.git` in it and of `HEAD` in it and each of its ancestors
+    /// (plus `objects` where a `HEAD` is) — the user's own paths, which the templates' key
+    /// `lstat`s already; no directory is walked, so a repository deeper down is not seen.
+    pub fn check_writable(&self) -> Result<(), String> {
+        use crate::unit::sandbox_rules::{relation, GIT_DIR_HARM};
+        if self.writable.is_empty() {
+            return Ok(());
+        }
+        let mut keel_dirs: Vec<(&str, PathBuf)> = Vec::new();
+        let named = [
+            ("state directory", &self.keel_dirs.state),
+            ("units directory", &self.keel_dirs.units),
+        ];
+        for (what, dir) in named {
+            let Some(dir) = dir else { continue };
+            keel_dirs.push((what, dir.clone()));
+            if let Ok(real) = std::fs::canonicalize(dir) {
+                keel_dirs.push((what, real));
+            }
+        }
+        let keel_dirs: Vec<(&str, &Path)> =
+            keel_dirs.iter().map(|(w, d)| (*w, d.as_path())).collect();
+        // The git directories the checkout reads: the main repository's (the parent of its
+        // object directory), and the object directories it borrows from.
+        let mut git_dirs: Vec<&Path> = Vec::new();
+        if let Some(checkout) = &self.checkout {
+            git_dirs.extend(checkout.objects.first().and_then(|o| o.parent()));
+            git_dirs.extend(checkout.objects.iter().map(PathBuf::as_path));
+        }
+        for path in &self.writable {
+            let refuse = |why: String| Err(format!("sandbox.writable: {why}"));
+            let shown = path.display().to_string();
+            if let Some(why) = crate::unit::keel_dir_problem(path, &keel_dirs) {
+                return refuse(why);
+            }
+            for dir in &git_dirs {
+                if let Some(relation) = relation(path, dir) {
+                    return refuse(format!(
+                        "{shown:?} {} {}, which the task's checkout reads from its main repository: {}",
+                        relation.verb(),
+                        dir.display(),
+                        GIT_DIR_HARM
+                    ));
+                }
+            }
+            if path.components().any(|c| c.as_os_str() == ".git") {
+                return refuse(format!(
+                    "{shown:?} lies in a git directory (.git): {GIT_DIR_HARM}"
+                ));
+            }
+            if std::fs::symlink_metadata(path.join(".git")).is_ok() {
+                return refuse(format!(
+                    "{shown:?} covers the git repository {shown} (its .git): {}",
+                    GIT_DIR_HARM
+                ));
+            }
+            let git_dir = path
+                .ancestors()
+                .filter(|dir| dir.parent().is_some())
+                .find(|dir| is_git_dir(dir));
+            if let Some(dir) = git_dir {
+                let verb = if dir == path.as_path() {
+                    "is"
+                } else {
+                    "lies inside"
+                };
+                return refuse(format!(
+                    "{shown:?} {verb} the git directory {}: {}",
+                    dir.display(),
+                    GIT_DIR_HARM
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A git directory as git itself recognises one: a `HEAD` file and an `objects` directory.
+fn is_git_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join("HEAD")).is_ok_and(|m| m.is_file())
+        && std::fs::symlink_metadata(dir.join("objects")).is_ok_and(|m| m.is_dir())
 }
 
 /// What makes up a task's checkout in its sandbox (host paths): its files at `workdir`, its
@@ -189,3 +291,6 @@ pub fn signal_for_shim(signal: i32) -> Option<i32> {
 pub fn kill_request_signal() -> i32 {
     libc::SIGRTMIN() + 3
 }
+
+#[cfg(test)]
+mod tests;

@@ -15,6 +15,7 @@
 //!   the offending token and the field it belongs to, and locates semantic problems.
 
 mod lexer;
+pub mod sandbox_rules;
 mod scanner;
 pub(crate) mod source_map;
 mod suggest;
@@ -26,7 +27,9 @@ mod test_support;
 #[cfg(test)]
 mod tests;
 
-pub use validate::{validate_unit, FieldPath, PathSeg, Problem};
+pub use validate::{
+    keel_dir_problem, keel_dir_problems, validate_unit, FieldPath, PathSeg, Problem,
+};
 pub use values::{
     cpu_millis, format_duration, format_size, parse_capability, parse_duration, parse_signal,
     parse_size, Dur, Size, StopSignal,
@@ -408,6 +411,17 @@ pub fn parse_unit(file: &Path, text: &str) -> Result<Unit, UnitError> {
 /// or type error stops parsing, so it is reported alone; semantic problems (a backoff factor
 /// below 1, a relative path, …) are all reported. A leading byte-order mark is ignored.
 pub fn check_unit(file: &Path, text: &str) -> Result<Unit, Vec<UnitError>> {
+    check_unit_with(file, text, |_| Vec::new())
+}
+
+/// [`check_unit`] with the problems `more` finds in the parsed unit as well (rules that need
+/// what only the caller knows: keel's directories, [`keel_dir_problems`]), each located in the
+/// text as the validator's are.
+pub fn check_unit_with(
+    file: &Path,
+    text: &str,
+    more: impl FnOnce(&Unit) -> Vec<Problem>,
+) -> Result<Unit, Vec<UnitError>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let error_at = |offset: usize, message: String| UnitError::at(file, text, offset, message);
     let parsed: Result<Unit, _> = ron::from_str(text);
@@ -420,7 +434,14 @@ pub fn check_unit(file: &Path, text: &str) -> Result<Unit, Vec<UnitError>> {
         }
     };
     let mut found = map.duplicate_keys();
-    for problem in validate_unit(&unit) {
+    let mut problems = validate_unit(&unit);
+    // One problem per value: what the validator says of it comes first.
+    let more: Vec<Problem> = more(&unit)
+        .into_iter()
+        .filter(|extra| problems.iter().all(|p| p.path != extra.path))
+        .collect();
+    problems.extend(more);
+    for problem in problems {
         let offset = std::iter::once(&problem.path)
             .chain(&problem.also)
             .find_map(|path| map.find(path))

@@ -1,5 +1,6 @@
 //! Semantic validation: a pure function of the parsed unit.
 
+use super::sandbox_rules::{refused_capability, relation, writable_problem};
 use super::values::{check_argv, format_duration, format_size, parse_capability};
 use super::{Unit, MIN_MEMORY};
 use std::fmt;
@@ -290,8 +291,11 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
             problems.add(at.field("capabilities").index(index), message);
         }
     }
+    let repo = unit.repo.as_ref().map(|repo| repo.path.as_str());
     for (index, path) in sandbox.writable.iter().enumerate() {
-        if let Err(message) = check_absolute_path(path, "/data") {
+        let refused = check_absolute_path(path, "/srv/agent-data")
+            .and_then(|()| writable_problem(path, repo).map_or(Ok(()), Err));
+        if let Err(message) = refused {
             problems.add(at.field("writable").index(index), message);
         }
     }
@@ -322,6 +326,37 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
         );
     }
     problems.0
+}
+
+/// The unit's writable paths against keel's own directories (`(what, path)`: `("state
+/// directory", "/var/lib/keel")`), which only the caller knows: `keel check` (its `--state`),
+/// the daemon at each start. Compared as written: give canonical paths.
+pub fn keel_dir_problems(unit: &Unit, dirs: &[(&str, &Path)]) -> Vec<Problem> {
+    let at = FieldPath::default().field("sandbox").field("writable");
+    let mut problems = Problems::default();
+    for (index, path) in unit.sandbox.writable.iter().enumerate() {
+        if let Some(message) = keel_dir_problem(Path::new(path), dirs) {
+            problems.add(at.index(index), message);
+        }
+    }
+    problems.0
+}
+
+/// Why `path`, a writable path, may not be shared for its relation to one of keel's
+/// directories (`(what, path)`), if it may not.
+pub fn keel_dir_problem(path: &Path, dirs: &[(&str, &Path)]) -> Option<String> {
+    dirs.iter().find_map(|(what, dir)| {
+        relation(path, dir).map(|relation| {
+            format!(
+                "{:?} {} keel's {what} {}: an agent that writes there rewrites tasks' records, \
+                 unit files (and so its own sandbox) and other tasks' work; share a directory \
+                 outside it",
+                path.display().to_string(),
+                relation.verb(),
+                dir.display()
+            )
+        })
+    })
 }
 
 fn check_env_key(key: &str) -> Result<(), String> {
@@ -425,26 +460,4 @@ fn check_branch_name(branch: &str) -> Result<(), String> {
     Err(format!(
         "{branch:?} is not a valid git branch name: {reason}"
     ))
-}
-
-/// Capabilities a sandboxed agent may never hold: each one reaches past the sandbox (the
-/// host's processes through /proc, the kernel, the host's files by handle, the host network).
-fn refused_capability(number: u8, host_network: bool) -> Option<String> {
-    let why = match number {
-        2 => "CAP_DAC_READ_SEARCH opens host files by handle (open_by_handle_at)",
-        12 if host_network => {
-            "CAP_NET_ADMIN with network: Host reconfigures the host's network (use network: None)"
-        }
-        16 => "CAP_SYS_MODULE loads kernel modules",
-        17 => "CAP_SYS_RAWIO gives raw access to devices and memory",
-        19 => "CAP_SYS_PTRACE reaches the shim, which sees the host's filesystem",
-        21 => "CAP_SYS_ADMIN undoes the sandbox's mounts and namespaces",
-        22 => "CAP_SYS_BOOT reboots the host",
-        25 => "CAP_SYS_TIME sets the host's clock",
-        32 | 33 => "CAP_MAC_* changes the host's security policy",
-        34 => "CAP_SYSLOG reads kernel addresses",
-        38 | 39 => "CAP_PERFMON and CAP_BPF reach into the kernel",
-        _ => return None,
-    };
-    Some(format!("{why}: not grantable to a sandboxed agent"))
 }

@@ -1,6 +1,7 @@
 //! The unit tests of `unit`, by concern.
 
 mod errors;
+mod sandbox_rules;
 mod source_map;
 mod valid;
 mod values;
