@@ -58,12 +58,23 @@ fn still_stopping(task: &Task, generation: u64) -> bool {
 }
 
 /// What [`stop`] leaves to its caller.
+#[must_use]
 pub(crate) enum Stop {
-    /// Done; `false` when the decision could not be persisted (then nothing was signalled).
-    Done(bool),
+    /// Decided, persisted and acted on (or nothing was left to do).
+    Done,
+    /// The decision could not be persisted: nothing was signalled.
+    NotPersisted,
     /// No live attempt, and the intent is to forget the task (`explicit`: `keel rm`): it goes
     /// now ([`Daemon::remove_task`]).
     RemoveNow { explicit: bool },
+}
+
+fn persisted_or_not(persisted: bool) -> Stop {
+    if persisted {
+        Stop::Done
+    } else {
+        Stop::NotPersisted
+    }
 }
 
 /// Ask the attempt to end: `stop.signal` now, SIGKILL after `stop.timeout`. What happens
@@ -78,7 +89,7 @@ pub(crate) fn stop(
         // A live shim not adopted yet (reconcile is waiting for it to say who it is): the
         // intent is recorded now and carried out when it is adopted.
         task.record.intent = merge_intent(task.record.intent, intent);
-        return Stop::Done(store.persist(task).is_ok());
+        return persisted_or_not(store.persist(task).is_ok());
     }
     if task.shim.is_none() {
         match intent {
@@ -102,12 +113,12 @@ pub(crate) fn stop(
             }
             Intent::Stop | Intent::Interrupt | Intent::None => {}
         }
-        return Stop::Done(true);
+        return Stop::Done;
     }
     let previous_intent = task.record.intent;
     task.record.intent = merge_intent(previous_intent, intent);
     if task.record.state == TaskState::Stopping {
-        return Stop::Done(store.persist(task).is_ok());
+        return persisted_or_not(store.persist(task).is_ok());
     }
     let (signal, timeout) = (task.stop_signal(), task.stop_timeout());
     let previous_state = task.record.state;
@@ -133,7 +144,7 @@ pub(crate) fn stop(
             "{}: stop not carried out: it could not be recorded first; still {previous_state}",
             task.name
         );
-        return Stop::Done(false);
+        return Stop::NotPersisted;
     }
     send_stop_signal(task, signal);
     timers.add_after(
@@ -143,7 +154,7 @@ pub(crate) fn stop(
             generation,
         },
     );
-    Stop::Done(true)
+    Stop::Done
 }
 
 impl Daemon {
@@ -154,7 +165,8 @@ impl Daemon {
             return true;
         };
         match stop(task, intent, &mut self.store, &mut self.events.timers) {
-            Stop::Done(persisted) => persisted,
+            Stop::Done => true,
+            Stop::NotPersisted => false,
             Stop::RemoveNow { explicit } => {
                 self.remove_task(unit, explicit);
                 true
@@ -177,7 +189,7 @@ impl Daemon {
             &mut self.store,
             &mut self.events.timers,
         );
-        if matches!(stop, Stop::Done(false)) {
+        if matches!(stop, Stop::NotPersisted) {
             // Stopped unrecorded, it would count as a failure at the next start; left
             // running, the next daemon re-adopts it (under keel init it ends with PID 1, and
             // is then recorded as lost).

@@ -42,8 +42,8 @@ impl Daemon {
             &mut self.store,
             &mut self.events.timers,
         ) {
-            Stop::Done(false) => return Some(not_persisted(unit, &self.store.dirs.root)),
-            Stop::Done(true) => {}
+            Stop::NotPersisted => return Some(not_persisted(unit, &self.store.dirs.root)),
+            Stop::Done => {}
             // No live attempt: gone now; the answer says what became of its files.
             Stop::RemoveNow { explicit } => self.remove_task(unit, explicit),
         }

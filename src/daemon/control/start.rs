@@ -38,7 +38,7 @@ impl Daemon {
             TaskState::Stopping => {
                 // A start during a stop: start again once it has stopped (unless removed).
                 let timers = &mut self.events.timers;
-                if let Stop::Done(false) = stop(task, Intent::Restart, &mut self.store, timers) {
+                if let Stop::NotPersisted = stop(task, Intent::Restart, &mut self.store, timers) {
                     return not_persisted(unit, &self.store.dirs.root);
                 }
                 Response::Ok {
@@ -57,7 +57,7 @@ impl Daemon {
         };
         // A restart never removes the task: only `Done`.
         let timers = &mut self.events.timers;
-        if let Stop::Done(false) = stop(task, Intent::Restart, &mut self.store, timers) {
+        if let Stop::NotPersisted = stop(task, Intent::Restart, &mut self.store, timers) {
             return not_persisted(unit, &self.store.dirs.root);
         }
         Response::Ok {

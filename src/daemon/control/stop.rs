@@ -15,7 +15,7 @@ impl Daemon {
         };
         // A stop never removes the task: only `Done`.
         let stopped = stop(task, Intent::Stop, &mut self.store, &mut self.events.timers);
-        if let Stop::Done(false) = stopped {
+        if let Stop::NotPersisted = stopped {
             return Some(not_persisted(unit, &self.store.dirs.root));
         }
         let generation = task.record.generation;

@@ -38,7 +38,7 @@ pub(crate) fn check_liveness(
         kill: stall.kill,
     });
     // With no intent of its own, a stop never removes the task: only `Done`.
-    if let Stop::Done(false) = stop(task, Intent::None, store, timers) {
+    if let Stop::NotPersisted = stop(task, Intent::None, store, timers) {
         // Not persisted, so not done: judge again shortly.
         task.record.stall = None;
         watches.recheck_soon(&task.name, timers);
