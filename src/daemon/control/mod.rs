@@ -188,7 +188,9 @@ impl Control {
             Ok(creds) => creds,
             Err(why) => return (0, Err(why)),
         };
-        let facts = peers::PeerFacts::read(pid, uid);
+        use std::os::fd::AsFd;
+        let pidfd = crate::sys::fds::peer_pidfd(stream.as_fd());
+        let facts = peers::PeerFacts::read(pid, uid, pidfd);
         let probe = |tree: &str| self.cgroup_mounts.is_keel_tree(tree);
         (pid, peers::judge(&self.identity, &facts, &probe))
     }

@@ -15,6 +15,7 @@
 //! files, namespaces(7)).
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -63,6 +64,10 @@ pub(crate) struct PeerFacts {
     pub namespaces: Result<Namespaces, String>,
     /// The text of `/proc/<pid>/cgroup`, or why it could not be read.
     pub cgroups: Result<String, String>,
+    /// Whether the client was still alive once all this was read (its pidfd, `SO_PEERPIDFD`):
+    /// then its pid was never reused and what was read is its own. `None`: the kernel cannot
+    /// tell (before Linux 6.5).
+    pub alive_after_read: Option<bool>,
 }
 
 /// Whether a cgroup path (as `/proc/<pid>/cgroup` shows it to the daemon) is the root of a keel
@@ -105,6 +110,13 @@ pub(crate) fn judge(
         return refuse(
             "this daemon's /proc is not of its PID namespace (mount one of its own, e.g. \
              `unshare --pid --fork --mount-proc`), so no client can be checked"
+                .to_string(),
+        );
+    }
+    if peer.alive_after_read == Some(false) {
+        return refuse(
+            "the client exited before it could be checked (what /proc showed may be another \
+             process's)"
                 .to_string(),
         );
     }
@@ -204,8 +216,9 @@ fn namespaces_of(pid: &str) -> std::io::Result<Namespaces> {
 }
 
 impl PeerFacts {
-    /// Read what `/proc` says of the client `pid` (0: none visible) with uid `uid`.
-    pub fn read(pid: i32, uid: u32) -> PeerFacts {
+    /// Read what `/proc` says of the client `pid` (0: none visible) with uid `uid`, then
+    /// whether it is still alive, through `pidfd` (`SO_PEERPIDFD`'s answer).
+    pub fn read(pid: i32, uid: u32, pidfd: std::io::Result<OwnedFd>) -> PeerFacts {
         let (namespaces, cgroups) = if pid > 0 {
             (
                 namespaces_of(&pid.to_string()).map_err(|e| e.to_string()),
@@ -214,11 +227,21 @@ impl PeerFacts {
         } else {
             (Err("no pid".into()), Err("no pid".into()))
         };
+        let alive_after_read = match pidfd {
+            // Signal 0 checks existence (a zombie still holds its pid); EPERM is alive too.
+            Ok(pidfd) => Some(
+                crate::sys::pidfd_send_signal(&pidfd, 0)
+                    .map_or_else(|e| e.raw_os_error() != Some(libc::ESRCH), |()| true),
+            ),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Some(false),
+            Err(_) => None,
+        };
         PeerFacts {
             pid,
             uid,
             namespaces,
             cgroups,
+            alive_after_read,
         }
     }
 }

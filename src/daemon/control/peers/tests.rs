@@ -38,6 +38,7 @@ fn client(cgroup: &str) -> PeerFacts {
         cgroups: Ok(format!(
             "12:pids:/user.slice\n1:name=systemd:/user.slice\n0::{cgroup}\n"
         )),
+        alive_after_read: Some(true),
     }
 }
 
@@ -165,6 +166,16 @@ fn a_client_outside_the_pid_namespace_is_judged_by_its_uid() {
     assert_eq!(verdict(&daemon(), &peer), Ok(()));
     peer.uid = 65534;
     assert!(verdict(&daemon(), &peer).is_err());
+}
+
+#[test]
+fn a_client_gone_before_it_was_checked_is_refused_and_an_old_kernel_cannot_tell() {
+    let mut peer = client("/user.slice");
+    peer.alive_after_read = Some(false);
+    let why = verdict(&daemon(), &peer).unwrap_err();
+    assert!(why.contains("exited before it could be checked"), "{why}");
+    peer.alive_after_read = None;
+    assert_eq!(verdict(&daemon(), &peer), Ok(()));
 }
 
 #[test]
