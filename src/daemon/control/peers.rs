@@ -325,7 +325,12 @@ fn unescape(field: &str) -> String {
 /// a loop must not flood it.
 pub(crate) const REFUSAL_QUIET: Duration = Duration::from_secs(60);
 
-/// Each refusal is logged once, then not again for [`REFUSAL_QUIET`].
+/// At most this many distinct refusals are logged per [`REFUSAL_QUIET`]: a client that
+/// varies its reason (a new user namespace per connection) must not flood the log either.
+pub(crate) const MAX_REFUSALS_LOGGED: usize = 20;
+
+/// Each refusal is logged once, then not again for [`REFUSAL_QUIET`]; at most
+/// [`MAX_REFUSALS_LOGGED`] in that time.
 #[derive(Default)]
 pub(crate) struct RefusalLog {
     last_logged: HashMap<String, Instant>,
@@ -336,7 +341,7 @@ impl RefusalLog {
     pub fn should_log(&mut self, why: &str, now: Instant) -> bool {
         self.last_logged
             .retain(|_, at| now.saturating_duration_since(*at) < REFUSAL_QUIET);
-        if self.last_logged.contains_key(why) {
+        if self.last_logged.contains_key(why) || self.last_logged.len() >= MAX_REFUSALS_LOGGED {
             return false;
         }
         self.last_logged.insert(why.to_string(), now);

@@ -240,3 +240,14 @@ fn a_refusal_is_logged_once_a_while() {
     assert!(log.should_log("b", t0 + Duration::from_secs(1)));
     assert!(log.should_log("a", t0 + REFUSAL_QUIET + Duration::from_secs(1)));
 }
+
+#[test]
+fn a_flood_of_distinct_refusals_is_capped() {
+    let mut log = RefusalLog::default();
+    let t0 = Instant::now();
+    let logged = (0..100)
+        .filter(|i| log.should_log(&format!("user namespace [{i}]"), t0))
+        .count();
+    assert_eq!(logged, MAX_REFUSALS_LOGGED);
+    assert!(log.should_log("later", t0 + REFUSAL_QUIET + Duration::from_secs(1)));
+}
