@@ -69,10 +69,10 @@ fn assert_refused(out: &str, daemon: &Daemon, units_before: &[String], proof: &P
         "status was not refused:\n{out}"
     );
     assert!(out.contains("add-exit=1"), "add was not refused:\n{out}");
-    let refusals = out
-        .matches("refused: the client is in PID namespace")
-        .count();
-    assert_eq!(refusals, 2, "two refusals naming the PID namespace:\n{out}");
+    // Today the agent is told its PID namespace is not the daemon's; once tasks have a user
+    // namespace of their own, its uid or user namespace may be named first: any refusal.
+    let refusals = out.matches("keel: refused: ").count();
+    assert_eq!(refusals, 2, "two refusals:\n{out}");
     assert_eq!(
         listing(&daemon.units()),
         units_before,
@@ -81,16 +81,12 @@ fn assert_refused(out: &str, daemon: &Daemon, units_before: &[String], proof: &P
     assert!(daemon.task("evil").is_none(), "the unit was installed");
     assert!(!proof.exists(), "the installed unit ran on the host");
     let log = daemon.daemon_log();
-    assert!(
-        log.contains("control socket: refused a client (pid ")
-            && log.contains("the client is in PID namespace"),
-        "the daemon's log has no refusal:\n{log}"
-    );
     // The same refusal is logged once, not once per connection.
     assert_eq!(
-        log.matches("not the daemon's").count(),
+        log.matches("control socket: refused a client (pid ")
+            .count(),
         1,
-        "the refusal logged more than once:\n{log}"
+        "the refusal is not logged exactly once:\n{log}"
     );
     // The daemon is unharmed.
     assert!(daemon.keel(&["health"]).status.success(), "{log}");
