@@ -187,3 +187,55 @@ pub fn receive_with_fds(
     }
     Ok(Some((bytes, fds)))
 }
+
+/// `SO_PEERPIDFD` (Linux 6.5, asm-generic/socket.h; mips, sparc, parisc and alpha number their
+/// socket options apart and are not handled here).
+#[cfg(not(any(
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+)))]
+const SO_PEERPIDFD: libc::c_int = 77;
+
+/// A pidfd of the process that connected a Unix socket (`getsockopt(SO_PEERPIDFD)`, Linux
+/// 6.5): with it, what was read of `/proc/<pid>` can be proven to be that process's (it is
+/// still alive, so its pid was never reused). ENOPROTOOPT on older kernels; ESRCH when the
+/// peer has already been reaped.
+#[cfg(not(any(
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+)))]
+pub fn peer_pidfd(socket: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` and `len` are live locals of the sizes passed; the kernel writes at most
+    // `len` bytes (one int) into `fd`.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just installed this fd for us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(any(
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+))]
+pub fn peer_pidfd(_socket: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    Err(io::Error::from_raw_os_error(libc::ENOPROTOOPT))
+}

@@ -1,5 +1,7 @@
-//! The control socket: `state_dir/keel.sock`, mode 0600, peers checked with SO_PEERCRED (root
-//! or the daemon's own uid). One JSON request line per connection, one JSON response line.
+//! The control socket: `state_dir/keel.sock`, mode 0600. A client must be root or the
+//! daemon's own uid (SO_PEERCRED), in the daemon's user and PID namespaces, and outside every
+//! keel task cgroup (`peers.rs`); any other is answered one `refused: …` line and closed.
+//! One JSON request line per connection, one JSON response line.
 //! A client's mistake gets an error response; it never takes the daemon down.
 //!
 //! This file accepts clients, reads their request line within a deadline, dispatches it and
@@ -8,6 +10,7 @@
 mod add;
 mod checkouts;
 mod daemon;
+mod peers;
 mod rm;
 mod start;
 mod status;
@@ -48,6 +51,11 @@ pub(crate) struct Client {
 pub(crate) struct Control {
     listener: UnixListener,
     pub clients: HashMap<Token, Client>,
+    /// The daemon's uid, namespaces and cgroup, to judge clients by.
+    identity: peers::Identity,
+    /// The cgroup2 mounts, to look at the keel trees a client's cgroup names.
+    cgroup_mounts: peers::CgroupMounts,
+    refusals: peers::RefusalLog,
 }
 
 impl Control {
@@ -57,9 +65,21 @@ impl Control {
         events
             .register_fixed(listener.as_raw_fd(), LISTENER)
             .map_err(super::setup("register the control socket"))?;
+        let identity = peers::Identity::own().map_err(super::setup(
+            "read the daemon's own namespaces in /proc/self/ns",
+        ))?;
+        if !identity.proc_is_own {
+            log::warn!(
+                "control socket: /proc is not of this daemon's PID namespace: every client \
+                 that has a pid here will be refused (mount a /proc of its own)"
+            );
+        }
         Ok(Control {
             listener,
             clients: HashMap::new(),
+            identity,
+            cgroup_mounts: peers::CgroupMounts::read(),
+            refusals: peers::RefusalLog::default(),
         })
     }
 }
@@ -91,18 +111,12 @@ fn not_persisted(unit: &str, state_dir: &Path) -> Response {
     }
 }
 
-fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
+/// The client's pid (0: none in this PID namespace) and uid, from SO_PEERCRED.
+fn peer_credentials(stream: &UnixStream) -> Result<(i32, u32), peers::Refusal> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-    let creds = getsockopt(stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
-    let own = nix::unistd::geteuid().as_raw();
-    if creds.uid() == 0 || creds.uid() == own {
-        Ok(())
-    } else {
-        Err(format!(
-            "uid {} may not control this daemon (only root and uid {own})",
-            creds.uid()
-        ))
-    }
+    let creds = getsockopt(stream, PeerCredentials)
+        .map_err(|e| peers::Refusal(format!("cannot read the client's SO_PEERCRED: {e}")))?;
+    Ok((creds.pid(), creds.uid()))
 }
 
 impl Control {
@@ -111,17 +125,26 @@ impl Control {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {
-                    let refusal = if self.clients.len() >= MAX_CLIENTS {
-                        Err(format!(
+                    let (pid, refusal) = if self.clients.len() >= MAX_CLIENTS {
+                        let why = format!(
                             "too many clients ({MAX_CLIENTS} connected): try again shortly"
-                        ))
+                        );
+                        (0, Err(peers::Refusal(why)))
                     } else {
-                        peer_allowed(&stream)
+                        self.judge(&stream)
                     };
                     if let Err(why) = refusal {
-                        log::warn!("control socket: refused a client: {why}");
-                        let line = serde_json::to_string(&Response::Error { message: why })
-                            .unwrap_or_default();
+                        if self.refusals.should_log(&why.0, std::time::Instant::now()) {
+                            log::warn!(
+                                "control socket: refused a client (pid {pid}): {} (the same \
+                                 refusal is not logged again for {}s)",
+                                why.0,
+                                peers::REFUSAL_QUIET.as_secs()
+                            );
+                        }
+                        let message = why.to_string();
+                        let line =
+                            serde_json::to_string(&Response::Error { message }).unwrap_or_default();
                         let _ = stream.write_all(format!("{line}\n").as_bytes());
                         continue;
                     }
@@ -150,6 +173,19 @@ impl Control {
                 }
             }
         }
+    }
+
+    /// Whether the client on `stream` may talk to the daemon (and its pid, for the log).
+    fn judge(&self, stream: &UnixStream) -> (i32, Result<(), peers::Refusal>) {
+        let (pid, uid) = match peer_credentials(stream) {
+            Ok(creds) => creds,
+            Err(why) => return (0, Err(why)),
+        };
+        use std::os::fd::AsFd;
+        let pidfd = crate::sys::fds::peer_pidfd(stream.as_fd());
+        let facts = peers::PeerFacts::read(pid, uid, pidfd);
+        let probe = |tree: &str| self.cgroup_mounts.is_keel_tree(tree);
+        (pid, peers::judge(&self.identity, &facts, &probe))
     }
 
     /// A client that has not sent its request (or read its answer) in time is dropped. One
