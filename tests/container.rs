@@ -382,7 +382,7 @@ fn the_containerfile_recipe_runs_keel_init_as_pid_1_with_the_documented_capabili
         "{}",
         container.log()
     );
-    let ns = std::fs::read_link(format!("/proc/{init}/ns/pid")).unwrap();
+    let members = pid_namespace_of(init);
 
     // `podman stop`: SIGTERM to PID 1, an orderly stop, exit 0.
     assert_eq!(container.stop(), 0, "{}", container.log());
@@ -394,7 +394,7 @@ fn the_containerfile_recipe_runs_keel_init_as_pid_1_with_the_documented_capabili
         "{log}"
     );
     assert!(
-        pid_namespace_members(&ns).is_empty(),
+        members().is_empty(),
         "processes left in the container"
     );
     let root = setup.root();
@@ -420,10 +420,10 @@ fn the_containerfile_recipe_runs_keel_init_as_pid_1_with_the_documented_capabili
             .unwrap_or_default()
             .contains("uid=1000 resumed=1 attempt=2")
     });
-    let ns = std::fs::read_link(format!("/proc/{}/ns/pid", container.init_pid())).unwrap();
+    let members = pid_namespace_of(container.init_pid());
     assert_eq!(container.stop(), 0, "{}", container.log());
     assert!(
-        pid_namespace_members(&ns).is_empty(),
+        members().is_empty(),
         "processes left in the container"
     );
     assert!(cgroup_tree_dirs(&setup.cgroup_name).is_empty());

@@ -480,9 +480,24 @@ pub fn path_str(path: &Path) -> String {
 /// Host pids of every process in the PID namespace whose PID 1 is `shim` (the task's
 /// sandbox): found through /proc/<pid>/ns/pid, never by name.
 pub fn namespace_members(shim: i32) -> impl Fn() -> Vec<i32> {
-    let ns = std::fs::read_link(format!("/proc/{shim}/ns/pid_for_children"))
-        .expect("shim's pid namespace");
-    move || pid_namespace_members(&ns)
+    held_pid_namespace(&format!("/proc/{shim}/ns/pid_for_children"))
+}
+
+/// Host pids of every process in the PID namespace of `pid` (a container's init).
+pub fn pid_namespace_of(pid: i32) -> impl Fn() -> Vec<i32> {
+    held_pid_namespace(&format!("/proc/{pid}/ns/pid"))
+}
+
+/// The members of the PID namespace `path` names, asked later. Held open, the namespace
+/// outlives its processes: its inode number (what `pid:[…]` names) cannot be given to a new
+/// namespace — a later attempt's, another test's — while the test asks.
+fn held_pid_namespace(path: &str) -> impl Fn() -> Vec<i32> {
+    let held = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let ns = std::fs::read_link(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    move || {
+        let _held = &held;
+        pid_namespace_members(&ns)
+    }
 }
 
 /// Host pids of the processes in PID namespace `ns` (a `pid:[…]` link).
