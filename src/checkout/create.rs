@@ -73,10 +73,12 @@ pub(crate) fn mounts(dirs: &StateDir, checkout: &Path, record: &CheckoutRecord) 
         },
         Files::Full { .. } => CheckoutFiles::Bind(record::full_files_dir(checkout)),
     };
+    let objects = resolve::object_dirs(&record.common_dir);
     CheckoutMounts {
         files,
         git_dir: record::git_dir(checkout),
-        objects: resolve::object_dirs(&record.common_dir),
+        repositories: resolve::repository_paths(&record.repo, &objects),
+        objects,
     }
 }
 

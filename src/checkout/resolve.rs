@@ -1,6 +1,7 @@
 //! The unit's `repo` against the main repository: does it exist, is it one, which commit is
 //! the base, which branch will the task work on, and is that branch free.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use git2::{ObjectType, Oid, Repository};
@@ -158,6 +159,39 @@ pub(crate) fn object_dirs(common_dir: &Path) -> Vec<PathBuf> {
             if !found.contains(&alternate) && found.len() < MAX {
                 found.push(alternate);
             }
+        }
+    }
+    found
+}
+
+/// The repositories a checkout borrows objects from, which its sandbox shows only through
+/// those object directories ([`crate::sandbox::spec::CheckoutMounts::repositories`]): the
+/// main repository as the unit names it (its work tree, or itself when bare) and, for each
+/// object directory that is a git directory's `objects` (the main one's, those it borrows
+/// from), that git directory and, when it is a work tree's `.git`, that work tree. As real
+/// paths: the sandbox follows no symlink on the way to a mount. A path that does not resolve
+/// is not there to be seen, and is left out.
+pub(crate) fn repository_paths(repo: &Path, objects: &[PathBuf]) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    let mut add = |path: &Path| {
+        if let Ok(real) = std::fs::canonicalize(path) {
+            if real.parent().is_some() && !found.contains(&real) {
+                found.push(real);
+            }
+        }
+    };
+    add(repo);
+    for dir in objects {
+        let Some(git_dir) = dir.parent() else {
+            continue;
+        };
+        let is_git_dir = std::fs::symlink_metadata(git_dir.join("HEAD")).is_ok_and(|m| m.is_file());
+        if dir.file_name() != Some(OsStr::new("objects")) || !is_git_dir {
+            continue;
+        }
+        add(git_dir);
+        if git_dir.file_name() == Some(OsStr::new(".git")) {
+            add(git_dir.parent().unwrap_or(git_dir));
         }
     }
     found

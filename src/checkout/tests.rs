@@ -216,6 +216,48 @@ fn borrowed_object_directories_are_all_shown() {
 }
 
 #[test]
+fn the_repositories_objects_are_borrowed_from_are_named_by_their_real_paths() {
+    let scratch = std::env::temp_dir().join(format!("keel-repopaths-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    // A work tree's .git, a bare repository, and a plain object store (no git directory).
+    let (work, bare, store) = (
+        scratch.join("app"),
+        scratch.join("lib.git"),
+        scratch.join("store/objects"),
+    );
+    for dir in [
+        work.join(".git/objects"),
+        bare.join("objects"),
+        store.clone(),
+    ] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    for git in [work.join(".git"), bare.clone()] {
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    }
+    // The unit names the repository through a symlink.
+    let link = scratch.join("link");
+    std::os::unix::fs::symlink(&work, &link).unwrap();
+    let objects = [
+        work.join(".git/objects"),
+        bare.join("objects"),
+        store.clone(),
+        scratch.join("gone/.git/objects"),
+    ];
+    let found = super::resolve::repository_paths(&link, &objects);
+    let real = std::fs::canonicalize(&scratch).unwrap();
+    std::fs::remove_dir_all(&scratch).unwrap();
+    assert_eq!(
+        found,
+        [
+            real.join("app"),
+            real.join("app/.git"),
+            real.join("lib.git")
+        ]
+    );
+}
+
+#[test]
 fn an_unreadable_tasks_directory_lists_no_checkouts_and_removes_no_base() {
     let scratch = std::env::temp_dir().join(format!("keel-records-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);

@@ -189,6 +189,14 @@ pub struct CheckoutMounts {
     /// read-only at their own paths, explicitly, since the sandbox may show something else
     /// there (its own tmpfs at `/tmp` or `$HOME`).
     pub objects: Vec<PathBuf>,
+    /// The repositories those objects belong to, as the host has them (real paths): the main
+    /// repository's work tree and git directory, and the git directories (and work trees) of
+    /// the repositories it borrows objects from. Covered in the sandbox by an empty read-only
+    /// tmpfs wherever they show, so that nothing of them is seen but [`Self::objects`]: not
+    /// their `config` (credentials in remote URLs), hooks, refs or files.
+    /// `serde(default)`: a spec of an older keel reads (and hides nothing more).
+    #[serde(default)]
+    pub repositories: Vec<PathBuf>,
 }
 
 /// Where a checkout's files come from.

@@ -26,6 +26,8 @@ pub(super) enum Step {
     },
     /// The main repository's object store a checkout borrows from.
     Objects(PathBuf),
+    /// A repository a checkout borrows objects from, covered but for its objects.
+    Repository(PathBuf),
     Proc,
     Dev(PathBuf),
     Tmp,
@@ -62,6 +64,7 @@ impl Step {
                 source,
             },
             Step::Objects(path) => SandboxError::Objects { path, source },
+            Step::Repository(path) => SandboxError::Repository { path, source },
             Step::Proc => SandboxError::Proc {
                 path: PathBuf::from("/proc"),
                 source,
@@ -125,6 +128,10 @@ pub enum SandboxError {
         path: PathBuf,
         source: io::Error,
     },
+    Repository {
+        path: PathBuf,
+        source: io::Error,
+    },
     Proc {
         path: PathBuf,
         source: io::Error,
@@ -176,6 +183,7 @@ impl SandboxError {
             | SandboxError::Overlay { source, .. }
             | SandboxError::GitDir { source, .. }
             | SandboxError::Objects { source, .. }
+            | SandboxError::Repository { source, .. }
             | SandboxError::Proc { source, .. }
             | SandboxError::Dev { source, .. }
             | SandboxError::Tmp { source, .. }
@@ -264,6 +272,13 @@ impl fmt::Display for SandboxError {
                 "cannot bind the main repository's objects {} read-only into the sandbox: \
                  {source}: the checkout borrows them (git alternates); the repository must \
                  stay where it was when the checkout was made",
+                path.display()
+            ),
+            SandboxError::Repository { path, source } => write!(
+                f,
+                "cannot hide the repository {} from the sandbox (all of it but its objects): \
+                 {source}: refusing to run the task with its config and files visible; the \
+                 repository must stay where it was when the checkout was made",
                 path.display()
             ),
             SandboxError::Proc { source, .. } => write!(

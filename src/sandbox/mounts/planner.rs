@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::error::Step;
-pub(super) use work::checkout_objects;
+pub(super) use work::{checkout_objects, checkout_repositories};
 
 // The task's own files at `workdir`: the work directory, or its git checkout.
 mod work;
@@ -126,6 +126,7 @@ impl<'a> Planner<'a> {
             .chain(&layout.writable)
             .chain(&layout.readonly)
             .chain(checkout_objects(layout))
+            .chain(checkout_repositories(layout))
             .chain(&layout.hidden);
         skip.extend(user_paths.filter_map(|p| top_level_name(p)));
         let links = host_root
@@ -395,6 +396,9 @@ impl<'a> Planner<'a> {
         enum Kind {
             Home,
             Work,
+            /// A repository the checkout borrows objects from: covered, its objects bound
+            /// back (deeper, so later).
+            Repository(PathBuf),
             /// A host path at its own path; writable for `sandbox.writable` only.
             Bound {
                 path: PathBuf,
@@ -424,6 +428,9 @@ impl<'a> Planner<'a> {
             };
             wanted.push((self.canon(path), kind));
         }
+        for path in checkout_repositories(layout) {
+            wanted.push((self.canon(path), Kind::Repository(path.clone())));
+        }
         wanted.sort_by_key(|(at, _)| depth(at));
         for (at, kind) in wanted {
             match kind {
@@ -447,6 +454,7 @@ impl<'a> Planner<'a> {
                     self.keep.push((at, MountAttrs::RDONLY, step));
                 }
                 Kind::Work => self.work(&at),
+                Kind::Repository(path) => self.veil(&path, &at),
                 Kind::Bound { path, step } => {
                     let writable = matches!(step, Step::Writable(_));
                     let op = MountOp::Mountpoint {

@@ -3,7 +3,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::error::SandboxError;
-use super::planner::{checkout_objects, under, Planner};
+use super::planner::{checkout_objects, checkout_repositories, under, Planner};
 use super::{overlay_path_problem, CheckoutFiles, RootEntry, SandboxLayout};
 
 fn layout_error(path: &Path, problem: impl Into<String>) -> SandboxError {
@@ -50,7 +50,8 @@ pub(super) fn validate(
     let listed = (layout.hidden.iter().map(|p| (p, "sandbox.hidden")))
         .chain(layout.writable.iter().map(|p| (p, "sandbox.writable")))
         .chain(layout.readonly.iter().map(|p| (p, "a read-only path")))
-        .chain(checkout_objects(layout).map(|p| (p, OBJECTS)));
+        .chain(checkout_objects(layout).map(|p| (p, OBJECTS)))
+        .chain(checkout_repositories(layout).map(|p| (p, "a repository of the checkout")));
     for (path, what) in named.into_iter().chain(checkout).chain(listed) {
         let relative = !path.is_absolute();
         if relative || path.components().any(|c| c == Component::ParentDir) {

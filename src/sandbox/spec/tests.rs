@@ -124,6 +124,7 @@ fn the_main_repositorys_git_directory_is_never_writable() {
         files: CheckoutFiles::Bind(state.join("tasks/t/checkout/files")),
         git_dir: state.join("tasks/t/checkout/git"),
         objects: vec![main_git.join("objects"), shared.clone()],
+        repositories: vec![main_git.clone()],
     });
     for (path, needle) in [
         (dir.0.join("srv"), "covers"),

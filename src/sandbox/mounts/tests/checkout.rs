@@ -8,7 +8,7 @@ use crate::sandbox::mounts::*;
 const TASK: &str = "/var/lib/keel/tasks/demo/checkout";
 const LOWER: &str = "/var/lib/keel/bases/0123456789abcdef-c0ffee/tree";
 
-fn overlay() -> CheckoutFiles {
+pub(super) fn overlay() -> CheckoutFiles {
     CheckoutFiles::Overlay {
         lower: p(LOWER),
         upper: p(&format!("{TASK}/upper")),
@@ -16,18 +16,19 @@ fn overlay() -> CheckoutFiles {
     }
 }
 
-fn with_checkout(files: CheckoutFiles, objects: &str) -> SandboxLayout {
+pub(super) fn with_checkout(files: CheckoutFiles, objects: &str) -> SandboxLayout {
     SandboxLayout {
         checkout: Some(CheckoutMounts {
             files,
             git_dir: p(&format!("{TASK}/git")),
             objects: vec![p(objects)],
+            repositories: vec![],
         }),
         ..layout()
     }
 }
 
-fn hosted() -> Vec<RootEntry> {
+pub(super) fn hosted() -> Vec<RootEntry> {
     let mut entries = host();
     entries.push(dir("srv"));
     entries
@@ -107,7 +108,7 @@ fn nothing_of_a_checkout_is_made_outside_the_new_root_before_the_pivot() {
     }
 }
 
-fn refused(layout: &SandboxLayout) -> String {
+pub(super) fn refused(layout: &SandboxLayout) -> String {
     let mut mounter = RecordingMounter::new();
     let err = build(layout, &hosted(), &mut mounter).unwrap_err();
     assert!(mounter.ops.is_empty(), "nothing mounted before validation");

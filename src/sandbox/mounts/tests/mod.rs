@@ -411,7 +411,8 @@ fn a_failure_at_any_op_names_its_step() {
             // No checkout in this layout (see tests_checkout).
             SandboxError::Overlay { .. }
             | SandboxError::GitDir { .. }
-            | SandboxError::Objects { .. } => false,
+            | SandboxError::Objects { .. }
+            | SandboxError::Repository { .. } => false,
             SandboxError::Hidden { path, .. } => *path == p("/var/lib/keel"),
             SandboxError::PivotRoot { .. } => matches!(op, MountOp::PivotRoot { .. }),
             SandboxError::ReadOnly { path, .. } => Some(path.as_path()) == op.target(),
@@ -501,3 +502,4 @@ fn every_task_has_its_own_ipc_and_uts_namespaces_and_a_network_one_for_none() {
 }
 
 mod checkout;
+mod repository;
