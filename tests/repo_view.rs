@@ -125,6 +125,7 @@ fn probe_script(repo: &Path, main_head: &str) -> String {
         if cat {repo}/.git/HEAD >/dev/null 2>&1; then echo "head READ"; else echo "head refused"; fi
         if grep -rqs s3cret {repo}; then echo "secret FOUND"; else echo "secret unseen"; fi
         if touch {repo}/.git/objects/planted 2>/dev/null; then echo "objects WRITTEN"; else echo "objects read-only"; fi
+        echo "uid $(id -u)"
         echo "main-commit $(git cat-file -p {main_head} | head -n 1 | cut -d' ' -f1)"
         echo "log-before $(git log --oneline | wc -l)"
         echo agent > agent.txt
@@ -136,7 +137,8 @@ fn probe_script(repo: &Path, main_head: &str) -> String {
     )
 }
 
-fn the_main_repository_shows_only_its_objects(path: StartPath, tag: &str) {
+/// `extra`: more of the unit (its `sandbox`).
+fn the_main_repository_shows_only_its_objects(path: StartPath, tag: &str, extra: &str) {
     if !checkout_support::ready(tag) {
         return;
     }
@@ -146,7 +148,7 @@ fn the_main_repository_shows_only_its_objects(path: StartPath, tag: &str) {
     let d = path.daemon(tag);
     let script = probe_script(&repo, &main_head);
     let unit = format!(
-        r#"Unit(command: ["/bin/sh", "-c", {script:?}], repo: Some(Repo(path: {repo:?}, base: "main")), restart: Never)"#,
+        r#"Unit(command: ["/bin/sh", "-c", {script:?}], repo: Some(Repo(path: {repo:?}, base: "main")), restart: Never, {extra})"#,
         repo = repo.display().to_string(),
     );
     d.write_unit("agent", &unit);
@@ -166,6 +168,12 @@ fn the_main_repository_shows_only_its_objects(path: StartPath, tag: &str) {
     ] {
         assert_eq!(line(&out, key), wanted, "{path:?}: {key}\n{out}");
     }
+    let uid = if extra.contains("1000:1000") {
+        "1000"
+    } else {
+        "0"
+    };
+    assert_eq!(line(&out, "uid "), uid, "{path:?}: {out}");
     // Its objects, and git in /work as before.
     assert_eq!(line(&out, "main-commit "), "tree", "{path:?}: {out}");
     assert_eq!(line(&out, "log-before "), "1", "{path:?}: {out}");
@@ -183,20 +191,27 @@ fn the_main_repository_shows_only_its_objects(path: StartPath, tag: &str) {
 
 #[test]
 fn the_main_repository_shows_only_its_objects_with_templates() {
-    the_main_repository_shows_only_its_objects(StartPath::Templates, "rv-templates");
+    the_main_repository_shows_only_its_objects(StartPath::Templates, "rv-templates", "");
 }
 
 #[test]
 fn the_main_repository_shows_only_its_objects_without_templates() {
-    the_main_repository_shows_only_its_objects(StartPath::NoTemplates, "rv-no-templates");
+    the_main_repository_shows_only_its_objects(StartPath::NoTemplates, "rv-no-templates", "");
 }
 
 #[test]
 fn the_main_repository_shows_only_its_objects_from_a_spare() {
-    the_main_repository_shows_only_its_objects(StartPath::Spare, "rv-spare");
+    the_main_repository_shows_only_its_objects(StartPath::Spare, "rv-spare", "");
 }
 
 #[test]
 fn the_main_repository_shows_only_its_objects_from_a_spare_without_templates() {
-    the_main_repository_shows_only_its_objects(StartPath::SpareNoTemplates, "rv-spare-full");
+    the_main_repository_shows_only_its_objects(StartPath::SpareNoTemplates, "rv-spare-full", "");
+}
+
+/// An agent that is not root passes through the cover (mode 0755) to the objects all the same.
+#[test]
+fn the_main_repository_shows_only_its_objects_to_an_agent_of_another_uid() {
+    let user = r#"sandbox: Sandbox(user: Some("1000:1000"))"#;
+    the_main_repository_shows_only_its_objects(StartPath::NoTemplates, "rv-user", user);
 }
