@@ -2,7 +2,8 @@
 //! borrows its objects, and that is all the task may see of it — not its `config` (a remote
 //! URL with a credential in it), its hooks, or the files of its work tree — while git in
 //! `/work` works as before (log, status, diff, commit, objects of main read by id) and the
-//! harvest brings the task's branch home. Checked on every path a start can take: the
+//! harvest brings the task's branch home; so is a repository whose objects main borrows
+//! (`git clone --shared`), and an agent of another uid. Checked on every path a start can take: the
 //! daemon's clone with templates on and off (`KEEL_NO_SANDBOX_TEMPLATES`: a checkout builds
 //! the whole plan either way), and a spare shim (`KEEL_NO_SPARE` turns spares off) with
 //! templates on and off. The repository lies under /var/tmp, which the sandbox shows from
@@ -214,4 +215,50 @@ fn the_main_repository_shows_only_its_objects_from_a_spare_without_templates() {
 fn the_main_repository_shows_only_its_objects_to_an_agent_of_another_uid() {
     let user = r#"sandbox: Sandbox(user: Some("1000:1000"))"#;
     the_main_repository_shows_only_its_objects(StartPath::NoTemplates, "rv-user", user);
+}
+
+/// A main repository that borrows its objects (`git clone --shared`): the repository it
+/// borrows from is covered as well, its objects bound back, and git in `/work` reads them.
+#[test]
+fn a_repository_the_main_one_borrows_objects_from_shows_only_its_objects() {
+    let tag = "rv-borrowed";
+    if !checkout_support::ready(tag) {
+        return;
+    }
+    let host = HostDir::new(tag);
+    let upstream = host.0.join("upstream");
+    let upstream_head = make_repo(&upstream);
+    let repo = host.0.join("app");
+    git(&host.0, &["clone", "-q", "--shared", "upstream", "app"]);
+    let alternates = std::fs::read_to_string(repo.join(".git/objects/info/alternates")).unwrap();
+    assert!(alternates.contains("upstream"), "{alternates}");
+    let d = StartPath::NoTemplates.daemon(tag);
+    let up = upstream.display();
+    let script = format!(
+        r#"
+        if cat {up}/.git/config >/dev/null 2>&1; then echo "upstream-config READ"; else echo "upstream-config refused"; fi
+        if cat {up}/tracked.txt >/dev/null 2>&1; then echo "upstream-tracked READ"; else echo "upstream-tracked refused"; fi
+        if grep -rqs s3cret {up}; then echo "upstream-secret FOUND"; else echo "upstream-secret unseen"; fi
+        echo "upstream-commit $(git cat-file -p {upstream_head} | head -n 1 | cut -d' ' -f1)"
+        echo "log $(git log --oneline | wc -l)"
+        echo agent > agent.txt
+        git add agent.txt && git commit -qm 'agent commit' && echo "commit done"
+        "#
+    );
+    let unit = format!(
+        r#"Unit(command: ["/bin/sh", "-c", {script:?}], repo: Some(Repo(path: {repo:?}, base: "main")), restart: Never)"#,
+        repo = repo.display().to_string(),
+    );
+    d.write_unit("agent", &unit);
+    let task = d.wait_state("agent", "succeeded", Duration::from_secs(30));
+    let out = std::fs::read_to_string(d.task_dir("agent").join("run/output.log")).unwrap();
+    assert_eq!(task["last_exit"], "exit:0", "{task}\n{out}");
+    assert_eq!(line(&out, "upstream-config "), "refused", "{out}");
+    assert_eq!(line(&out, "upstream-tracked "), "refused", "{out}");
+    assert_eq!(line(&out, "upstream-secret "), "unseen", "{out}");
+    assert_eq!(line(&out, "upstream-commit "), "tree", "{out}");
+    assert_eq!(line(&out, "log "), "1", "{out}");
+    assert!(out.contains("commit done"), "{out}");
+    let log = git(&repo, &["log", "--format=%s", "keel/agent"]);
+    assert_eq!(log, "agent commit\nfirst");
 }
