@@ -393,10 +393,7 @@ fn the_containerfile_recipe_runs_keel_init_as_pid_1_with_the_documented_capabili
         log.contains("agent: attempt 1 ended: signal:SIGTERM"),
         "{log}"
     );
-    assert!(
-        members().is_empty(),
-        "processes left in the container"
-    );
+    assert!(members().is_empty(), "processes left in the container");
     let root = setup.root();
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
@@ -422,9 +419,6 @@ fn the_containerfile_recipe_runs_keel_init_as_pid_1_with_the_documented_capabili
     });
     let members = pid_namespace_of(container.init_pid());
     assert_eq!(container.stop(), 0, "{}", container.log());
-    assert!(
-        members().is_empty(),
-        "processes left in the container"
-    );
+    assert!(members().is_empty(), "processes left in the container");
     assert!(cgroup_tree_dirs(&setup.cgroup_name).is_empty());
 }
