@@ -17,7 +17,7 @@ use crate::state::StateDir;
 
 /// `STATE/bases`.
 pub fn bases_dir(dirs: &StateDir) -> PathBuf {
-    dirs.root.join("bases")
+    dirs.bases_dir()
 }
 
 /// `<16 hex of the repository's git directory>-<commit>[-u<uid>.<gid>]`: the repository's
@@ -73,7 +73,10 @@ pub(crate) fn ensure_base(
         return Ok(false);
     }
     let parent = bases_dir(dirs);
-    fs::create_dir_all(&parent).map_err(io_err("creating the bases directory", &parent))?;
+    // 0700 (crate::state::create_private_dir): the trees are copies of the repository's
+    // files, which keep their own modes for the agent; the directory around them hides them.
+    crate::state::create_private_dir(&parent)
+        .map_err(io_err("creating the bases directory", &parent))?;
     files::remove_stale_builds(&parent);
     if base.exists() {
         // Not ready: not ours to trust (renamed in only when complete, so somebody's hands
@@ -85,7 +88,7 @@ pub(crate) fn ensure_base(
         files::remove_tree(&base).map_err(io_err("removing an incomplete base", &base))?;
     }
     let tmp = files::build_path(&parent, key);
-    fs::create_dir(&tmp).map_err(io_err("creating a base tree", &tmp))?;
+    crate::state::create_new_private_dir(&tmp).map_err(io_err("creating a base tree", &tmp))?;
     let result = (|| {
         write_checkout(
             common_dir,

@@ -184,10 +184,13 @@ fn create(
     main.reference(&resolved.pin, commit, true, "keel: base of a checkout")
         .map_err(git_err("pinning the base commit", &resolved.repo))?;
     let task = dirs.task_dir(unit);
-    fs::create_dir_all(&task).map_err(io_err("creating the task directory", &task))?;
+    crate::state::create_private_dir(&task)
+        .map_err(io_err("creating the task directory", &task))?;
     files::remove_stale_builds(&task);
     let tmp = files::build_path(&task, "checkout");
-    fs::create_dir(&tmp).map_err(io_err("creating the checkout", &tmp))?;
+    // 0700: `checkout/` is keel's; what the agent sees in it (`git/`, `upper/`, `files/`) is
+    // mounted in its sandbox, whose mounts do not look at the directories around them.
+    crate::state::create_new_private_dir(&tmp).map_err(io_err("creating the checkout", &tmp))?;
     let result = build(dirs, unit, &resolved, &main, commit, options, &tmp);
     if result.is_err() {
         let _ = files::remove_tree(&tmp);

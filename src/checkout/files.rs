@@ -115,7 +115,14 @@ pub(crate) fn sync_dir(path: &Path) -> Result<(), CheckoutError> {
 /// A small new file, fsynced (its directory is synced by whoever renames it into place).
 pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckoutError> {
     use std::io::Write;
-    let mut file = fs::File::create(path).map_err(io_err("writing", path))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(crate::state::PRIVATE_FILE_MODE)
+        .open(path)
+        .map_err(io_err("writing", path))?;
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .map_err(io_err("writing", path))

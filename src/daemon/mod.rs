@@ -147,10 +147,17 @@ impl Daemon {
     /// the control socket, inotify and the signal pipe.
     pub fn new(options: Options) -> Result<Self, DaemonError> {
         let dirs = StateDir::new(&options.state_dir);
-        let mut templates =
-            crate::sandbox::templates::SandboxTemplates::new(dirs.root.join("templates"));
+        let mut templates = crate::sandbox::templates::SandboxTemplates::new(dirs.templates_dir());
         dirs.create()?;
         let lock = InstanceLock::acquire(&dirs.lock_path())?;
+        // Keel's files are private whatever the state directory's mode (crate::state's
+        // `private`): what an earlier keel left wider is tightened, and the default units
+        // directory (the operator's units, their `env` secrets) is born 0700.
+        dirs.tighten_own_entries();
+        if options.units_dir == dirs.default_units_dir() {
+            crate::state::create_private_dir(&options.units_dir)
+                .map_err(setup("create the units directory"))?;
+        }
         let units = UnitsDir::open(options.units_dir, options.units_dir_explicit)?;
         let _ = std::fs::remove_file(dirs.exit_status_path());
         let journal = Journal::open(&dirs.events_path())?;
@@ -175,7 +182,12 @@ impl Daemon {
         events
             .register_fixed(liveness.raw_fd(), LIVENESS)
             .map_err(setup("register inotify for progress files"))?;
-        let control = Control::bind(&dirs.socket_path(), &events)?;
+        // Born 0600 (then set so again by bind): no instant in which another user could
+        // connect, whatever the operator's umask. The umask is the process's: put back.
+        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+        let control = Control::bind(&dirs.socket_path(), &events);
+        nix::sys::stat::umask(umask);
+        let control = control?;
 
         Ok(Daemon {
             store: Store::new(dirs, journal),

@@ -10,6 +10,7 @@ use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Host paths no agent needs and every agent running as root could otherwise read: password
@@ -125,9 +126,11 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
 /// root is built on, and the progress file it binds (a file bind needs its source).
 pub fn prepare_sandbox_sources(run_dir: &Path) -> io::Result<()> {
     std::fs::create_dir_all(spec::sandbox_root_path(run_dir))?;
+    // 0600: the agent writes it as root, or as `sandbox.user`, to whom the shim gives it.
     OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(crate::state::PRIVATE_FILE_MODE)
         .open(spec::progress_path(run_dir))
         .map(drop)
 }
@@ -199,6 +202,7 @@ pub fn spawn_shim_program(
     let shim_log = OpenOptions::new()
         .append(true)
         .create(true)
+        .mode(crate::state::PRIVATE_FILE_MODE)
         .open(&shim_log_path)
         .map_err(|e| SpawnError::Open(shim_log_path.display().to_string(), e))?;
     // A spare shim takes the start when there is one (crate::sandbox::spare): the same work,

@@ -236,7 +236,13 @@ impl LogWriter {
     fn rotate(&mut self) -> io::Result<()> {
         self.file = None;
         let result = if self.keep == 0 {
-            File::create(&self.path).map(drop)
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&self.path)
+                .map(drop)
         } else {
             (1..self.keep)
                 .rev()

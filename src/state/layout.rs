@@ -1,6 +1,6 @@
 //! Where everything lives under the state directory (DESIGN, "Durable state").
 
-use super::{io_err, StateError};
+use super::{create_private_dir, io_err, StateError};
 use std::fs;
 use std::io;
 use std::path::PathBuf;
@@ -53,28 +53,37 @@ impl StateDir {
     pub fn run_dir(&self, unit: &str) -> PathBuf {
         self.task_dir(unit).join("run")
     }
+    /// The base trees shared by checkouts (`crate::checkout`).
+    pub fn bases_dir(&self) -> PathBuf {
+        self.root.join("bases")
+    }
+    /// The sandbox templates' build directories (`crate::sandbox::templates`).
+    pub fn templates_dir(&self) -> PathBuf {
+        self.root.join("templates")
+    }
+    /// The units directory when `--units` names none.
+    pub fn default_units_dir(&self) -> PathBuf {
+        self.root.join("units")
+    }
 
-    /// Create the state directory itself (mode 0700: it holds the control socket and logs).
+    /// Create the state directory (mode 0700 when keel makes it; one the operator made keeps
+    /// its mode) and keel's own directories in it, mode 0700 whatever the umask
+    /// ([`super::private`]).
     pub fn create(&self) -> Result<(), StateError> {
-        use std::os::unix::fs::DirBuilderExt;
-        for dir in [self.root.clone(), self.tasks_dir()] {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(io_err(&dir))?;
+        for dir in [self.root.clone(), self.tasks_dir(), self.templates_dir()] {
+            create_private_dir(&dir).map_err(io_err(&dir))?;
         }
         Ok(())
     }
 
-    /// Create a task's directories (idempotent).
+    /// Create a task's directories (idempotent). The task's own directory and its `run/`
+    /// are keel's (0700); `work/` and `checkpoint/` are the agent's (mounted in its sandbox,
+    /// given to `sandbox.user` by the shim), private by the task's directory around them.
     pub fn create_task_dirs(&self, unit: &str) -> Result<(), StateError> {
-        for dir in [
-            self.task_dir(unit),
-            self.work_dir(unit),
-            self.checkpoint_dir(unit),
-            self.run_dir(unit),
-        ] {
+        for dir in [self.task_dir(unit), self.run_dir(unit)] {
+            create_private_dir(&dir).map_err(io_err(&dir))?;
+        }
+        for dir in [self.work_dir(unit), self.checkpoint_dir(unit)] {
             fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         }
         Ok(())

@@ -90,6 +90,7 @@ pub fn take_attempt_lock(run_dir: &Path) -> io::Result<Option<File>> {
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
         .open(attempt_lock_path(run_dir))?;
     Ok(crate::sys::try_lock_exclusive(&file)?.then_some(file))
 }

@@ -1,5 +1,6 @@
 //! Durable state: the state-directory layout (`layout`), atomic files (`atomic`), the instance
-//! and attempt locks (`locks`) and the journal (`journal`).
+//! and attempt locks (`locks`), the journal (`journal`), and the modes of what keel creates
+//! (`private`: 0700 directories, 0600 files).
 //!
 //! Every state file is written whole to a temporary file in the same directory, fsynced,
 //! renamed over the old one, and the directory fsynced (rename(2), fsync(2)): a crash at any
@@ -14,11 +15,15 @@ mod atomic;
 mod journal;
 mod layout;
 mod locks;
+mod private;
 
 pub use atomic::{atomic_write, read_ron, remove_stale_temp_files, write_ron, write_ron_volatile};
 pub use journal::{rfc3339, rotated_journal_path, Event, Journal, JOURNAL_MAX_BYTES};
 pub use layout::StateDir;
 pub use locks::{attempt_lock_held, attempt_lock_path, take_attempt_lock, InstanceLock};
+pub use private::{
+    create_new_private_dir, create_private_dir, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
+};
 
 /// Errors of this module carry the path they are about.
 #[derive(Debug)]

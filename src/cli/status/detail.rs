@@ -2,7 +2,7 @@
 //! doing, what it runs, where its work is, how its last attempts ended, whether it looks alive,
 //! what it uses against its limits, where the restart policy stands, where its output is.
 
-use super::{tone, WIDTH};
+use super::table::{tone, WIDTH};
 use crate::cli::format::{fit_visible, paint, Tone};
 use crate::fmt::{ago, duration, duration_precise, format_bytes};
 use crate::protocol::{TaskDetail, TaskInfo};

@@ -151,6 +151,3 @@ fn texts<'a>(all: impl IntoIterator<Item = &'a mut String>) {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -5,7 +5,7 @@
 //! that is down is one line in the frame, and the next frame finds it again when it is back.
 //! Ctrl-C (or SIGTERM, SIGHUP) ends it after the current frame; a second one at once.
 
-use super::{fetch_report, render};
+use super::report::{fetch_report, render};
 use crate::cli::format::{fit_visible, paint, Tone};
 use crate::cli::{CliError, CliResult};
 use crate::fmt::printable;

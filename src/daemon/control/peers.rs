@@ -99,6 +99,11 @@ pub(crate) fn judge(
             peer.uid, own.uid
         ));
     }
+    if own.uid != 0 && peer.uid == 0 {
+        // A daemon that is not root cannot read a root process's /proc/<pid>/ns (ptrace
+        // access), and runs no sandbox whose agents could be refused: root outranks it.
+        return Ok(());
+    }
     if peer.pid == 0 {
         // SO_PEERCRED gives 0 for a process outside the daemon's PID namespace and its
         // descendants: an ancestor's (the host of the daemon's container, reaching it through

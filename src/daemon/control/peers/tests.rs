@@ -251,3 +251,20 @@ fn a_flood_of_distinct_refusals_is_capped() {
     assert_eq!(logged, MAX_REFUSALS_LOGGED);
     assert!(log.should_log("later", t0 + REFUSAL_QUIET + Duration::from_secs(1)));
 }
+
+#[test]
+fn a_daemon_that_is_not_root_accepts_root_without_reading_its_namespaces() {
+    let own = Identity {
+        uid: 65534,
+        ..daemon()
+    };
+    let mut root = client("/user.slice");
+    root.namespaces = Err("Permission denied (os error 13)".into());
+    root.cgroups = Err("Permission denied (os error 13)".into());
+    assert_eq!(verdict(&own, &root), Ok(()));
+    // Its own uid is still checked as before.
+    let mut same = client("/user.slice");
+    same.uid = 65534;
+    same.namespaces = Err("Permission denied (os error 13)".into());
+    assert!(verdict(&own, &same).is_err());
+}

@@ -1,7 +1,9 @@
+use super::table::*;
 use super::*;
-use crate::cli::format::strip_ansi;
+use crate::cli::format::{strip_ansi, Tone};
 use crate::protocol::{
-    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, RestartInfo, SignalInfo, TaskDetail,
+    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, RestartInfo, SignalInfo, StatusReport,
+    TaskDetail, TaskInfo,
 };
 
 pub(super) fn task(unit: &str, state: &str) -> TaskInfo {
@@ -295,3 +297,5 @@ fn a_task_never_started_says_so_and_a_table_without_detail_stays_a_table() {
     t.detail = None;
     assert!(render(&report(vec![t]), 0, false).contains("UNIT "));
 }
+
+mod escaping;

@@ -1,6 +1,9 @@
-use super::super::tests::{detailed, report, task};
-use super::super::{render, WIDTH};
+//! What a task wrote, through the whole rendering: escaped, columns kept.
+
+use super::{detailed, report, task};
 use crate::cli::format::strip_ansi;
+use crate::cli::status::render;
+use crate::cli::status::table::WIDTH;
 use crate::fmt::is_hidden_or_active;
 use crate::protocol::StatusReport;
 
@@ -116,6 +119,6 @@ fn text_without_controls_renders_as_before() {
     let mut t = detailed();
     t.progress = Some("Grüße · 日本語 · step 3".into());
     let r = report(vec![t]);
-    assert_eq!(super::escaped(&r), r);
+    assert_eq!(crate::cli::status::printable::escaped(&r), r);
     assert!(render(&r, 100_000, false).contains("“Grüße · 日本語 · step 3”"));
 }
