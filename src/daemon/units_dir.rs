@@ -48,7 +48,8 @@ impl UnitsDir {
                 dir.display()
             )));
         }
-        std::fs::create_dir_all(&dir).map_err(super::setup("create the units directory"))?;
+        crate::state::create_private_dir(&dir)
+            .map_err(super::setup("create the units directory"))?;
         let watch = UnitsWatch::new(&dir)?;
         Ok(UnitsDir {
             dir,
@@ -200,7 +201,7 @@ impl Daemon {
     }
 
     pub(super) fn rewatch_units_dir(&mut self) {
-        let _ = std::fs::create_dir_all(&self.units.dir);
+        let _ = crate::state::create_private_dir(&self.units.dir);
         match self.units.watch.add() {
             Ok(()) => {
                 log::info!("watching {} again", self.units.dir.display());

@@ -15,15 +15,14 @@ mod atomic;
 mod journal;
 mod layout;
 mod locks;
+mod modes;
 mod private;
 
 pub use atomic::{atomic_write, read_ron, remove_stale_temp_files, write_ron, write_ron_volatile};
 pub use journal::{rfc3339, rotated_journal_path, Event, Journal, JOURNAL_MAX_BYTES};
 pub use layout::StateDir;
 pub use locks::{attempt_lock_held, attempt_lock_path, take_attempt_lock, InstanceLock};
-pub use private::{
-    create_new_private_dir, create_private_dir, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
-};
+pub use modes::{create_new_private_dir, create_private_dir, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE};
 
 /// Errors of this module carry the path they are about.
 #[derive(Debug)]

@@ -307,6 +307,12 @@ pub fn build_template(
     dir: &Path,
 ) -> Result<OwnedFd, String> {
     let template = template_layout(layout, dir);
+    // `templates/` itself private (it may have been removed with the last template): the
+    // mount points below keep the modes the sandbox needs.
+    if let Some(templates) = dir.parent() {
+        crate::state::create_private_dir(templates)
+            .map_err(|e| format!("{}: {e}", templates.display()))?;
+    }
     for sub in [
         &template.new_root,
         &template.work_source,

@@ -1,5 +1,7 @@
 use super::*;
 use crate::state::scratch_dir;
+use crate::state::{create_new_private_dir, create_private_dir};
+use std::path::Path;
 
 fn mode(path: &Path) -> u32 {
     fs::metadata(path).unwrap().permissions().mode() & 0o7777
