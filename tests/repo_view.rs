@@ -58,43 +58,13 @@ enum StartPath {
 
 impl StartPath {
     fn daemon(self, tag: &str) -> Daemon {
-        let mut d = Daemon::prepare(tag);
         let (templates, spares) = match self {
             StartPath::Templates => (true, false),
             StartPath::NoTemplates => (false, false),
             StartPath::Spare => (true, true),
             StartPath::SpareNoTemplates => (false, true),
         };
-        if !templates {
-            d.env.push(("KEEL_NO_SANDBOX_TEMPLATES".into(), "1".into()));
-        }
-        if !spares {
-            d.env.push(("KEEL_NO_SPARE".into(), "1".into()));
-        }
-        d.spawn();
-        if spares {
-            // Spares are made while tasks run; the task without a checkout starts on a
-            // template (when they are on), which the spare then copies.
-            d.write_unit(
-                "keep",
-                r#"Unit(command: ["/bin/sh", "-c", "exec sleep 120"], restart: Never)"#,
-            );
-            d.wait_state("keep", "running", Duration::from_secs(20));
-            let daemon = d.child.as_ref().unwrap().id();
-            // The daemon's children whose fd 3 is a socket (a shim's is its attempt lock).
-            let spares = || -> usize {
-                std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children"))
-                    .unwrap_or_default()
-                    .split_whitespace()
-                    .filter(|pid| {
-                        std::fs::read_link(format!("/proc/{pid}/fd/3"))
-                            .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-                    })
-                    .count()
-            };
-            wait_until(Duration::from_secs(20), "a spare shim", || spares() == 1);
-        }
-        d
+        common::sandbox::daemon_starting(tag, templates, spares)
     }
 
     /// Assert that `unit`'s start went this way.

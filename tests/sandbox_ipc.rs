@@ -10,7 +10,6 @@ use common::sandbox::*;
 use common::*;
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// Held by each test for its whole run: they make and look for objects in the host's IPC
 /// namespace, which all of them share.
@@ -208,47 +207,19 @@ enum StartPath {
 
 impl StartPath {
     fn daemon(self, tag: &str) -> Daemon {
-        let mut d = Daemon::prepare(tag);
         let (templates, spares) = match self {
             StartPath::Template => (true, false),
             StartPath::InFull => (false, false),
             StartPath::Spare => (true, true),
             StartPath::SpareInFull => (false, true),
         };
-        if !templates {
-            d.env.push(("KEEL_NO_SANDBOX_TEMPLATES".into(), "1".into()));
-        }
-        if !spares {
-            d.env.push(("KEEL_NO_SPARE".into(), "1".into()));
-        }
-        d.spawn();
-        if spares {
-            // Spares are made while tasks run.
-            d.write_unit(
-                "keep",
-                r#"Unit(command: ["/bin/sh", "-c", "exec sleep 120"], restart: Never)"#,
-            );
-            d.wait_state("keep", "running", Duration::from_secs(10));
-        }
-        d
+        common::sandbox::daemon_starting(tag, templates, spares)
     }
 
     /// Before each start: a spare ready for it.
     fn before_start(self, d: &Daemon) {
         if matches!(self, StartPath::Spare | StartPath::SpareInFull) {
-            let daemon = d.child.as_ref().unwrap().id();
-            // The daemon's children whose fd 3 is a socket (a shim's is its attempt lock).
-            let spares = || -> usize {
-                std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children"))
-                    .unwrap_or_default()
-                    .split_whitespace()
-                    .filter(|pid| {
-                        std::fs::read_link(format!("/proc/{pid}/fd/3"))
-                            .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-                    })
-                    .count()
-            };
-            wait_until(Duration::from_secs(10), "a spare shim", || spares() == 1);
+            common::sandbox::wait_for_a_spare(d);
         }
     }
 

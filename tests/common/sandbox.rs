@@ -104,3 +104,45 @@ pub fn mount_table(d: &Daemon, unit: &str, extra: &str) -> Vec<String> {
     lines.sort();
     lines
 }
+
+/// A daemon that starts tasks one way: on sandbox templates or building each sandbox in full
+/// (`KEEL_NO_SANDBOX_TEMPLATES`), and through a spare shim or the daemon's own clone
+/// (`KEEL_NO_SPARE`). With spares, a task `keep` runs (spares are made while tasks run; one
+/// without a checkout starts on a template, when they are on, which the spare then copies)
+/// and a spare shim is ready when this returns.
+pub fn daemon_starting(tag: &str, templates: bool, spares: bool) -> Daemon {
+    let mut d = Daemon::prepare(tag);
+    if !templates {
+        d.env.push(("KEEL_NO_SANDBOX_TEMPLATES".into(), "1".into()));
+    }
+    if !spares {
+        d.env.push(("KEEL_NO_SPARE".into(), "1".into()));
+    }
+    d.spawn();
+    if spares {
+        d.write_unit(
+            "keep",
+            r#"Unit(command: ["/bin/sh", "-c", "exec sleep 120"], restart: Never)"#,
+        );
+        d.wait_state("keep", "running", Duration::from_secs(20));
+        wait_for_a_spare(&d);
+    }
+    d
+}
+
+/// Wait until the daemon holds a spare shim: a child of its whose fd 3 is a socket (a
+/// shim's is its attempt lock).
+pub fn wait_for_a_spare(d: &Daemon) {
+    let daemon = d.child.as_ref().unwrap().id();
+    let spares = || -> usize {
+        std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/fd/3"))
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            })
+            .count()
+    };
+    super::wait_until(Duration::from_secs(20), "a spare shim", || spares() == 1);
+}
