@@ -237,6 +237,8 @@ impl Setup {
         let file = std::fs::File::create(&log).unwrap();
         let mut command = Command::new("unshare");
         command
+            // The test drives the daemon from outside the container, through its volume.
+            .env("KEEL_ACCEPT_OUTSIDE_CLIENTS", "1")
             .args([
                 "--mount",
                 "--pid",

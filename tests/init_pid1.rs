@@ -17,6 +17,8 @@ fn init_in_pid_namespace(scratch: &Scratch) -> KillOnDrop {
 fn init_in_pid_namespace_with(scratch: &Scratch, companion: &[&str]) -> KillOnDrop {
     let log = std::fs::File::create(scratch.dir.join("init.log")).unwrap();
     let child = Command::new("unshare")
+        // The test drives the daemon from outside its PID namespace, as a container's host.
+        .env("KEEL_ACCEPT_OUTSIDE_CLIENTS", "1")
         .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
         .arg(keel_bin())
         .arg("init")

@@ -164,6 +164,68 @@ fn a_client_in_another_user_namespace_is_refused() {
     assert!(a.keel(&["status"]).status.success(), "{}", a.daemon_log());
 }
 
+/// A daemon in a PID namespace of its own (as in a container, `unshare --pid`), its state
+/// directory shared; a client in another PID namespace beside it (where another keel's agent
+/// is) shows as pid 0 and is refused — unless the daemon was started to let its host in.
+#[test]
+fn a_client_outside_the_daemons_pid_namespace_is_refused_unless_let_in() {
+    if !require_root("a_client_outside_the_daemons_pid_namespace_is_refused_unless_let_in") {
+        return;
+    }
+    for let_in in [false, true] {
+        let d = Daemon::prepare(if let_in {
+            "peers-outside-in"
+        } else {
+            "peers-outside"
+        });
+        let daemon = d.daemon_command();
+        let mut command = Command::new("unshare");
+        command
+            .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+            .arg(daemon.get_program())
+            .args(daemon.get_args())
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(d.scratch.dir.join("daemon.log")).unwrap());
+        if let_in {
+            command.env("KEEL_ACCEPT_OUTSIDE_CLIENTS", "1");
+        }
+        let _running = KillOnDrop(command.spawn().unwrap());
+        let socket = d.state().join("keel.sock");
+        wait_until(wait::PATIENCE, "the daemon's socket", || socket.exists());
+        // From a PID namespace beside the daemon's.
+        let sibling = || {
+            Command::new("unshare")
+                .args(["--pid", "--fork"])
+                .arg(keel_bin())
+                .arg("--state")
+                .arg(d.state())
+                .arg("status")
+                .output()
+                .unwrap()
+        };
+        if let_in {
+            let mut out = sibling();
+            wait_until(wait::PATIENCE, "the daemon answering", || {
+                out = sibling();
+                out.status.success()
+            });
+        } else {
+            let mut out = sibling();
+            // The socket may exist a moment before the daemon reads it: wait for an answer.
+            wait_until(wait::PATIENCE, "an answer", || {
+                out = sibling();
+                stderr_of(&out).contains("refused")
+            });
+            let stderr = stderr_of(&out);
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert!(
+                stderr.contains("outside the daemon's PID namespace"),
+                "{stderr}"
+            );
+        }
+    }
+}
+
 /// A keel tree of the test's own making in the v2 hierarchy (below the test's cgroup), with
 /// or without `supervisor/` beside `tasks/`, and one task cgroup in it; removed at the end.
 struct FakeTree {

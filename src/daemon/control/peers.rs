@@ -52,7 +52,15 @@ pub(crate) struct Identity {
     /// `/proc` shows this daemon's PID namespace (`/proc/self` is our pid): otherwise the pid
     /// `SO_PEERCRED` gives names another process there, and no client can be checked.
     pub proc_is_own: bool,
+    /// `KEEL_ACCEPT_OUTSIDE_CLIENTS=1`: a client the kernel shows with pid 0 (outside this
+    /// daemon's PID namespace) is judged by its uid alone — the host of a container driving
+    /// it through a shared state directory. Off by default: another keel's sandbox is
+    /// outside too, and nothing of it can be read.
+    pub accept_outside: bool,
 }
+
+/// The variable that lets clients outside the daemon's PID namespace in.
+pub(crate) const ACCEPT_OUTSIDE: &str = "KEEL_ACCEPT_OUTSIDE_CLIENTS";
 
 /// What was read of a client.
 #[derive(Clone, Debug)]
@@ -107,9 +115,16 @@ pub(crate) fn judge(
     if peer.pid == 0 {
         // SO_PEERCRED gives 0 for a process outside the daemon's PID namespace and its
         // descendants: an ancestor's (the host of the daemon's container, reaching it through
-        // a shared state directory) or an unrelated one. Nothing of it can be read, so the
-        // uid — mapped into the daemon's user namespace — is all there is to judge.
-        return Ok(());
+        // a shared state directory) or one beside it (another keel's sandbox that can see
+        // this state directory). Nothing of it can be read to tell them apart.
+        if own.accept_outside {
+            return Ok(());
+        }
+        return refuse(format!(
+            "the client is outside the daemon's PID namespace (another sandbox, or the host \
+             of this daemon's container): run keel inside it (`docker exec`, `nsenter -t PID \
+             -p`), or start the daemon with {ACCEPT_OUTSIDE}=1 to let its host in"
+        ));
     }
     if !own.proc_is_own {
         return refuse(
@@ -203,6 +218,7 @@ impl Identity {
                 .ok()
                 .and_then(|text| v2_path(&text).map(str::to_string)),
             proc_is_own,
+            accept_outside: std::env::var_os(ACCEPT_OUTSIDE).is_some_and(|v| v == "1"),
         })
     }
 }

@@ -24,6 +24,7 @@ fn daemon() -> Identity {
         },
         cgroup: Some("/keel/supervisor".into()),
         proc_is_own: true,
+        accept_outside: false,
     }
 }
 
@@ -158,14 +159,22 @@ fn a_daemon_inside_a_task_accepts_that_tasks_clients_but_not_its_own_tasks() {
 }
 
 #[test]
-fn a_client_outside_the_pid_namespace_is_judged_by_its_uid() {
+fn a_client_outside_the_pid_namespace_is_refused_unless_the_host_is_let_in() {
     let mut peer = client("/user.slice");
     peer.pid = 0;
     peer.namespaces = Err("no pid".into());
     peer.cgroups = Err("no pid".into());
-    assert_eq!(verdict(&daemon(), &peer), Ok(()));
+    let why = verdict(&daemon(), &peer).unwrap_err();
+    assert!(why.contains("outside the daemon's PID namespace"), "{why}");
+    assert!(why.contains(ACCEPT_OUTSIDE), "{why}");
+    // Let in: judged by its uid alone.
+    let open = Identity {
+        accept_outside: true,
+        ..daemon()
+    };
+    assert_eq!(verdict(&open, &peer), Ok(()));
     peer.uid = 65534;
-    assert!(verdict(&daemon(), &peer).is_err());
+    assert!(verdict(&open, &peer).is_err());
 }
 
 #[test]
