@@ -57,7 +57,7 @@ pub fn relation(path: &Path, dir: &Path) -> Option<Relation> {
 /// none. Writing there changes the host for every process (its programs, configuration,
 /// devices, the kernel's interfaces, root's home, package and service state, the sockets
 /// of the host's service managers and container engines, other users' runtime directories).
-const SYSTEM_TREES: [&str; 29] = [
+const SYSTEM_TREES: [&str; 30] = [
     "/bin",
     "/boot",
     "/dev",
@@ -68,12 +68,16 @@ const SYSTEM_TREES: [&str; 29] = [
     "/libx32",
     "/proc",
     "/root",
+    // The host's runtime directory: its services' sockets (libvirt, CRI-O, k3s, LXD, udev,
+    // snapd, sudo's timestamps …) live anywhere below it; the sandbox's own /run is keel's.
+    "/run",
     "/sbin",
     "/sys",
     "/usr",
     "/var/run",
     "/var/lock",
-    "/var/spool/cron",
+    // cron and at jobs run as their owners (root's included).
+    "/var/spool",
     "/var/lib/dpkg",
     "/var/lib/apt",
     "/var/lib/rpm",
@@ -81,23 +85,22 @@ const SYSTEM_TREES: [&str; 29] = [
     "/var/lib/docker",
     "/var/lib/containerd",
     "/var/lib/containers",
-    "/run/systemd",
-    "/run/dbus",
-    "/run/docker.sock",
-    "/run/containerd",
-    "/run/podman",
-    "/run/user",
+    "/var/lib/kubelet",
+    "/var/lib/libvirt",
+    "/var/lib/lxd",
+    "/var/lib/incus",
+    "/var/lib/polkit-1",
+    "/var/lib/sudo",
 ];
 
 /// Directories shared by the whole host: a directory *inside* one is a legitimate thing to
 /// share (`/var/lib/myapp`, `/srv/data`, `/tmp/build`), the directory itself (or anything
 /// that covers it) is not.
-const SHARED_ROOTS: [&str; 16] = [
+const SHARED_ROOTS: [&str; 14] = [
     "/home",
     "/media",
     "/mnt",
     "/opt",
-    "/run",
     "/srv",
     "/tmp",
     "/var",
@@ -106,7 +109,6 @@ const SHARED_ROOTS: [&str; 16] = [
     "/var/log",
     "/var/mail",
     "/var/opt",
-    "/var/spool",
     "/var/tmp",
     "/var/www",
 ];
@@ -247,8 +249,8 @@ pub fn refused_capability(number: u8, host_network: bool) -> Option<String> {
             "use network: None",
         ),
         15 => (
-            "CAP_IPC_OWNER bypasses the permissions of System V IPC objects, which the task \
-             shares with the host"
+            "CAP_IPC_OWNER bypasses the permissions of System V IPC objects (the task's own, in its \
+             IPC namespace; refused until the task's root is not the host's)"
                 .to_string(),
             "leave it out",
         ),
