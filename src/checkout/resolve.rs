@@ -193,6 +193,16 @@ pub(crate) fn repository_paths(repo: &Path, objects: &[PathBuf]) -> Vec<PathBuf>
         if git_dir.file_name() == Some(OsStr::new(".git")) {
             add(git_dir.parent().unwrap_or(git_dir));
         }
+        // A submodule's git directory is inside its superproject's `.git/modules/…`: that
+        // `.git` (its config, hooks) and its work tree are covered too.
+        let outer = git_dir
+            .ancestors()
+            .skip(1)
+            .find(|dir| dir.file_name() == Some(OsStr::new(".git")));
+        if let Some(outer) = outer {
+            add(outer);
+            add(outer.parent().unwrap_or(outer));
+        }
     }
     found
 }

@@ -257,6 +257,31 @@ fn the_repositories_objects_are_borrowed_from_are_named_by_their_real_paths() {
     );
 }
 
+/// A submodule as the main repository: its objects are in the superproject's
+/// `.git/modules/<name>`, so that `.git` (its config and hooks) and its work tree are covered.
+#[test]
+fn a_submodules_superproject_is_covered_too() {
+    let scratch = std::env::temp_dir().join(format!("keel-submodule-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let module = scratch.join("super/.git/modules/sub");
+    std::fs::create_dir_all(module.join("objects")).unwrap();
+    std::fs::write(module.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::create_dir_all(scratch.join("super/sub")).unwrap();
+    let found =
+        super::resolve::repository_paths(&scratch.join("super/sub"), &[module.join("objects")]);
+    let real = std::fs::canonicalize(&scratch).unwrap();
+    std::fs::remove_dir_all(&scratch).unwrap();
+    assert_eq!(
+        found,
+        [
+            real.join("super/sub"),
+            real.join("super/.git/modules/sub"),
+            real.join("super/.git"),
+            real.join("super"),
+        ]
+    );
+}
+
 #[test]
 fn an_unreadable_tasks_directory_lists_no_checkouts_and_removes_no_base() {
     let scratch = std::env::temp_dir().join(format!("keel-records-{}", std::process::id()));
