@@ -5,7 +5,7 @@
 
 mod checkout_support;
 mod common;
-use checkout_support::git;
+use checkout_support::{git, init_repo};
 use common::*;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,10 +13,7 @@ use std::time::Duration;
 /// A repository on `main` with three commits of a few files.
 fn make_repo(d: &Daemon) -> PathBuf {
     let repo = d.scratch.dir.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["config", "user.name", "Test Author"]);
-    git(&repo, &["config", "user.email", "author@example.com"]);
+    init_repo(&repo);
     for c in 0..3 {
         std::fs::write(repo.join(format!("f{c}.txt")), format!("commit {c}\n")).unwrap();
         git(&repo, &["add", "-A"]);

@@ -10,7 +10,7 @@
 mod checkout_support;
 mod common;
 
-use checkout_support::git;
+use checkout_support::{git, init_repo};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -103,10 +103,7 @@ fn daemon_on_open_state(name: &str, prepare: impl FnOnce(&Path)) -> Daemon {
 /// A repository on `main` with a few files, in the (open) scratch directory.
 fn make_repo(d: &Daemon) -> PathBuf {
     let repo = d.scratch.dir.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["config", "user.name", "Test Author"]);
-    git(&repo, &["config", "user.email", "author@example.com"]);
+    init_repo(&repo);
     std::fs::write(repo.join("f0.txt"), "a file of the repository\n").unwrap();
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-q", "-m", "commit 0"]);

@@ -5,7 +5,7 @@
 
 mod checkout_support;
 mod common;
-use checkout_support::git;
+use checkout_support::{git, init_repo};
 use common::*;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -13,10 +13,7 @@ use std::time::{Duration, Instant};
 /// A repository on `main` with one commit.
 fn make_repo(d: &Daemon) -> PathBuf {
     let repo = d.scratch.dir.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["config", "user.name", "Test Author"]);
-    git(&repo, &["config", "user.email", "author@example.com"]);
+    init_repo(&repo);
     std::fs::write(repo.join("f.txt"), "committed\n").unwrap();
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-q", "-m", "base"]);

@@ -11,7 +11,7 @@
 
 mod checkout_support;
 mod common;
-use checkout_support::git;
+use checkout_support::{git, init_repo};
 use common::sandbox::*;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -24,10 +24,7 @@ const CREDENTIAL_URL: &str = "https://user:s3cret@example.invalid/x.git";
 /// A repository on `main` with a tracked file, an untracked one, a credential in a remote
 /// URL and a hook; its HEAD commit.
 fn make_repo(repo: &Path) -> String {
-    std::fs::create_dir_all(repo).unwrap();
-    git(repo, &["init", "-q", "-b", "main"]);
-    git(repo, &["config", "user.name", "Test Author"]);
-    git(repo, &["config", "user.email", "author@example.com"]);
+    init_repo(repo);
     git(repo, &["remote", "add", "origin", CREDENTIAL_URL]);
     std::fs::write(repo.join("tracked.txt"), "main work tree\n").unwrap();
     git(repo, &["add", "-A"]);

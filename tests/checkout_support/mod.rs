@@ -66,12 +66,17 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// A repository at `path` on branch `main` with `files` files in `commits` commits.
-pub fn make_repo(path: &Path, files: usize, commits: usize) {
+/// An empty repository at `path` on branch `main`, with a committer of its own.
+pub fn init_repo(path: &Path) {
     std::fs::create_dir_all(path).unwrap();
     git(path, &["init", "-q", "-b", "main"]);
     git(path, &["config", "user.name", "Test Author"]);
     git(path, &["config", "user.email", "author@example.com"]);
+}
+
+/// A repository at `path` on branch `main` with `files` files in `commits` commits.
+pub fn make_repo(path: &Path, files: usize, commits: usize) {
+    init_repo(path);
     for c in 0..commits {
         for i in (c..files).step_by(commits) {
             let file = path.join(format!("d{}/f{i}.txt", i % 100));
