@@ -361,6 +361,16 @@ pub fn init_needs_leaf(mode: Mode, base_has_type_file: bool) -> bool {
 
 /// The cgroup and cgroup2 mounts of a mountinfo text (proc(5): "36 35 98:0 /mnt1 /mnt2 rw,noatime
 /// master:1 - ext3 /dev/root rw,errors=continue"; optional fields end at " - ").
+/// `(root, mount point)` of each cgroup2 mount in a mountinfo text: where a cgroup path (as
+/// `/proc/<pid>/cgroup` names it) can be looked at.
+pub fn cgroup2_mounts(mountinfo: &str) -> Vec<(String, PathBuf)> {
+    cgroup_mounts(mountinfo)
+        .into_iter()
+        .filter(|m| m.v2)
+        .map(|m| (m.root, m.mount_point))
+        .collect()
+}
+
 fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
     let mut mounts = Vec::new();
     for line in mountinfo.lines() {

@@ -40,8 +40,8 @@ pub(crate) mod testing;
 mod tests;
 
 pub use detect::{
-    detect, init_needs_leaf, parse_cpu_max, parse_layout, read_only_cgroup_mounts, Layout, Mode,
-    V1Controller, INIT_LEAF,
+    cgroup2_mounts, detect, init_needs_leaf, parse_cpu_max, parse_layout, read_only_cgroup_mounts,
+    Layout, Mode, V1Controller, INIT_LEAF,
 };
 pub use error::CgroupError;
 pub use fs::{CgroupFs, RealFs};

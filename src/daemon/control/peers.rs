@@ -275,21 +275,7 @@ impl CgroupMounts {
     /// From the text of `/proc/self/mountinfo` (proc(5)): `(root, mount point)` of each
     /// cgroup2 mount.
     pub fn parse(mountinfo: &str) -> CgroupMounts {
-        let mounts = mountinfo
-            .lines()
-            .filter_map(|line| {
-                let (left, right) = line.split_once(" - ")?;
-                if right.split(' ').next() != Some("cgroup2") {
-                    return None;
-                }
-                let fields: Vec<&str> = left.split(' ').collect();
-                Some((
-                    unescape(fields.get(3)?),
-                    PathBuf::from(unescape(fields.get(4)?)),
-                ))
-            })
-            .collect();
-        CgroupMounts(mounts)
+        CgroupMounts(crate::cgroup::cgroup2_mounts(mountinfo))
     }
 
     pub fn read() -> CgroupMounts {
@@ -316,30 +302,6 @@ impl CgroupMounts {
         let dir = self.dir_of(tree)?;
         dir.is_dir().then(|| dir.join("supervisor").is_dir())
     }
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut rest = field;
-    while let Some(at) = rest.find('\\') {
-        out.push_str(&rest[..at]);
-        let code = rest
-            .get(at + 1..at + 4)
-            .and_then(|d| u8::from_str_radix(d, 8).ok());
-        match code {
-            Some(byte) => {
-                out.push(char::from(byte));
-                rest = &rest[at + 4..];
-            }
-            None => {
-                out.push('\\');
-                rest = &rest[at + 1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 /// How long the same refusal stays out of the log after it was logged: a client connecting in
