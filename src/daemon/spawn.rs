@@ -106,6 +106,8 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
             state: Some(dirs.root.clone()),
             units: None,
         },
+        // The task's block of host ids: given by the caller (`crate::daemon::id_blocks`).
+        id_block: None,
     };
     AttemptSpec {
         unit: ctx.unit_name.to_string(),

@@ -75,6 +75,26 @@ pub struct SandboxSpec {
     /// ([`SandboxSpec::check_writable`]). `serde(default)`: a spec of an older keel reads.
     #[serde(default)]
     pub keel_dirs: KeelDirs,
+    /// The host ids the task's user namespace maps its own `0..count` to (the same block for
+    /// uids and gids, owned by this task while it runs: [`IdBlock`]). `None`: no user
+    /// namespace — the agent's ids are the host's (`user_namespaces: false` in `keel.ron`).
+    #[serde(default)]
+    pub id_block: Option<IdBlock>,
+}
+
+/// A block of host ids a task's user namespace maps: inside `0..count` is the host's
+/// `first..first + count`, for uids and gids alike.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+pub struct IdBlock {
+    pub first: u32,
+    pub count: u32,
+}
+
+impl IdBlock {
+    /// The host id of the namespace's `inside` (`None` outside the block).
+    pub fn host_id(self, inside: u32) -> Option<u32> {
+        (inside < self.count).then(|| self.first + inside)
+    }
 }
 
 /// The directories of the daemon that starts the task (host paths, as it was given them).

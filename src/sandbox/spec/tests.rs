@@ -45,6 +45,7 @@ fn sandbox(writable: &[&Path], state: &Path, units: Option<&Path>) -> SandboxSpe
             state: Some(state.to_path_buf()),
             units: units.map(Path::to_path_buf),
         },
+        id_block: None,
     }
 }
 
