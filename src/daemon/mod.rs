@@ -16,6 +16,7 @@
 mod checkouts;
 mod control;
 mod event_loop;
+pub mod id_blocks;
 mod lifecycle;
 mod liveness;
 pub mod policy;
