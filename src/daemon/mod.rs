@@ -163,6 +163,9 @@ impl Daemon {
         let _ = std::fs::remove_file(dirs.exit_status_path());
         let journal = Journal::open(&dirs.events_path())?;
         let (settings, layout) = Settings::load(&dirs, options.config_path, options.cgroup_name)?;
+        // The tasks' host ids must be no one else's, and the kernel must let us use them.
+        id_blocks::check_at_start(&settings.config.user_namespaces, &settings.config_path)
+            .map_err(DaemonError::Config)?;
         raise_open_file_limit();
 
         let under_init = std::env::var("KEEL_UNDER_INIT")
