@@ -68,6 +68,18 @@ fn each_task_holds_its_own_block_until_it_is_removed() {
     });
     let c = d.task("c").unwrap();
     assert_eq!(c["state"], "queued", "{c}");
+    // Status says why, and the wait spent none of its attempts or restarts.
+    assert!(
+        c["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("start deferred: all 2 blocks")),
+        "{c}"
+    );
+    assert_eq!(
+        (c["attempt"].as_u64(), c["restarts"].as_u64()),
+        (Some(0), Some(0)),
+        "{c}"
+    );
     assert!(
         !d.events(Some("c")).iter().any(|e| e["event"] == "starting"),
         "c never started"
@@ -96,7 +108,7 @@ fn each_task_holds_its_own_block_until_it_is_removed() {
 }
 
 #[test]
-fn with_user_namespaces_off_no_block_is_given() {
+fn with_user_namespaces_off_no_block_is_given_and_a_change_waits_for_the_next_start() {
     let mut d = Daemon::prepare("id-blocks-off");
     write_config(&d, "Config(user_namespaces: Off)");
     d.spawn();
@@ -109,5 +121,29 @@ fn with_user_namespaces_off_no_block_is_given() {
         "the daemon says what Off gives up:\n{}",
         d.daemon_log()
     );
+    // Turned on at a reload: the range was not checked at this start, so it waits for the
+    // next one, and says so.
+    write_config(&d, "Config()");
+    let out = d.keel(&["reload"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    d.write_unit("b", LONG);
+    d.wait_state("b", "running", Duration::from_secs(10));
+    assert_eq!(d.record("b").id_block, None);
+    assert!(
+        d.daemon_log()
+            .contains("user_namespaces changed: it takes effect at the next daemon start"),
+        "{}",
+        d.daemon_log()
+    );
+    // At the next start both tasks get a block each.
+    assert!(d.shutdown().unwrap().success());
+    d.spawn();
+    d.wait_state("a", "running", Duration::from_secs(10));
+    d.wait_state("b", "running", Duration::from_secs(10));
+    let (a, b) = (d.record("a").id_block, d.record("b").id_block);
+    let mut firsts = [a.unwrap().first, b.unwrap().first];
+    firsts.sort();
+    assert_eq!(firsts, [FIRST, SECOND]);
+    assert_eq!(spec_block(&d, "b"), b);
     assert!(d.shutdown().unwrap().success());
 }

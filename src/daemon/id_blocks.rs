@@ -301,12 +301,12 @@ pub fn judge_range(range: &IdRange, entries: &[HostIds], config_path: &Path) -> 
     let config = config_path.display();
     let fix = match clear_first_id(range, entries) {
         Some(first_id) => format!(
-            "set user_namespaces: UserNamespaces(first_id: {first_id}, blocks: {}) in {config} \
+            "Set user_namespaces: UserNamespaces(first_id: {first_id}, blocks: {}) in {config} \
              (clear of every entry of /etc/subuid, /etc/subgid, /etc/passwd and /etc/group)",
             range.blocks
         ),
         None => format!(
-            "no {} blocks fit clear of the host's entries below 2^31: set fewer blocks in \
+            "No {} blocks fit clear of the host's entries below 2^31: set fewer blocks in \
              user_namespaces in {config}",
             range.blocks
         ),

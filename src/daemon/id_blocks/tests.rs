@@ -167,7 +167,7 @@ fn an_overlap_is_refused_naming_the_entry_and_the_fix() {
     for needle in [
         "/etc/subuid:6: carol's subordinate uids 1879048192-1879113727",
         "1879048192-1946157055",
-        "set user_namespaces: UserNamespaces(first_id: 1879113728, blocks: 1024) in /var/lib/keel/keel.ron",
+        "Set user_namespaces: UserNamespaces(first_id: 1879113728, blocks: 1024) in /var/lib/keel/keel.ron",
     ] {
         assert!(error.contains(needle), "{needle:?} not in {error}");
     }
@@ -232,7 +232,7 @@ fn no_clear_range_says_so() {
     );
     assert_eq!(clear_first_id(&DEFAULT, &entries), None);
     let error = judge_range(&DEFAULT, &entries, Path::new("keel.ron")).unwrap_err();
-    assert!(error.contains("no 1024 blocks fit"), "{error}");
+    assert!(error.contains("No 1024 blocks fit"), "{error}");
     // Room below the configured first id only: found from 65536 up.
     let entries = parse_subordinate(
         Path::new("/etc/subuid"),
