@@ -11,7 +11,8 @@
 //! (`transition`: state, persist, journal), `lifecycle.rs` (scheduling, the start),
 //! `settle.rs` (the end of an attempt), `stopping.rs`,
 //! `recovery.rs` (after a restart), `shutdown.rs`. The decisions are pure and kernel-free:
-//! `queue.rs`, `policy.rs`, `reconcile.rs`, [`crate::liveness`].
+//! `queue.rs`, `policy.rs`, `reconcile.rs`, `id_blocks.rs` (each task's block of host ids, and
+//! the check of their range at start), [`crate::liveness`].
 
 mod checkouts;
 mod control;
