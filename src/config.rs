@@ -136,8 +136,10 @@ pub const DEFAULT_ID_BLOCKS: u32 = 1024;
 /// (65534) and the 16-bit invalid id 65535.
 pub const MIN_FIRST_ID: u32 = 65536;
 
-/// No block may reach past this (2^31): see [`DEFAULT_FIRST_ID`].
-pub const ID_RANGE_LIMIT: u64 = 1 << 31;
+/// No block may reach past this, 0x7FFE0000: there systemd (258 and later) begins its
+/// "foreign" range (0x7FFE0000–0x7FFEFFFF, the owner of disk images from elsewhere), and from
+/// 2^31 up programs that keep ids in signed 32-bit integers break (see [`DEFAULT_FIRST_ID`]).
+pub const ID_RANGE_LIMIT: u64 = 0x7FFE_0000;
 
 impl Config {
     /// `starvation_limit` in milliseconds, as the scheduler takes it.
@@ -404,7 +406,7 @@ fn check_id_range(first_id: Option<u32>, blocks: Option<u32>) -> Vec<(FieldPath,
                 .to_string(),
         ));
     } else if range.end() > ID_RANGE_LIMIT {
-        let fits = (ID_RANGE_LIMIT - u64::from(range.first_id)) / size;
+        let fits = ID_RANGE_LIMIT.saturating_sub(u64::from(range.first_id)) / size;
         let highest_first = ID_RANGE_LIMIT.saturating_sub(u64::from(range.blocks) * size);
         // Point at what was written: the block count when it was, else the first id.
         let (field, fix) = if blocks.is_some() && fits > 0 {
@@ -424,8 +426,9 @@ fn check_id_range(first_id: Option<u32>, blocks: Option<u32>) -> Vec<(FieldPath,
         problems.push((
             at.field(field),
             format!(
-                "{} blocks of {ID_BLOCK_SIZE} ids from {} would end at {}, past 2^31 \
-                 ({ID_RANGE_LIMIT}; programs keep ids in signed 32-bit integers): {fix}",
+                "{} blocks of {ID_BLOCK_SIZE} ids from {} would end at {}, past {ID_RANGE_LIMIT} \
+                 (0x7FFE0000: systemd's foreign ids begin there, and from 2^31 up programs that \
+                 keep ids in signed 32-bit integers break): {fix}",
                 range.blocks,
                 range.first_id,
                 range.end() - 1,

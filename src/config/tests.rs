@@ -365,7 +365,7 @@ fn user_namespaces() {
         parse_userns("Config(user_namespaces: Off)"),
         UserNamespaces::Off
     );
-    // The default range: 0x70000000-0x73FFFFFF, inside what systemd leaves unused and below 2^31.
+    // The default range: 0x70000000-0x73FFFFFF, inside what systemd leaves unused.
     let IdRange { first_id, blocks } = match parse_userns("Config()") {
         UserNamespaces::On(range) => range,
         UserNamespaces::Off => panic!("on by default"),
@@ -373,14 +373,14 @@ fn user_namespaces() {
     let range = IdRange { first_id, blocks };
     assert_eq!(range.end(), 0x7400_0000);
     assert!(range.end() <= ID_RANGE_LIMIT);
-    // The largest range that fits: up to 2^31 exactly.
+    // The largest range that fits: up to systemd's foreign ids (0x7FFE0000) exactly.
     assert_eq!(
-        parse_userns("Config(user_namespaces: UserNamespaces(first_id: 65536, blocks: 32767))"),
-        on(65536, 32767)
+        parse_userns("Config(user_namespaces: UserNamespaces(first_id: 65536, blocks: 32765))"),
+        on(65536, 32765)
     );
     assert_eq!(
-        parse_userns("Config(user_namespaces: UserNamespaces(first_id: 2147418112, blocks: 1))"),
-        on(0x7FFF_0000, 1)
+        parse_userns("Config(user_namespaces: UserNamespaces(first_id: 2147287040, blocks: 1))"),
+        on(0x7FFD_0000, 1)
     );
 }
 
@@ -404,38 +404,45 @@ fn user_namespaces_errors() {
         48,
         "user_namespaces.blocks: 0 blocks would never start a task",
     );
-    // Past 2^31: the fix names the most blocks that fit from the first id written.
+    // Past 0x7FFE0000: the fix names the most blocks that fit from the first id written.
     assert_bad(
         "Config(user_namespaces: UserNamespaces(first_id: 2000000000, blocks: 4096))",
         1,
         70,
-        "write blocks: 2250 or fewer",
+        "write blocks: 2248 or fewer",
     );
     // Only the first id written: it is the one to lower.
     assert_bad(
         "Config(user_namespaces: UserNamespaces(first_id: 2140000000))",
         1,
         50,
-        "write first_id: 2080374784 or lower",
+        "write first_id: 2080243712 or lower",
     );
-    // More blocks than 2^31 holds from any first id.
+    // More blocks than fit from any first id.
     assert_bad(
         "Config(user_namespaces: UserNamespaces(first_id: 65536, blocks: 40000))",
         1,
         65,
-        "write blocks: 32767 or fewer",
+        "write blocks: 32765 or fewer",
     );
     assert_bad(
         "Config(user_namespaces: UserNamespaces(blocks: 40000))",
         1,
         48,
-        "write blocks: 4096 or fewer",
+        "write blocks: 4094 or fewer",
+    );
+    // The highest id there is: no overflow, the first id is what to lower.
+    assert_bad(
+        "Config(user_namespaces: UserNamespaces(first_id: 4294967295, blocks: 1))",
+        1,
+        50,
+        "write first_id: 2147287040 or lower",
     );
     assert_bad(
         "Config(user_namespaces: UserNamespaces(first_id: 2147480000, blocks: 40000))",
         1,
         70,
-        "at most 32767 blocks fit, from first_id: 65536",
+        "at most 32765 blocks fit, from first_id: 65536",
     );
     // Not a bool, not another variant, no unknown field, no negative id.
     for (text, col) in [

@@ -96,11 +96,15 @@ pub struct Exhausted {
 impl fmt::Display for Exhausted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let IdRange { first_id, blocks } = self.range;
+        let all = match blocks {
+            1 => "the only block of host ids is held".to_string(),
+            n => format!("all {n} blocks of host ids are held"),
+        };
         write!(
             f,
-            "all {blocks} blocks of host ids are held, one per task until it is removed \
-             (user_namespaces in keel.ron: {blocks} blocks of {ID_BLOCK_SIZE} ids from \
-             {first_id}): remove finished tasks (keel rm), or raise blocks"
+            "{all}, one per task until it is removed \
+             (user_namespaces in keel.ron: blocks: {blocks}, {ID_BLOCK_SIZE} ids each from {first_id}): \
+             remove finished tasks (keel rm), or raise blocks"
         )
     }
 }
@@ -265,7 +269,7 @@ pub fn overlapping<'a>(range: &IdRange, entries: &'a [HostIds]) -> Vec<&'a HostI
 }
 
 /// The lowest first id, from `range.first_id` up (else from [`MIN_FIRST_ID`]), whose range of
-/// `range.blocks` blocks overlaps no entry and ends by 2^31.
+/// `range.blocks` blocks overlaps no entry and ends by [`ID_RANGE_LIMIT`].
 pub fn clear_first_id(range: &IdRange, entries: &[HostIds]) -> Option<u32> {
     let length = u64::from(range.blocks) * SIZE;
     let search = |mut candidate: u64| loop {
@@ -306,7 +310,7 @@ pub fn judge_range(range: &IdRange, entries: &[HostIds], config_path: &Path) -> 
             range.blocks
         ),
         None => format!(
-            "No {} blocks fit clear of the host's entries below 2^31: set fewer blocks in \
+            "No {} blocks fit clear of the host's entries below {ID_RANGE_LIMIT}: set fewer blocks in \
              user_namespaces in {config}",
             range.blocks
         ),

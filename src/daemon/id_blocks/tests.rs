@@ -113,6 +113,12 @@ fn every_block_held_defers_with_what_to_do() {
     for needle in ["all 2 blocks", "keel rm", "raise blocks", "from 1879048192"] {
         assert!(message.contains(needle), "{needle:?} not in {message}");
     }
+    let one = IdRange { blocks: 1, ..range };
+    let message = block_for_start(&one, None, &held).unwrap_err().to_string();
+    assert!(
+        message.starts_with("the only block of host ids is held"),
+        "{message}"
+    );
     // A task already holding one of the range never waits for another.
     assert_eq!(
         block_for_start(&range, Some(held[1]), &held[..1]),
