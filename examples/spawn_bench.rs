@@ -82,7 +82,7 @@ fn main() {
     let output_log = dirs.run_dir("bench").join("output.log");
     let have_bwrap = Command::new("bwrap").arg("--version").output().is_ok();
 
-    let [mut bare, mut spawned, mut keel, mut cold, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full] =
+    let [mut bare, mut spawned, mut keel, mut cold, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full, mut no_userns] =
         std::array::from_fn(|_| Row::default());
     let stamp_c = std::ffi::CString::new(stamp.as_os_str().as_encoded_bytes()).expect("no NUL");
     let mut templates = SandboxTemplates::new(scratch.join("state/templates"));
@@ -115,6 +115,29 @@ fn main() {
             last_progress: None,
         };
         let mut spec = attempt_spec(&dirs, &unit, &ctx);
+        // As the daemon gives it: the task's block of host ids (its user namespace's).
+        let with_userns = |spec: &mut keel::sandbox::spec::AttemptSpec| {
+            if let Some(sandbox) = spec.sandbox.as_mut() {
+                sandbox.id_block = Some(keel::sandbox::spec::IdBlock {
+                    first: 1_879_048_192,
+                    count: 65_536,
+                });
+            }
+        };
+        with_userns(&mut spec);
+        // (b'') without it: what the user namespace costs.
+        let no_userns_spec = attempt_spec(&dirs, &unit, &ctx);
+        spare_ready(&mut templates, &keel_bin);
+        no_userns.time(|| {
+            run_shim(
+                &no_userns_spec,
+                &keel_bin,
+                &dirs,
+                None,
+                Some(&mut templates),
+                &output_log,
+            )
+        });
         // As a daemon with a task running has it: a spare made after its last start.
         spare_ready(&mut templates, &keel_bin);
         keel.time(|| {
@@ -192,6 +215,7 @@ fn main() {
         ("(a') posix_spawn (std's Command)", &spawned),
         ("(b) keel sandboxed start", &keel),
         ("(b') (b) with no spare shim ready", &cold),
+        ("(b'') (b) without a user namespace", &no_userns),
         ("(c) bwrap --ro-bind / / --bind --proc --dev", &bwrap),
         ("(d) unshare -mpf --mount-proc", &unshare),
         ("(e) keel's shim, sandbox off", &shim_only),

@@ -115,6 +115,8 @@ fn install_with_libraries(binary: &Path, root: &Path, at: &str) {
 fn build_root(root: &Path, recipe: &Recipe) {
     install_with_libraries(Path::new(keel_bin()), root, &recipe.entrypoint[0]);
     install_with_libraries(&which("busybox"), root, "/bin/busybox");
+    // The engine's last step runs inside the image, after its pivot_root.
+    install_with_libraries(&which("capsh"), root, "/sbin/capsh");
     let applets = Command::new("busybox").arg("--list").output().unwrap();
     for applet in stdout_of(&applets).lines() {
         let link = root.join("bin").join(applet);
@@ -140,8 +142,10 @@ fn build_root(root: &Path, recipe: &Recipe) {
 
 /// The engine: the image's root as a mount of its own, the volumes bound into it, /dev with
 /// the usual nodes, a fresh /proc, /sys with every cgroup hierarchy read-only, tmpfs /tmp and
-/// /run; then capsh chroots into it, drops every capability but the documented ones from
-/// the bounding set (so the ENTRYPOINT gets only those) and execs the ENTRYPOINT as PID 1.
+/// /run; then, as real engines do, pivot_root(2) into it (not a chroot: a chroot'ed process
+/// may not make user namespaces, and keel's tasks need them) and the old root detached; then
+/// capsh drops every capability but the documented ones from the bounding set (so the
+/// ENTRYPOINT gets only those) and execs the ENTRYPOINT as PID 1.
 const ENGINE: &str = r#"set -eu
 R=$1; shift
 mount --bind "$R" "$R"
@@ -159,7 +163,13 @@ awk -v sys="$R/sys/fs/cgroup/" '{ for (i = 7; i < NF; i++) if ($i == "-") { t = 
     while read -r m; do mount -o remount,bind,ro "$m"; done
 mount -t tmpfs -o nosuid,nodev,mode=1777 tmp "$R/tmp"
 mount -t tmpfs -o nosuid,nodev,mode=0755 run "$R/run"
-exec capsh "$@"
+cd "$R"
+mkdir -p .engine-old
+pivot_root . .engine-old
+cd /
+umount -l /.engine-old
+rmdir /.engine-old
+exec /sbin/capsh "$@"
 "#;
 
 struct Container {
@@ -255,7 +265,6 @@ impl Setup {
             .arg(self.units())
             .arg(entrypoint_arg(&self.recipe, "--units"))
             .arg("--")
-            .arg(format!("--chroot={}", root.display()))
             .arg(format!("--drop={}", drop.join(",")))
             .arg(format!("--shell={}", self.recipe.entrypoint[0]))
             .arg("--")
@@ -344,11 +353,18 @@ fn the_containerfile_recipe_runs_keel_init_as_pid_1_with_the_documented_capabili
     std::fs::write(setup.units().join("agent.ron"), AGENT).unwrap();
 
     let mut container = setup.run("first");
-    wait_until(
-        Duration::from_secs(20),
-        "the agent runs, seen from outside",
-        || setup.task("agent")["progress"] == "ready",
-    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while setup.task("agent")["progress"] != "ready" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent does not run, seen from outside: {}\nshim.log: {}\ncontainer: {}",
+            setup.task("agent"),
+            std::fs::read_to_string(setup.state().join("tasks/agent/run/shim.log"))
+                .unwrap_or_default(),
+            container.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(setup.keel(&["health"]).status.success());
     let task = setup.task("agent");
     assert_eq!(task["state"], "running", "{task}");

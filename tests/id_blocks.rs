@@ -147,3 +147,38 @@ fn with_user_namespaces_off_no_block_is_given_and_a_change_waits_for_the_next_st
     assert_eq!(spec_block(&d, "b"), b);
     assert!(d.shutdown().unwrap().success());
 }
+
+/// A daemon that cannot make user namespaces — here one started chroot(2)ed, which the kernel
+/// refuses CLONE_NEWUSER to — refuses to start, saying what to change, instead of failing
+/// every sandboxed start and spending its tasks' restarts.
+#[test]
+fn a_daemon_that_cannot_make_user_namespaces_refuses_to_start() {
+    if !require_root("a_daemon_that_cannot_make_user_namespaces_refuses_to_start") {
+        return;
+    }
+    let d = Daemon::prepare("ids-chroot");
+    let root = d.scratch.dir.join("chroot");
+    std::fs::create_dir_all(&root).unwrap();
+    let daemon = d.daemon_command();
+    // The host's / bound at `root` in a mount namespace of the test's own: the same paths,
+    // but a root that is not its namespace's.
+    let script = format!(
+        "mount --rbind / {root} && exec chroot {root} \"$@\"",
+        root = root.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "sh", "-c", &script, "sh"])
+        .arg(daemon.get_program())
+        .args(daemon.get_args())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert!(!out.status.success(), "the daemon started: {stderr}");
+    assert!(
+        stderr.contains("cannot make a user namespace for the tasks")
+            && stderr.contains("chroot")
+            && stderr.contains("user_namespaces: Off"),
+        "{stderr}"
+    );
+}

@@ -460,8 +460,25 @@ pub(crate) fn check_at_start(
     user_namespaces: &UserNamespaces,
     config_path: &Path,
 ) -> Result<(), String> {
-    for warning in check_host(user_namespaces, &HostProbe::system(), config_path)? {
+    let probe = HostProbe::system();
+    for warning in check_host(user_namespaces, &probe, config_path)? {
         log::warn!("{warning}");
+    }
+    // What the settings cannot tell (a chroot'ed daemon, a seccomp profile of a container
+    // engine, a missing CAP_SETUID): make one, with the range's first block, now — rather
+    // than have every sandboxed start fail and spend its task's restarts.
+    // (A daemon that is not root refuses sandboxed starts with its own message.)
+    if let (UserNamespaces::On(range), true) = (user_namespaces, probe.privileged) {
+        crate::sys::userns::create(range.first_id, ID_BLOCK_SIZE).map_err(|e| {
+            format!(
+                "cannot make a user namespace for the tasks (host ids {}…): {e} — keel needs \
+                 CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID and must not be started chroot(2)ed \
+                 (a container engine's pivot_root is fine); or set user_namespaces: Off in {} \
+                 (which weakens every sandbox: docs/operations.md)",
+                range.first_id,
+                config_path.display()
+            )
+        })?;
     }
     Ok(())
 }
