@@ -28,7 +28,7 @@ pub fn create(first: u32, count: u32) -> io::Result<OwnedFd> {
     let stack = super::vfork::Stack::new(CHILD_STACK_BYTES)?;
     let old_mask = super::block_all_signals()?;
     let ends = [wait_end.as_raw_fd(), release_end.as_raw_fd()];
-    let made = spawn_waiting(&stack, &ends);
+    let made = as_owner(first, || spawn_waiting(&stack, &ends));
     let result = made.and_then(|pid| {
         let mapped = map_and_open(pid, first, count);
         // The child's read returns 0 once the last write end is closed.
@@ -42,6 +42,54 @@ pub fn create(first: u32, count: u32) -> io::Result<OwnedFd> {
     drop(stack);
     result
 }
+
+/// Run `make` with the effective uid and gid `owner` (the real and saved ones stay root's,
+/// and `SECBIT_NO_SETUID_FIXUP` keeps the capabilities effective across the switch): a user
+/// namespace made in it is owned by `owner`, not by the host's root. The kernel charges a
+/// namespace's per-user counts (inotify instances and watches, message queues, pending
+/// signals, processes) to its owner in the parent namespace as well as to the user inside
+/// (ucounts): owned by root, a task holding 128 inotify instances would leave root — every
+/// keel daemon — none. The block's first id is no host process's.
+fn as_owner<T>(owner: u32, make: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    // SAFETY: prctl with an integer request and no pointer arguments.
+    let bits = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) };
+    if bits < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let no_fixup = bits as libc::c_ulong | SECBIT_NO_SETUID_FIXUP;
+    // SAFETY: as above; needs CAP_SETPCAP, which the caller holds.
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, no_fixup, 0, 0, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let keep = libc::uid_t::MAX;
+    // SAFETY: integer arguments; -1 (uid_t::MAX) leaves an id as it is.
+    let switched = unsafe { libc::setresgid(keep, owner, keep) } == 0
+        // SAFETY: as above.
+        && unsafe { libc::setresuid(keep, owner, keep) } == 0;
+    let made = if switched {
+        make()
+    } else {
+        Err(io::Error::last_os_error())
+    };
+    // SAFETY: integer arguments: back to the host's root (the saved uid is still 0).
+    let back = unsafe { libc::setresuid(keep, 0, keep) } == 0
+        // SAFETY: as above.
+        && unsafe { libc::setresgid(keep, 0, keep) } == 0
+        // SAFETY: prctl with integer arguments: the securebits as they were.
+        && unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) } == 0;
+    if !back {
+        // This process would go on as another user: it must not.
+        eprintln!(
+            "keel: cannot return to root after making a user namespace: {}",
+            io::Error::last_os_error()
+        );
+        super::fds::exit_now(127);
+    }
+    made
+}
+
+/// securebits(7): uid changes leave the capability sets alone.
+const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
 
 /// Write the child's maps (`setgroups` is left allowed: the writer holds `CAP_SETGID` in the
 /// parent namespace, and the agent's `sandbox.user` gets its groups set) and open its
