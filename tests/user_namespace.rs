@@ -162,6 +162,7 @@ fn another_tasks_processes_and_a_host_process_are_out_of_reach_through_a_shared_
 
     let script = format!(
         r#"
+        echo "b-block $(awk '{{print $2}}' /proc/self/uid_map)"
         for who in a host; do
             pid=$(cat {shared}/$who.pid)
             if kill -0 "$pid" 2>/tmp/e; then echo "kill-$who ok"; else echo "kill-$who $(cat /tmp/e)"; fi
@@ -185,6 +186,13 @@ fn another_tasks_processes_and_a_host_process_are_out_of_reach_through_a_shared_
             assert!(read.starts_with("denied "), "{who}'s {file}: {out}");
         }
     }
+    // A block per task: A's host uid is not one of B's.
+    let b_first: u64 = line(&out, "b-block ").parse().unwrap();
+    let a_uid = host_ids(a_pid, "Uid:")[0];
+    assert!(
+        a_uid >= BLOCK_SIZE && !(b_first..b_first + BLOCK_SIZE).contains(&a_uid),
+        "task A runs as host uid {a_uid}, task B's block starts at {b_first}"
+    );
     // The host process's directory was really handed over: what anyone may read, B reads.
     assert_eq!(line(&out, "host-status "), "ok", "{out}");
     // Both still run: nothing reached them.
