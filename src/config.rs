@@ -4,12 +4,14 @@
 //! Config(
 //!     capacity: Capacity(cpu: 2.0, memory: "8G", max_running: Some(4)),
 //!     starvation_limit: "10m",
+//!     user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024),
 //! )
 //! ```
 //!
 //! Every field is optional and a missing file means all defaults: the CPUs the daemon may run
 //! on, 90% of the memory it may use (the rest is left to keel, the shims and the host), no count
-//! limit, and a starvation limit of 10 minutes. Unknown fields are errors. The file is RON like
+//! limit, a starvation limit of 10 minutes, and a user namespace for every task with its ids
+//! from [`DEFAULT_FIRST_ID`] ([`UserNamespaces`]). Unknown fields are errors. The file is RON like
 //! a unit file and is read with the unit module's machinery, so its errors name `file:line:col`
 //! and read the same way.
 
@@ -36,6 +38,22 @@ pub struct RawConfig {
     pub capacity: RawCapacity,
     #[serde(default, deserialize_with = "written")]
     pub starvation_limit: Option<Dur>,
+    #[serde(default, deserialize_with = "written")]
+    pub user_namespaces: Option<RawUserNamespaces>,
+}
+
+/// `user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024)` or
+/// `user_namespaces: Off`, as written (each field of `UserNamespaces(...)` may be left out).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum RawUserNamespaces {
+    Off,
+    UserNamespaces {
+        #[serde(default, deserialize_with = "written")]
+        first_id: Option<u32>,
+        #[serde(default, deserialize_with = "written")]
+        blocks: Option<u32>,
+    },
 }
 
 /// `Capacity(cpu: 2.0, memory: "8G", max_running: Some(4))`, as written.
@@ -64,7 +82,64 @@ pub struct Config {
     pub capacity: Capacity,
     /// How long a blocked task may be passed by smaller ones before it holds the line.
     pub starvation_limit: Duration,
+    /// Whether tasks get a user namespace, and the host ids their blocks come from.
+    pub user_namespaces: UserNamespaces,
 }
+
+/// The ids of a task's user namespace: each task holds one block of [`ID_BLOCK_SIZE`] host ids
+/// (the same numbers for uids and gids), the agent's `0..65536` mapped to the block's
+/// (`crate::daemon::id_blocks` hands them out and checks the range against the host at start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserNamespaces {
+    /// No user namespace: the agent's ids are the host's, so its root is the host's root for
+    /// file permissions and per-user kernel quotas (epoll and inotify watches, message
+    /// queues). Only for hosts that cannot make user namespaces: it weakens the sandbox.
+    Off,
+    On(IdRange),
+}
+
+/// `blocks` blocks of [`ID_BLOCK_SIZE`] host ids from `first_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRange {
+    pub first_id: u32,
+    pub blocks: u32,
+}
+
+impl IdRange {
+    /// The first host id past the range (u64: the end of a range may be 2^32).
+    pub fn end(&self) -> u64 {
+        u64::from(self.first_id) + u64::from(self.blocks) * u64::from(ID_BLOCK_SIZE)
+    }
+}
+
+/// Host ids per task: a full 16-bit id space inside the namespace, so that an image's system
+/// users and groups exist as its files name them: `_apt` (42), `nobody`/`nogroup` (65534),
+/// the 60000s of distributions' dynamic users. A smaller block leaves their files unmapped
+/// (owned by the overflow id), and `chown` to them fails. 65536 is also what rootless Podman,
+/// systemd-nspawn's `--private-users=pick` and shadow's `useradd` give each container or user.
+pub const ID_BLOCK_SIZE: u32 = 65536;
+
+/// The default first host id, 0x70000000. systemd's UIDS-GIDS.md assigns 0x00080000–0x6FFFFFFF
+/// to nspawn containers (`--private-users=pick`) and leaves 0x70000000–0x7FFFFFFF unused; ids
+/// from 2^31 up are avoided because programs keep uids in signed 32-bit integers; shadow's
+/// `useradd` (and so Podman's `/etc/subuid` entries) counts from 100000 up, and regular users
+/// and systemd's dynamic and homed users live below 65536. The daemon still checks the range
+/// against the host's `/etc/subuid`, `/etc/subgid`, `/etc/passwd` and `/etc/group` at start.
+pub const DEFAULT_FIRST_ID: u32 = 0x7000_0000;
+
+/// The default number of blocks (tasks holding a user namespace's ids at once): 1024 blocks
+/// of 65536 ids, 0x70000000–0x73FFFFFF, a quarter of the range systemd leaves unused.
+pub const DEFAULT_ID_BLOCKS: u32 = 1024;
+
+/// No block may start below this: ids under 65536 are the host's own users and groups
+/// (systemd's dynamic users, 61184–65519, are in no file the daemon could check), `nobody`
+/// (65534) and the 16-bit invalid id 65535.
+pub const MIN_FIRST_ID: u32 = 65536;
+
+/// No block may reach past this, 0x7FFE0000: there systemd (258 and later) begins its
+/// "foreign" range (0x7FFE0000–0x7FFEFFFF, the owner of disk images from elsewhere), and from
+/// 2^31 up programs that keep ids in signed 32-bit integers break (see [`DEFAULT_FIRST_ID`]).
+pub const ID_RANGE_LIMIT: u64 = 0x7FFE_0000;
 
 impl Config {
     /// `starvation_limit` in milliseconds, as the scheduler takes it.
@@ -167,6 +242,19 @@ pub fn resolve(raw: &RawConfig, host: &HostCapacity) -> Config {
         starvation_limit: raw
             .starvation_limit
             .map_or(DEFAULT_STARVATION_LIMIT, |d| d.0),
+        user_namespaces: match raw.user_namespaces {
+            Some(RawUserNamespaces::Off) => UserNamespaces::Off,
+            Some(RawUserNamespaces::UserNamespaces { first_id, blocks }) => {
+                UserNamespaces::On(IdRange {
+                    first_id: first_id.unwrap_or(DEFAULT_FIRST_ID),
+                    blocks: blocks.unwrap_or(DEFAULT_ID_BLOCKS),
+                })
+            }
+            None => UserNamespaces::On(IdRange {
+                first_id: DEFAULT_FIRST_ID,
+                blocks: DEFAULT_ID_BLOCKS,
+            }),
+        },
     }
 }
 
@@ -220,6 +308,7 @@ fn reword(code: &ron::error::Error, message: String) -> String {
     use ron::error::Error as E;
     const UNIT_ROOT: &str = "a unit, Unit(command: [\"program\", \"arg\"], ...)";
     const CONFIG_ROOT: &str = "Config(capacity: Capacity(cpu: 2.0, memory: \"8G\"), ...)";
+    const OUT_OF_BOUNDS: &str = "expected integer is out of bounds";
     match code {
         _ if message.starts_with("the file holds no unit") => {
             "the file holds no configuration: write Config() with the fields to set (all are \
@@ -237,6 +326,12 @@ fn reword(code: &ron::error::Error, message: String) -> String {
         } if outer == "Config" && ["cpu", "memory", "max_running"].contains(&&**found) => {
             format!(
                 "{message} ({found:?} belongs inside capacity: write capacity: Capacity({found}: ...))"
+            )
+        }
+        _ if message.starts_with("user_namespaces.") && message.ends_with(OUT_OF_BOUNDS) => {
+            message.replace(
+                OUT_OF_BOUNDS,
+                "first_id is a host id such as 1879048192 (0x70000000), blocks a count such as 1024",
             )
         }
         _ => message.replace(UNIT_ROOT, CONFIG_ROOT),
@@ -275,6 +370,69 @@ fn check(raw: &RawConfig) -> Vec<(FieldPath, String)> {
             at.field("max_running"),
             "Some(0) would never start a task: write None for no limit, or Some(1) or more"
                 .to_string(),
+        ));
+    }
+    if let Some(RawUserNamespaces::UserNamespaces { first_id, blocks }) = raw.user_namespaces {
+        problems.extend(check_id_range(first_id, blocks));
+    }
+    problems
+}
+
+/// `UserNamespaces(first_id: …, blocks: …)`: at least one block, none below [`MIN_FIRST_ID`]
+/// or reaching past [`ID_RANGE_LIMIT`].
+fn check_id_range(first_id: Option<u32>, blocks: Option<u32>) -> Vec<(FieldPath, String)> {
+    let at = FieldPath::default().field("user_namespaces");
+    let range = IdRange {
+        first_id: first_id.unwrap_or(DEFAULT_FIRST_ID),
+        blocks: blocks.unwrap_or(DEFAULT_ID_BLOCKS),
+    };
+    let size = u64::from(ID_BLOCK_SIZE);
+    let mut problems = Vec::new();
+    if range.first_id < MIN_FIRST_ID {
+        problems.push((
+            at.field("first_id"),
+            format!(
+                "{} is below {MIN_FIRST_ID}: ids under 65536 are the host's own users and groups \
+                 (regular, dynamic, nobody); write e.g. first_id: {DEFAULT_FIRST_ID} (0x70000000, \
+                 the default), or leave it out",
+                range.first_id
+            ),
+        ));
+    } else if range.blocks == 0 {
+        problems.push((
+            at.field("blocks"),
+            "0 blocks would never start a task: write blocks: 1 or more (one per task), or \
+             user_namespaces: Off for no user namespace"
+                .to_string(),
+        ));
+    } else if range.end() > ID_RANGE_LIMIT {
+        let fits = ID_RANGE_LIMIT.saturating_sub(u64::from(range.first_id)) / size;
+        let highest_first = ID_RANGE_LIMIT.saturating_sub(u64::from(range.blocks) * size);
+        // Point at what was written: the block count when it was, else the first id.
+        let (field, fix) = if blocks.is_some() && fits > 0 {
+            ("blocks", format!("write blocks: {fits} or fewer"))
+        } else if highest_first >= u64::from(MIN_FIRST_ID) {
+            (
+                "first_id",
+                format!("write first_id: {highest_first} or lower"),
+            )
+        } else {
+            let most = (ID_RANGE_LIMIT - u64::from(MIN_FIRST_ID)) / size;
+            (
+                "blocks",
+                format!("at most {most} blocks fit, from first_id: {MIN_FIRST_ID}"),
+            )
+        };
+        problems.push((
+            at.field(field),
+            format!(
+                "{} blocks of {ID_BLOCK_SIZE} ids from {} would end at {}, past {ID_RANGE_LIMIT} \
+                 (0x7FFE0000: systemd's foreign ids begin there, and from 2^31 up programs that \
+                 keep ids in signed 32-bit integers break): {fix}",
+                range.blocks,
+                range.first_id,
+                range.end() - 1,
+            ),
         ));
     }
     problems

@@ -69,8 +69,7 @@ fn assert_refused(out: &str, daemon: &Daemon, units_before: &[String], proof: &P
         "status was not refused:\n{out}"
     );
     assert!(out.contains("add-exit=1"), "add was not refused:\n{out}");
-    // Today the agent is told its PID namespace is not the daemon's; once tasks have a user
-    // namespace of their own, its uid or user namespace may be named first: any refusal.
+    // The agent is told its user namespace (or PID namespace) is not the daemon's.
     let refusals = out.matches("keel: refused: ").count();
     assert_eq!(refusals, 2, "two refusals:\n{out}");
     assert_eq!(
@@ -92,6 +91,40 @@ fn assert_refused(out: &str, daemon: &Daemon, units_before: &[String], proof: &P
     assert!(daemon.keel(&["health"]).status.success(), "{log}");
 }
 
+/// Make `state` and its socket reachable by any uid, as an operator's `chmod` might: the
+/// agent (its own uid since tasks have a user namespace) then gets to the socket, and the
+/// daemon's own check of the peer is what must refuse it.
+fn open_up(state: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = state.join("keel.sock");
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+}
+
+/// With the modes keel gives them, the agent does not reach another daemon's socket at all:
+/// its uid is not the host's root, and the state directory is root's alone.
+#[test]
+fn the_agent_cannot_reach_a_socket_of_roots() {
+    if !require_root("the_agent_cannot_reach_a_socket_of_roots") {
+        return;
+    }
+    let a = Daemon::start("peers-modes");
+    let b = daemon_under_var_tmp("peers-modes-b");
+    let bin = HostDir::new("peers-modes-bin");
+    let keel = keel_in_sandbox(&bin);
+    let proof = bin.0.join("pwned");
+    let script = attack_script(&keel, &b.state(), &proof);
+    let (task, out) = run_agent(&a, "agent", &script, "");
+    assert_eq!(task["state"], "succeeded", "{task}\n{out}");
+    assert_eq!(
+        out.matches("Permission denied").count(),
+        2,
+        "both commands stopped at the socket's path:\n{out}"
+    );
+    assert!(b.task("evil").is_none(), "the unit was installed");
+    assert!(!proof.exists(), "the installed unit ran on the host");
+}
+
 #[test]
 fn another_daemons_socket_refuses_the_agent() {
     if !require_root("another_daemons_socket_refuses_the_agent") {
@@ -103,6 +136,7 @@ fn another_daemons_socket_refuses_the_agent() {
     let keel = keel_in_sandbox(&bin);
     let proof = bin.0.join("pwned");
     let units_before = listing(&b.units());
+    open_up(&b.state());
     let script = attack_script(&keel, &b.state(), &proof);
     let (task, out) = run_agent(&a, "agent", &script, "");
     assert_eq!(task["state"], "succeeded", "{task}\n{out}");
@@ -131,6 +165,7 @@ fn this_daemons_socket_through_a_second_path_refuses_its_own_agent() {
     let _unmount = Unmount(second.0.clone());
     assert!(second.0.join("keel.sock").exists());
     assert!(listing(&a.units()).is_empty());
+    open_up(&a.state());
     let script = attack_script(&keel, &second.0, &proof);
     let (task, out) = run_agent(&a, "agent", &script, "");
     assert_eq!(task["state"], "succeeded", "{task}\n{out}");

@@ -46,6 +46,10 @@ fn defaults() {
             max_running: None,
         },
         starvation_limit: Duration::from_secs(600),
+        user_namespaces: UserNamespaces::On(IdRange {
+            first_id: 0x7000_0000,
+            blocks: 1024,
+        }),
     };
     assert_eq!(parse("Config()"), defaults);
     assert_eq!(parse("()"), defaults);
@@ -69,6 +73,10 @@ fn the_example_of_the_issue() {
                 max_running: Some(4),
             },
             starvation_limit: Duration::from_secs(600),
+            user_namespaces: UserNamespaces::On(IdRange {
+                first_id: 1_879_048_192,
+                blocks: 1024,
+            }),
         }
     );
 }
@@ -330,4 +338,142 @@ fn load_config_reads_the_file() {
     assert_eq!((error.line, error.col), (0, 0));
     assert!(error.message.contains("is a directory"), "{error}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn user_namespaces() {
+    let on = |first_id, blocks| UserNamespaces::On(IdRange { first_id, blocks });
+    let parse_userns = |text: &str| parse(text).user_namespaces;
+    assert_eq!(parse_userns("Config()"), on(0x7000_0000, 1024));
+    assert_eq!(
+        parse_userns("Config(user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024))"),
+        on(1_879_048_192, 1024)
+    );
+    assert_eq!(
+        parse_userns("Config(user_namespaces: UserNamespaces(first_id: 0x10000000))"),
+        on(0x1000_0000, 1024)
+    );
+    assert_eq!(
+        parse_userns("Config(user_namespaces: UserNamespaces(blocks: 16))"),
+        on(0x7000_0000, 16)
+    );
+    assert_eq!(
+        parse_userns("Config(user_namespaces: UserNamespaces())"),
+        on(0x7000_0000, 1024)
+    );
+    assert_eq!(
+        parse_userns("Config(user_namespaces: Off)"),
+        UserNamespaces::Off
+    );
+    // The default range: 0x70000000-0x73FFFFFF, inside what systemd leaves unused.
+    let IdRange { first_id, blocks } = match parse_userns("Config()") {
+        UserNamespaces::On(range) => range,
+        UserNamespaces::Off => panic!("on by default"),
+    };
+    let range = IdRange { first_id, blocks };
+    assert_eq!(range.end(), 0x7400_0000);
+    assert!(range.end() <= ID_RANGE_LIMIT);
+    // The largest range that fits: up to systemd's foreign ids (0x7FFE0000) exactly.
+    assert_eq!(
+        parse_userns("Config(user_namespaces: UserNamespaces(first_id: 65536, blocks: 32765))"),
+        on(65536, 32765)
+    );
+    assert_eq!(
+        parse_userns("Config(user_namespaces: UserNamespaces(first_id: 2147287040, blocks: 1))"),
+        on(0x7FFD_0000, 1)
+    );
+}
+
+#[test]
+fn user_namespaces_errors() {
+    assert_bad(
+        "Config(\n  user_namespaces: UserNamespaces(first_id: 1000),\n)",
+        2,
+        45,
+        "user_namespaces.first_id: 1000 is below 65536",
+    );
+    assert_bad(
+        "Config(user_namespaces: UserNamespaces(first_id: 0))",
+        1,
+        50,
+        "host's own users",
+    );
+    assert_bad(
+        "Config(user_namespaces: UserNamespaces(blocks: 0))",
+        1,
+        48,
+        "user_namespaces.blocks: 0 blocks would never start a task",
+    );
+    // Past 0x7FFE0000: the fix names the most blocks that fit from the first id written.
+    assert_bad(
+        "Config(user_namespaces: UserNamespaces(first_id: 2000000000, blocks: 4096))",
+        1,
+        70,
+        "write blocks: 2248 or fewer",
+    );
+    // Only the first id written: it is the one to lower.
+    assert_bad(
+        "Config(user_namespaces: UserNamespaces(first_id: 2140000000))",
+        1,
+        50,
+        "write first_id: 2080243712 or lower",
+    );
+    // More blocks than fit from any first id.
+    assert_bad(
+        "Config(user_namespaces: UserNamespaces(first_id: 65536, blocks: 40000))",
+        1,
+        65,
+        "write blocks: 32765 or fewer",
+    );
+    assert_bad(
+        "Config(user_namespaces: UserNamespaces(blocks: 40000))",
+        1,
+        48,
+        "write blocks: 4094 or fewer",
+    );
+    // The highest id there is: no overflow, the first id is what to lower.
+    assert_bad(
+        "Config(user_namespaces: UserNamespaces(first_id: 4294967295, blocks: 1))",
+        1,
+        50,
+        "write first_id: 2147287040 or lower",
+    );
+    assert_bad(
+        "Config(user_namespaces: UserNamespaces(first_id: 2147480000, blocks: 40000))",
+        1,
+        70,
+        "at most 32765 blocks fit, from first_id: 65536",
+    );
+    // Not a bool, not another variant, no unknown field, no negative id.
+    for (text, col) in [
+        ("Config(user_namespaces: false)", 25),
+        ("Config(user_namespaces: On)", 25),
+        ("Config(user_namespaces: Some(Off))", 25),
+        ("Config(user_namespaces: UserNamespaces(first_id: -1))", 50),
+        (
+            "Config(user_namespaces: UserNamespaces(first_id: 5000000000))",
+            50,
+        ),
+    ] {
+        let error = parse_config(Path::new("keel.ron"), text).expect_err(text);
+        assert_eq!((error.line, error.col), (1, col), "{text}: {error}");
+        assert!(error.message.starts_with("user_namespaces"), "{error}");
+    }
+}
+
+#[test]
+fn user_namespaces_error_messages_say_what_to_write() {
+    let message = |text: &str| {
+        parse_config(Path::new("keel.ron"), text)
+            .expect_err(text)
+            .message
+    };
+    let m = message("Config(user_namespaces: false)");
+    assert!(m.contains("use Off or UserNamespaces"), "{m}");
+    let m = message("Config(user_namespaces: UserNamespaces(first_id: -1))");
+    assert!(m.contains("a host id such as 1879048192"), "{m}");
+    let m = message("Config(user_namespaces: UserNamespaces(size: 4096))");
+    assert!(m.contains("valid fields are first_id, blocks"), "{m}");
+    let m = message("Config(user_namespace: Off)");
+    assert!(m.contains("did you mean \"user_namespaces\""), "{m}");
 }

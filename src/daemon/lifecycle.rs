@@ -10,7 +10,9 @@ use super::slices::{self, SliceProblem};
 use super::spawn::{self, AttemptContext, SpawnError};
 use super::store::{transition, Store};
 use super::timers::{Timer, Timers};
-use super::{checkouts, liveness, Daemon, Task};
+use super::{checkouts, id_blocks, liveness, Daemon, Task};
+use crate::config::UserNamespaces;
+use crate::sandbox::spec::IdBlock;
 use crate::state::{self, now_ms};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -105,6 +107,7 @@ impl Daemon {
     /// cannot be persisted, nothing is spawned: a new generation that is not on disk could be
     /// handed out twice after a crash.
     pub(crate) fn start_attempt(&mut self, unit: &str) {
+        let id_block = self.id_block_for(unit);
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
@@ -119,6 +122,17 @@ impl Daemon {
             defer_start(task, before, why, &mut self.store, &mut self.events.timers);
             return;
         }
+        // Every block of host ids held: the host's limit, not the task's failure (no attempt,
+        // nothing counted against its restart limit); it starts once a task is removed.
+        let id_block = match id_block {
+            Ok(block) => block,
+            Err(exhausted) => {
+                let before = task.record.clone();
+                let why = exhausted.to_string();
+                defer_start(task, before, &why, &mut self.store, &mut self.events.timers);
+                return;
+            }
+        };
         // The attempt's cgroup, before the decision: one still emptying defers the start.
         let slice = match slices::prepare_slice(&self.slices, unit, &unit_def) {
             Ok(slice) => Ok(slice),
@@ -145,6 +159,8 @@ impl Daemon {
         task.record.intent = Intent::None;
         task.record.stop_started_ms = None;
         task.record.reason = None;
+        // Persisted with the decision, before the spawn maps it (`None`: user namespaces off).
+        task.record.id_block = id_block;
         task.start_retry_at = None;
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         let last_exit = task.record.last_exit.map(|e| e.to_string());
@@ -196,6 +212,7 @@ impl Daemon {
         };
         let mut attempt_spec = spawn::attempt_spec(&self.store.dirs, &unit_def, &ctx);
         if let Some(sandbox) = attempt_spec.sandbox.as_mut() {
+            sandbox.id_block = task.record.id_block;
             sandbox.keel_dirs.units = Some(self.units.dir.clone());
             // Unit files hold other tasks' settings (and their env: API keys).
             if !self.units.dir.starts_with(&self.store.dirs.root) {
@@ -267,6 +284,22 @@ impl Daemon {
                 self.settle(unit, Ending::lost(why));
             }
         }
+    }
+
+    /// The block of host ids `unit`'s next attempt maps: the one it holds, else the lowest no
+    /// other task holds; `Ok(None)` with `user_namespaces: Off`.
+    fn id_block_for(&self, unit: &str) -> Result<Option<IdBlock>, id_blocks::Exhausted> {
+        let UserNamespaces::On(range) = &self.settings.config.user_namespaces else {
+            return Ok(None);
+        };
+        let holding = self.tasks.get(unit).and_then(|t| t.record.id_block);
+        let others: Vec<IdBlock> = self
+            .tasks
+            .values()
+            .filter(|t| t.name != unit)
+            .filter_map(|t| t.record.id_block)
+            .collect();
+        id_blocks::block_for_start(range, holding, &others).map(Some)
     }
 
     /// The attempt could not start for a reason of the unit's (its checkout, its sandbox):

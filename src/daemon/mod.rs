@@ -11,11 +11,13 @@
 //! (`transition`: state, persist, journal), `lifecycle.rs` (scheduling, the start),
 //! `settle.rs` (the end of an attempt), `stopping.rs`,
 //! `recovery.rs` (after a restart), `shutdown.rs`. The decisions are pure and kernel-free:
-//! `queue.rs`, `policy.rs`, `reconcile.rs`, [`crate::liveness`].
+//! `queue.rs`, `policy.rs`, `reconcile.rs`, `id_blocks.rs` (each task's block of host ids, and
+//! the check of their range at start), [`crate::liveness`].
 
 mod checkouts;
 mod control;
 mod event_loop;
+pub mod id_blocks;
 mod lifecycle;
 mod liveness;
 pub mod policy;
@@ -162,6 +164,9 @@ impl Daemon {
         let _ = std::fs::remove_file(dirs.exit_status_path());
         let journal = Journal::open(&dirs.events_path())?;
         let (settings, layout) = Settings::load(&dirs, options.config_path, options.cgroup_name)?;
+        // The tasks' host ids must be no one else's, and the kernel must let us use them.
+        id_blocks::check_at_start(&settings.config.user_namespaces, &settings.config_path)
+            .map_err(DaemonError::Config)?;
         raise_open_file_limit();
 
         let under_init = std::env::var("KEEL_UNDER_INIT")

@@ -1,6 +1,6 @@
 //! A task's durable record (`tasks/<unit>/state.ron`): desired and observed state.
 
-use crate::sandbox::spec::{exit_record_path, ExitRecord};
+use crate::sandbox::spec::{exit_record_path, ExitRecord, IdBlock};
 use crate::state::read_ron;
 use crate::sys::wait::AgentStatus;
 use serde::{Deserialize, Serialize};
@@ -170,6 +170,11 @@ pub struct TaskRecord {
     /// The last [`RECENT_EXITS`] attempts' ends, oldest first (for `keel status UNIT`).
     #[serde(default)]
     pub recent_exits: Vec<PastExit>,
+    /// The host ids the task's user namespace maps, chosen at its first start and kept across
+    /// attempts and daemon restarts until the task is removed (`crate::daemon::id_blocks`).
+    /// `None`: never started with a user namespace (or the record of an older keel).
+    #[serde(default)]
+    pub id_block: Option<IdBlock>,
 }
 
 /// How many ended attempts a record remembers.
@@ -227,6 +232,7 @@ impl TaskRecord {
             stop_started_ms: None,
             stall: None,
             recent_exits: Vec::new(),
+            id_block: None,
         }
     }
 }

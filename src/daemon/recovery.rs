@@ -64,6 +64,8 @@ impl Daemon {
                 record.state = TaskState::Running;
                 record.generation = spec.generation;
                 record.attempt = spec.attempt;
+                // The live attempt's ids stay its own: no other task is given them.
+                record.id_block = spec.sandbox.as_ref().and_then(|s| s.id_block);
             }
             None if crate::state::attempt_lock_held(&run_dir) => {
                 log::error!("{name}: {error}, and a shim of unknown attempt is alive: not starting it again");

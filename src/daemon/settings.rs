@@ -48,8 +48,17 @@ impl Settings {
     /// Re-read `keel.ron`: whether the configuration changed. A bad file leaves it as it was.
     fn reload(&mut self, dirs: &StateDir) -> Result<bool, String> {
         match crate::config::load_config(&self.config_path, &self.host) {
-            Ok(config) => {
+            Ok(mut config) => {
                 keep_accepted_config(dirs, &self.config_path);
+                if config.user_namespaces != self.config.user_namespaces {
+                    // The range was checked against the host's users at start; a new one is
+                    // checked at the next.
+                    log::warn!(
+                        "{}: user_namespaces changed: it takes effect at the next daemon start",
+                        self.config_path.display()
+                    );
+                    config.user_namespaces = self.config.user_namespaces;
+                }
                 if config == self.config {
                     return Ok(false);
                 }

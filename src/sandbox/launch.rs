@@ -141,7 +141,17 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
     let (read_end, write_end) =
         process::pipe().map_err(|e| format!("cannot create the output pipe: {e}"))?;
     let dev_null = process::open_dev_null().map_err(|e| format!("cannot open /dev/null: {e}"))?;
-    let enter = || launch.sandbox.as_ref().map_or(Ok(()), |s| s.enter());
+    let userns = match &launch.sandbox {
+        Some(sandbox) => task_user_namespace(sandbox)?,
+        None => None,
+    };
+    let userns_fd = userns.as_ref().map(|fd| fd.as_fd());
+    let enter = || {
+        launch
+            .sandbox
+            .as_ref()
+            .map_or(Ok(()), |s| s.enter(userns_fd))
+    };
     let prepare_step: Option<process::Prepare<'_>> = launch.sandbox.as_ref().map(|_| &enter as _);
     let started_ms = now_ms();
     let agent = process::fork_agent(
@@ -157,6 +167,50 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
         output: read_end,
         started_ms,
     })
+}
+
+/// The task's user namespace, made now with its block of host ids (`None`: the sandbox has
+/// none), and its checkout's upper layer given to that block ([`crate::sandbox::ownership`]).
+fn task_user_namespace(sandbox: &Prepared) -> Result<Option<OwnedFd>, String> {
+    let Some(block) = sandbox.id_block() else {
+        return Ok(None);
+    };
+    if let Some(upper) = sandbox.upper_layer() {
+        let changed = crate::sandbox::ownership::give_tree_to(upper, block).map_err(|e| {
+            format!(
+                "cannot give the checkout's upper layer to the task's ids ({}…): {e}",
+                block.first
+            )
+        })?;
+        if changed > 0 {
+            eprintln!(
+                "keel: the checkout's upper layer {}: {changed} entries given to the task's ids (from {})",
+                upper.display(),
+                block.first
+            );
+        }
+    }
+    crate::sys::userns::create(block.first, block.count)
+        .map(Some)
+        .map_err(|e| {
+            format!(
+                "cannot create the task's user namespace (host ids {}–{}): {e}{}",
+                block.first,
+                block.first as u64 + block.count as u64 - 1,
+                userns_hint(&e)
+            )
+        })
+}
+
+/// What to change when the kernel refuses a user namespace.
+fn userns_hint(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => {
+            " — the limit of user namespaces is reached: raise `sysctl user.max_user_namespaces`"
+        }
+        Some(libc::EPERM) => " — keel needs CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID",
+        _ => "",
+    }
 }
 
 /// In the daemon's clone of the shim, before its exec: start the agent, write the attempt's

@@ -5,6 +5,7 @@ pub mod host_view;
 pub mod launch;
 pub mod logs;
 pub mod mounts;
+pub mod ownership;
 pub mod prepare;
 pub mod privileges;
 pub mod seccomp;

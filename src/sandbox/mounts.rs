@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 pub use crate::sys::mount::MountAttrs;
 pub use error::SandboxError;
-pub use kernel::KernelMounter;
+pub use kernel::{Idmap, KernelMounter};
 pub use overlay::{overlay_data, overlay_path_problem};
 
 pub use crate::sandbox::spec::{CheckoutFiles, CheckoutMounts};

@@ -5,10 +5,10 @@
 //! installs the seccomp filter, in that order.
 
 use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
-use crate::sandbox::mounts::{self, KernelMounter, RootEntry, SandboxLayout};
+use crate::sandbox::mounts::{self, Idmap, KernelMounter, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
-use crate::sandbox::spec::SandboxSpec;
-use std::os::fd::{AsFd, OwnedFd};
+use crate::sandbox::spec::{CheckoutFiles, IdBlock, SandboxSpec};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// The namespace an attempt on a template starts from.
@@ -30,6 +30,8 @@ pub struct PreparedParts {
     network_none: bool,
     template: Option<AttemptOnTemplate>,
     home: PathBuf,
+    #[serde(default)]
+    id_block: Option<IdBlock>,
 }
 
 /// Everything the agent's child needs, computed before the fork.
@@ -42,6 +44,8 @@ pub struct Prepared {
     template: Option<(AttemptOnTemplate, TemplateNs)>,
     /// `$HOME` inside the sandbox.
     pub home: PathBuf,
+    /// The host ids of the task's user namespace (`None`: the agent's ids are the host's).
+    id_block: Option<IdBlock>,
     /// The seccomp filter, built here (once per process) rather than in the agent's child,
     /// which shares its parent's memory and should allocate little.
     seccomp: &'static [crate::sys::seccomp::Instruction],
@@ -74,6 +78,11 @@ pub fn prepare(
     // Read here, on the host's /proc, for the child that drops the bounding set.
     privileges::last_cap();
     let home = home_for(privileges.user.map(|(uid, _)| uid), &passwd);
+    // `$HOME` is a tmpfs the host side mounts: owned by the agent's ids as the host knows them.
+    let home_owner = match spec.id_block {
+        Some(block) => Some(host_ids(block, privileges.user.unwrap_or((0, 0)))?),
+        None => privileges.user,
+    };
     if let Some((uid, gid)) = privileges.user {
         // The agent's own directories must be writable by the user it runs as.
         for path in [
@@ -92,7 +101,7 @@ pub fn prepare(
         progress_file: spec.progress_file.clone(),
         checkpoint_source: spec.checkpoint_source.clone(),
         home: home.clone(),
-        home_owner: privileges.user,
+        home_owner,
         tmp_size: spec.tmp_size,
         home_size: spec.home_size,
         hidden: spec.hidden.clone(),
@@ -109,6 +118,7 @@ pub fn prepare(
         network_none: spec.network_none,
         template: None,
         home,
+        id_block: spec.id_block,
         #[cfg(target_arch = "x86_64")]
         seccomp: crate::sandbox::seccomp::filter(),
         #[cfg(not(target_arch = "x86_64"))]
@@ -117,18 +127,33 @@ pub fn prepare(
 }
 
 impl Prepared {
-    /// In the agent's child: its own mount, IPC and UTS namespaces (and network namespace for
-    /// `network: None`: [`mounts::task_namespaces`]), the mounts, then the privileges (which
-    /// need the capabilities the mounts used, so they come last).
-    pub fn enter(&self) -> Result<(), String> {
+    /// In the agent's child: the sandbox built on the host's side, then the task's user
+    /// namespace `userns` joined and the sandbox's namespaces made in it, then the
+    /// privileges (which need the capabilities the mounts used, so they come last).
+    ///
+    /// With a user namespace, the mounts are made as the host's root in a mount namespace of
+    /// the host's (a copy of the template, or of the host's), the task's own files idmapped;
+    /// then [`enter_user_namespace`] copies that namespace into one the task's user namespace
+    /// owns — every mount of it locked together (mount_namespaces(7), "Restrictions on mount
+    /// namespaces"): the agent cannot unmount a hide to see what is under it, nor make a
+    /// read-only mount writable — with the IPC, UTS (and network) namespaces, all owned by
+    /// the task's user namespace. Without one, all of them are made with the mounts.
+    pub fn enter(&self, userns: Option<BorrowedFd<'_>>) -> Result<(), String> {
+        let others = match userns {
+            Some(_) => nix::sched::CloneFlags::empty(),
+            None => mounts::task_namespaces(self.network_none),
+        };
         match &self.template {
-            Some((attempt, ns)) => match ns.enter(attempt, self.network_none) {
+            Some((attempt, ns)) => match ns.enter(attempt, others, userns) {
                 Ok(()) => {}
                 // The host's view is still ours: the whole plan, as without a template.
-                Err(EnterError::Unjoined(_)) => self.build_in_full()?,
+                Err(EnterError::Unjoined(_)) => self.build_in_full(others, userns)?,
                 Err(EnterError::Failed(message)) => return Err(message),
             },
-            None => self.build_in_full()?,
+            None => self.build_in_full(others, userns)?,
+        }
+        if let Some(userns) = userns {
+            enter_user_namespace(userns, self.network_none)?;
         }
         privileges::apply(&self.privileges).map_err(|e| e.to_string())?;
         // Last: it needs no_new_privs (set just above) and denies the mount calls used before.
@@ -139,6 +164,19 @@ impl Prepared {
             )
         })?;
         Ok(())
+    }
+
+    /// The checkout's overlay upper layer (host path), if the task has one.
+    pub fn upper_layer(&self) -> Option<&Path> {
+        match &self.layout.checkout.as_ref()?.files {
+            CheckoutFiles::Overlay { upper, .. } => Some(upper),
+            CheckoutFiles::Bind(_) => None,
+        }
+    }
+
+    /// The host ids of the task's user namespace, if it has one.
+    pub fn id_block(&self) -> Option<IdBlock> {
+        self.id_block
     }
 
     /// The mounts this sandbox needs (its shape, with [`Prepared::host_root`]).
@@ -179,6 +217,7 @@ impl Prepared {
             network_none: self.network_none,
             template: self.on_template().cloned(),
             home: self.home.clone(),
+            id_block: self.id_block,
         }
     }
 
@@ -204,6 +243,7 @@ impl Prepared {
             network_none: parts.network_none,
             template: parts.template.zip(ns),
             home: parts.home,
+            id_block: parts.id_block,
             #[cfg(target_arch = "x86_64")]
             seccomp: crate::sandbox::seccomp::filter(),
             #[cfg(not(target_arch = "x86_64"))]
@@ -217,30 +257,88 @@ impl Prepared {
     }
 
     /// The whole mount plan, in a mount namespace copied from the caller's (with the task's
-    /// other namespaces).
-    fn build_in_full(&self) -> Result<(), String> {
-        let flags =
-            nix::sched::CloneFlags::CLONE_NEWNS | mounts::task_namespaces(self.network_none);
-        nix::sched::unshare(flags).map_err(|e| {
+    /// `others` namespaces); the task's own files idmapped with `userns` when it has one.
+    fn build_in_full(
+        &self,
+        others: nix::sched::CloneFlags,
+        userns: Option<BorrowedFd<'_>>,
+    ) -> Result<(), String> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS | others).map_err(|e| {
             format!(
-                "cannot create the task's mount, IPC, UTS{} namespaces (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN",
-                if self.network_none { " and network" } else { "" }
+                "cannot create the task's mount namespace{} (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN",
+                if others.is_empty() { "" } else { " and its IPC, UTS (and network) ones" }
             )
         })?;
-        mounts::build(
-            &self.layout,
-            &self.host_root,
-            &mut KernelMounter::new(&self.layout.new_root),
-        )
-        .map_err(|e| e.to_string())
+        let mut mounter = KernelMounter::new(&self.layout.new_root);
+        if let Some(userns) = userns {
+            let userns = userns
+                .try_clone_to_owned()
+                .map_err(|e| format!("cannot hold the task's user namespace: {e}"))?;
+            mounter = mounter.with_idmap(Idmap {
+                userns,
+                own: self.own_sources(),
+            });
+        }
+        mounts::build(&self.layout, &self.host_root, &mut mounter).map_err(|e| e.to_string())
+    }
+
+    /// The host paths of the task's own files, bound idmapped: its work directory (or full
+    /// checkout) and git directory, its checkpoint directory and progress file, and the
+    /// unit's `sandbox.writable` paths (shared by the operator: the agent's root writes
+    /// there as the host's root did before user namespaces).
+    fn own_sources(&self) -> Vec<PathBuf> {
+        let layout = &self.layout;
+        let mut own = vec![
+            layout.work_source.clone(),
+            layout.checkpoint_source.clone(),
+            layout.progress_file.clone(),
+        ];
+        own.extend(layout.writable.iter().cloned());
+        if let Some(checkout) = &layout.checkout {
+            own.push(checkout.git_dir.clone());
+            if let CheckoutFiles::Bind(files) = &checkout.files {
+                own.push(files.clone());
+            }
+        }
+        own
+    }
+}
+
+/// In the agent's child, its sandbox built: join the task's user namespace as its root, and
+/// make the sandbox's mount namespace (a copy of the one built, every mount locked), IPC and
+/// UTS namespaces (and network, for `network: None`) in it.
+fn enter_user_namespace(userns: BorrowedFd<'_>, network_none: bool) -> Result<(), String> {
+    crate::sys::userns::enter(userns)
+        .map_err(|e| format!("cannot join the task's user namespace: {e}"))?;
+    let flags = nix::sched::CloneFlags::CLONE_NEWNS | mounts::task_namespaces(network_none);
+    nix::sched::unshare(flags).map_err(|e| {
+        format!("cannot create the task's namespaces in its user namespace (unshare: {e})")
+    })
+}
+
+/// The host's ids of `(uid, gid)` inside the task's user namespace (`block`).
+fn host_ids(block: IdBlock, (uid, gid): (u32, u32)) -> Result<(u32, u32), String> {
+    match (block.host_id(uid), block.host_id(gid)) {
+        (Some(u), Some(g)) => Ok((u, g)),
+        _ => Err(format!(
+            "sandbox.user {uid}:{gid} is outside the task's user namespace, which maps ids \
+             0–{}: choose a uid and gid below {}",
+            block.count - 1,
+            block.count
+        )),
     }
 }
 
 impl TemplateNs {
-    fn enter(&self, attempt: &AttemptOnTemplate, network_none: bool) -> Result<(), EnterError> {
+    fn enter(
+        &self,
+        attempt: &AttemptOnTemplate,
+        others: nix::sched::CloneFlags,
+        userns: Option<BorrowedFd<'_>>,
+    ) -> Result<(), EnterError> {
         match self {
-            TemplateNs::Template(ns) => attempt.enter(ns.as_fd(), network_none),
-            TemplateNs::PreparedCopy(ns) => attempt.enter_prepared(ns.as_fd(), network_none),
+            TemplateNs::Template(ns) => attempt.enter(ns.as_fd(), others, userns),
+            TemplateNs::PreparedCopy(ns) => attempt.enter_prepared(ns.as_fd(), others, userns),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod mount;
 pub mod process;
 pub mod seccomp;
 pub mod term;
+pub mod userns;
 mod vfork;
 pub mod wait;
 

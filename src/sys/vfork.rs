@@ -31,13 +31,13 @@ const GUARD_BYTES: usize = 64 << 10;
 
 /// An anonymous mapping used as a child's stack, its lowest [`GUARD_BYTES`] a guard (a stack
 /// overflow faults instead of writing below it). Unmapped on drop.
-struct Stack {
+pub(super) struct Stack {
     base: *mut libc::c_void,
     len: usize,
 }
 
 impl Stack {
-    fn new(len: usize) -> io::Result<Stack> {
+    pub(super) fn new(len: usize) -> io::Result<Stack> {
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing; no
         // existing memory is affected.
         let base = unsafe {
@@ -62,7 +62,7 @@ impl Stack {
     }
 
     /// The highest address, 16-byte aligned: x86-64 stacks grow down.
-    fn top(&self) -> *mut libc::c_void {
+    pub(super) fn top(&self) -> *mut libc::c_void {
         let top = self.base as usize + self.len;
         (top & !15) as *mut libc::c_void
     }

@@ -4,8 +4,10 @@
 //! validator (`keel check`, the daemon's load) and the daemon's check at each start, which
 //! alone knows its state and units directories ([`crate::sandbox::spec`]).
 //!
-//! There is no user namespace yet: the agent's uids are the host's, so a capability that acts
-//! across uids cannot be proven contained, and is refused.
+//! Capabilities that act across uids are refused, not left to the task's user namespace: in
+//! it they act on the ids of the task's own block, but through its idmapped mounts (the work
+//! directory, `sandbox.writable`) the agent's root is the host's root's files' owner, and a
+//! `keel.ron` with `user_namespaces: Off` gives the agent the host's ids.
 
 use std::path::{Component, Path};
 
@@ -195,7 +197,9 @@ pub const GIT_DIR_HARM: &str = "an agent that writes there \
 /// host's processes through /proc, the kernel, the host's files by handle or across uids, the
 /// host network). `None`: grantable.
 pub fn refused_capability(number: u8, host_network: bool) -> Option<String> {
-    const NO_USERNS: &str = "the agent's uids are the host's (no user namespace yet)";
+    const NO_USERNS: &str = "through its idmapped mounts (the work directory, sandbox.writable) \
+        the agent's root owns what the host's root owns there, and with user_namespaces: Off \
+        in keel.ron its uids are the host's";
     let (why, instead): (String, &str) = match number {
         0 => (
             format!("CAP_CHOWN gives files to any host uid and takes theirs: {NO_USERNS}"),

@@ -10,6 +10,10 @@ fn record_round_trips_through_ron() {
         start_time: 7,
         boot_id: "b".into(),
     });
+    record.id_block = Some(IdBlock {
+        first: 0x7001_0000,
+        count: 65536,
+    });
     let text = ron::to_string(&record).unwrap();
     let back: TaskRecord = ron::from_str(&text).unwrap();
     assert_eq!(back, record);
@@ -33,6 +37,7 @@ fn a_record_remembers_the_last_five_exits_and_reads_without_them() {
     let old = "(unit: \"a\", state: Queued, attempt: 0, generation: 0, submitted_ms: 1)";
     let back: TaskRecord = ron::from_str(old).unwrap();
     assert!(back.recent_exits.is_empty());
+    assert_eq!(back.id_block, None);
 }
 
 #[test]

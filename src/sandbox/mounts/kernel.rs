@@ -48,6 +48,17 @@ pub struct KernelMounter {
     /// The current directory is the new root's tmpfs.
     in_root: bool,
     pivoted: bool,
+    /// The task's user namespace, and the host paths bound through mounts idmapped with it.
+    idmap: Option<Idmap>,
+}
+
+/// The task's own files, bound idmapped ([`sys::idmapped_clone`]): the agent, root of the
+/// task's user namespace, owns what the host's root owns there, and what it writes is stored
+/// as the host's root's. The checkout overlay's base tree (its lower layer) too, read-only.
+pub struct Idmap {
+    pub userns: OwnedFd,
+    /// Bind sources (host paths) that are the task's own.
+    pub own: Vec<PathBuf>,
 }
 
 /// Where to point a syscall at: a path, and the descriptor it names if any (kept open as
@@ -73,7 +84,25 @@ impl KernelMounter {
             known: HashMap::new(),
             in_root: false,
             pivoted: false,
+            idmap: None,
         }
+    }
+
+    /// Bind the task's own files (and the base tree of its checkout) idmapped with its user
+    /// namespace: [`Idmap`].
+    pub fn with_idmap(mut self, idmap: Idmap) -> KernelMounter {
+        self.idmap = Some(idmap);
+        self
+    }
+
+    /// The user namespace a bind of `source` is idmapped with, if it is one of the task's own.
+    fn idmap_for(&self, source: &Path) -> Option<std::os::fd::BorrowedFd<'_>> {
+        let idmap = self.idmap.as_ref()?;
+        idmap
+            .own
+            .iter()
+            .any(|own| own == source)
+            .then(|| idmap.userns.as_fd())
     }
 
     /// `target` relative to the new root ("" for the root itself).
@@ -273,6 +302,39 @@ impl KernelMounter {
         Ok(())
     }
 
+    /// The checkout's overlay with its base tree (`lower`) idmapped: the base tree's clone is
+    /// attached at `target` first, and the overlay (`mount`, given the absolute path of that
+    /// clone as its lower layer) mounted over it. The upper layer is not idmapped: overlayfs
+    /// copies up with the credentials of whoever mounted it (the host's root here, so that
+    /// `redirect_dir` keeps its trusted xattrs), which an idmapped upper layer could not
+    /// store; the files there belong to the task's ids instead (docs/sandbox.md).
+    fn idmapped_overlay(
+        &mut self,
+        target: &Path,
+        lower: &Path,
+        userns: OwnedFd,
+        mount: impl FnOnce(&Path) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let opened = sys::open_no_symlinks(lower)?;
+        let clone = sys::idmapped_clone(opened.as_fd(), userns.as_fd(), false, true)?;
+        let rel = self.relative(target)?.to_path_buf();
+        if self.pivoted || !self.trusted(&rel) {
+            return Err(refuse(format!(
+                "{}: the checkout's mountpoint must be one keel made in its own root",
+                target.display()
+            )));
+        }
+        self.mount_on(target, Known::Mount, |at| {
+            sys::move_mount_to(clone.as_fd(), at)?;
+            Ok(())
+        })?;
+        // The clone's root, through the host path of the new root (which crosses mounts; a
+        // /proc/self/fd path would name the directory under the clone).
+        let lower_at = self.new_root.join(&rel);
+        mount(&lower_at)?;
+        Ok(())
+    }
+
     /// Hide `target`: an empty read-only tmpfs over a directory, /dev/null over anything
     /// else. A path that does not exist is hidden already.
     fn hide(&mut self, target: &Path) -> io::Result<()> {
@@ -334,13 +396,25 @@ impl Mounter for KernelMounter {
                 .map(drop)
             }
             MountOp::BindRecursive { source, target } => {
-                let source = sys::open_no_symlinks(source)?;
-                let from = sys::fd_path(&source);
+                let opened = sys::open_no_symlinks(source)?;
+                if let Some(userns) = self.idmap_for(source) {
+                    let clone = sys::idmapped_clone(opened.as_fd(), userns, true, false)?;
+                    return self.mount_on(target, Known::Mount, |at| {
+                        sys::move_mount_to(clone.as_fd(), at)
+                    });
+                }
+                let from = sys::fd_path(&opened);
                 self.mount_on(target, Known::Mount, |at| sys::bind(&from, at, true))
             }
             MountOp::Bind { source, target } => {
-                let source = sys::open_no_symlinks(source)?;
-                let from = sys::fd_path(&source);
+                let opened = sys::open_no_symlinks(source)?;
+                if let Some(userns) = self.idmap_for(source) {
+                    let clone = sys::idmapped_clone(opened.as_fd(), userns, false, false)?;
+                    return self.mount_on(target, Known::Mount, |at| {
+                        sys::move_mount_to(clone.as_fd(), at)
+                    });
+                }
+                let from = sys::fd_path(&opened);
                 self.mount_on(target, Known::Mount, |at| sys::bind(&from, at, false))
             }
             MountOp::Overlay {
@@ -352,6 +426,14 @@ impl Mounter for KernelMounter {
                 let data = super::overlay_data(lower, upper, work)
                     .map_err(|problem| io::Error::new(io::ErrorKind::InvalidInput, problem))?;
                 let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+                if let Some(idmap) = &self.idmap {
+                    return self.idmapped_overlay(target, lower, idmap.userns.try_clone()?, |at| {
+                        let data = super::overlay_data(at, upper, work).map_err(|problem| {
+                            io::Error::new(io::ErrorKind::InvalidInput, problem)
+                        })?;
+                        sys::mount_fs("overlay", at, "overlay", flags, Some(&data))
+                    });
+                }
                 self.mount_on(target, Known::Mount, |at| {
                     sys::mount_fs("overlay", at, "overlay", flags, Some(&data))
                 })

@@ -59,6 +59,10 @@ pub struct AttemptOnTemplate {
     fresh: Vec<MountOp>,
     /// Host sources bound at sandbox paths (the work directory, progress file, checkpoint).
     binds: Vec<(PathBuf, PathBuf)>,
+    /// Host trees bound at their own paths with every mount below them (`sandbox.writable`):
+    /// per attempt too, so that they can be idmapped with the task's user namespace.
+    #[serde(default)]
+    tree_binds: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The layout a template of `layout`'s shape is built from, in `dir` (its root and
@@ -89,18 +93,25 @@ pub fn attempt_on_template(
     let template = template_layout(layout, probe_dir);
     let attempt_plan = plan_steps(layout, host_root);
     let template_plan = plan_steps(&template, host_root);
-    let own_sources = [
+    let own_sources: Vec<&PathBuf> = [
         &layout.work_source,
         &layout.progress_file,
         &layout.checkpoint_source,
-    ];
-    let (attempt_rest, fresh, binds) = split(&attempt_plan, &layout.new_root, &own_sources)?;
-    let template_sources = [
+    ]
+    .into_iter()
+    .chain(&layout.writable)
+    .collect();
+    let (attempt_rest, fresh, binds, tree_binds) =
+        split(&attempt_plan, &layout.new_root, &own_sources)?;
+    let template_sources: Vec<&PathBuf> = [
         &template.work_source,
         &template.progress_file,
         &template.checkpoint_source,
-    ];
-    let (template_rest, _, template_binds) =
+    ]
+    .into_iter()
+    .chain(&template.writable)
+    .collect();
+    let (template_rest, _, template_binds, _) =
         split(&template_plan, &template.new_root, &template_sources)?;
     // The same mount table but for what each attempt mounts itself.
     let same = attempt_rest.len() == template_rest.len()
@@ -133,6 +144,7 @@ pub fn attempt_on_template(
         host,
         fresh,
         binds,
+        tree_binds,
     })
 }
 
@@ -233,7 +245,12 @@ fn in_sandbox(op: &MountOp, new_root: &Path, pivoted: bool) -> MountOp {
     })
 }
 
-type Split = (Vec<(Step, MountOp)>, Vec<MountOp>, Vec<(PathBuf, PathBuf)>);
+type Split = (
+    Vec<(Step, MountOp)>,
+    Vec<MountOp>,
+    Vec<(PathBuf, PathBuf)>,
+    Vec<(PathBuf, PathBuf)>,
+);
 
 /// Split a plan into what a template holds (sandbox paths), the fresh filesystems and the
 /// per-task binds (`own_sources`); `None` when something else lies below one of those (it
@@ -242,6 +259,7 @@ fn split(plan: &[(Step, MountOp)], new_root: &Path, own_sources: &[&PathBuf]) ->
     let mut rest = Vec::new();
     let mut fresh = Vec::new();
     let mut binds = Vec::new();
+    let mut tree_binds = Vec::new();
     let mut pivoted = false;
     for (step, op) in plan {
         let mapped = in_sandbox(op, new_root, pivoted);
@@ -259,6 +277,10 @@ fn split(plan: &[(Step, MountOp)], new_root: &Path, own_sources: &[&PathBuf]) ->
                 binds.push((source.clone(), target.clone()));
                 continue;
             }
+            MountOp::BindRecursive { source, target } if own_sources.contains(&source) => {
+                tree_binds.push((source.clone(), target.clone()));
+                continue;
+            }
             _ => {}
         }
         rest.push((step.clone(), mapped));
@@ -266,7 +288,7 @@ fn split(plan: &[(Step, MountOp)], new_root: &Path, own_sources: &[&PathBuf]) ->
     let own_targets: Vec<PathBuf> = fresh
         .iter()
         .filter_map(|op| op.target().map(Path::to_path_buf))
-        .chain(binds.iter().map(|(_, t)| t.clone()))
+        .chain(binds.iter().chain(&tree_binds).map(|(_, t)| t.clone()))
         .collect();
     let creates = |op: &MountOp| {
         matches!(
@@ -295,7 +317,7 @@ fn split(plan: &[(Step, MountOp)], new_root: &Path, own_sources: &[&PathBuf]) ->
         }
         kept.push((step, op));
     }
-    Some((kept, fresh, binds))
+    Some((kept, fresh, binds, tree_binds))
 }
 
 /// Build the template for `attempt`'s shape in `dir`: a mount namespace of its own, returned
@@ -328,7 +350,8 @@ pub fn build_template(
         &template.checkpoint_source,
     ];
     let plan = plan_steps(&template, host_root);
-    let (kept, _, _) = split(&plan, &template.new_root, &sources)
+    let sources: Vec<&PathBuf> = sources.into_iter().chain(&template.writable).collect();
+    let (kept, _, _, _) = split(&plan, &template.new_root, &sources)
         .ok_or_else(|| "this sandbox cannot be templated".to_string())?;
     // Back to paths the kernel mounter expects (under the new root before the pivot).
     let mut pivoted = false;
@@ -375,25 +398,36 @@ fn on_host(op: &MountOp, new_root: &Path) -> MountOp {
 }
 
 impl AttemptOnTemplate {
-    /// In the agent's child: clone the per-task sources from the host, join and copy the
-    /// template `ns`, mount the fresh filesystems and attach the clones. On success the
+    /// In the agent's child: clone the per-task sources from the host (idmapped with
+    /// `userns`, the task's user namespace, when it has one), join and copy the template
+    /// `ns` (with the task's `others` namespaces: those it does not make in its user
+    /// namespace later), mount the fresh filesystems and attach the clones. On success the
     /// caller's root is the sandbox (cwd `/`).
     ///
     /// `Err(Unjoined)`: nothing changed yet (the caller can still build the sandbox in full).
-    pub fn enter(&self, ns: BorrowedFd<'_>, network_none: bool) -> Result<(), EnterError> {
-        let clones = self.clone_sources().map_err(EnterError::Unjoined)?;
+    pub fn enter(
+        &self,
+        ns: BorrowedFd<'_>,
+        others: nix::sched::CloneFlags,
+        userns: Option<BorrowedFd<'_>>,
+    ) -> Result<(), EnterError> {
+        let clones = self.clone_sources(userns).map_err(EnterError::Unjoined)?;
         nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNS).map_err(|e| {
             EnterError::Unjoined(format!("cannot join the sandbox template (setns: {e})"))
         })?;
-        self.finish(clones, network_none)
-            .map_err(EnterError::Failed)
+        self.finish(clones, others).map_err(EnterError::Failed)
     }
 
     /// The per-task sources, cloned from the host's view (before the setns): private,
-    /// writable, nosuid, nodev — what the full plan leaves on them.
-    fn clone_sources(&self) -> Result<Vec<(OwnedFd, &PathBuf)>, String> {
-        let mut clones = Vec::with_capacity(self.binds.len());
-        for (source, target) in &self.binds {
+    /// writable, nosuid, nodev — what the full plan leaves on them; idmapped with `userns`
+    /// when the task has a user namespace ([`sys::idmapped_clone`]).
+    fn clone_sources(
+        &self,
+        userns: Option<BorrowedFd<'_>>,
+    ) -> Result<Vec<(OwnedFd, &PathBuf)>, String> {
+        let mut clones = Vec::with_capacity(self.binds.len() + self.tree_binds.len());
+        let all = self.binds.iter().map(|b| (b, false));
+        for ((source, target), tree) in all.chain(self.tree_binds.iter().map(|b| (b, true))) {
             let what = |e: io::Error| {
                 format!(
                     "cannot bind {} at {}: {e}",
@@ -402,12 +436,21 @@ impl AttemptOnTemplate {
                 )
             };
             let opened = sys::open_no_symlinks(source).map_err(what)?;
-            let clone = sys::open_tree_clone(opened.as_fd()).map_err(what)?;
-            let attrs = (
-                MountAttrs::NOSUID.union(MountAttrs::NODEV),
-                MountAttrs::RDONLY,
-            );
-            sys::mount_setattr_fd(clone.as_fd(), false, attrs, true).map_err(what)?;
+            if let Some(userns) = userns {
+                let clone =
+                    sys::idmapped_clone(opened.as_fd(), userns, tree, false).map_err(what)?;
+                clones.push((clone, target));
+                continue;
+            }
+            let clone = sys::clone_mount(opened.as_fd(), tree).map_err(what)?;
+            // Below a tree's top, read-only as the full plan leaves it.
+            let below = MountAttrs::NOSUID
+                .union(MountAttrs::NODEV)
+                .union(MountAttrs::RDONLY);
+            sys::mount_setattr_fd(clone.as_fd(), tree, (below, MountAttrs::NONE), true)
+                .map_err(what)?;
+            let top = (MountAttrs::NONE, MountAttrs::RDONLY);
+            sys::mount_setattr_fd(clone.as_fd(), false, top, false).map_err(what)?;
             clones.push((clone, target));
         }
         Ok(clones)
@@ -462,8 +505,12 @@ impl AttemptOnTemplate {
     }
 
     /// In the template's namespace: a copy of it, the fresh mounts, the clones attached.
-    fn finish(&self, clones: Vec<(OwnedFd, &PathBuf)>, network_none: bool) -> Result<(), String> {
-        Self::copy_template(super::task_namespaces(network_none))?;
+    fn finish(
+        &self,
+        clones: Vec<(OwnedFd, &PathBuf)>,
+        others: nix::sched::CloneFlags,
+    ) -> Result<(), String> {
+        Self::copy_template(others)?;
         self.mount_fresh_ones(Fresh::All)?;
         Self::attach(clones)
     }
@@ -513,14 +560,15 @@ impl AttemptOnTemplate {
     pub fn enter_prepared(
         &self,
         prepared: BorrowedFd<'_>,
-        network_none: bool,
+        others: nix::sched::CloneFlags,
+        userns: Option<BorrowedFd<'_>>,
     ) -> Result<(), EnterError> {
-        let clones = self.clone_sources().map_err(EnterError::Unjoined)?;
+        let clones = self.clone_sources(userns).map_err(EnterError::Unjoined)?;
         nix::sched::setns(prepared, nix::sched::CloneFlags::CLONE_NEWNS).map_err(|e| {
             EnterError::Unjoined(format!("cannot join the prepared sandbox (setns: {e})"))
         })?;
         let finish = || {
-            nix::sched::unshare(super::task_namespaces(network_none)).map_err(|e| {
+            nix::sched::unshare(others).map_err(|e| {
                 format!("cannot create the task's namespaces (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN")
             })?;
             sys::chdir(Path::new("/")).map_err(|e| format!("chdir /: {e}"))?;

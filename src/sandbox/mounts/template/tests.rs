@@ -90,7 +90,7 @@ fn shapes_with_per_task_parts_below_the_fresh_mounts_take_the_full_plan() {
 fn the_template_plan_keeps_mountpoints_and_drops_per_attempt_mounts() {
     let t = template_layout(&layout(), Path::new("/t"));
     let sources = [&t.work_source, &t.progress_file, &t.checkpoint_source];
-    let (kept, _, _) = split(&plan_steps(&t, &host()), &t.new_root, &sources).unwrap();
+    let (kept, _, _, _) = split(&plan_steps(&t, &host()), &t.new_root, &sources).unwrap();
     let printed: Vec<String> = kept.iter().map(|(_, op)| op.to_string()).collect();
     for gone in [
         "proc          ",
