@@ -1,7 +1,8 @@
 //! A task's checkout through its user namespace (issue 17): the agent writes `/work` and
 //! commits, a second attempt finds its files and changes them, the commits are harvested
-//! into the main repository, and on the host the checkout's files stay root's (the mounts are
-//! idmapped: ownership on disk unchanged); `keel rm` and `keel prune` still judge it. And the
+//! into the main repository, and on the host the checkout looks as docs/sandbox.md says (its
+//! git directory root's through an idmapped mount, the overlay's upper layer the task's
+//! block's); `keel rm` and `keel prune` still judge it. And the
 //! red team's laundering: a root 0600 secret on the host, copied into the checkout and
 //! committed, cannot be read in the first place — nothing of it reaches the harvest.
 //!
@@ -72,7 +73,8 @@ fn a_checkout_round_trips_through_the_user_namespace() {
         fi; \
         test \"$(cat round.txt)\" = one; \
         echo two > round.txt; git commit -qam 'attempt two'; \
-        echo wip > wip.txt; echo \"inside $(stat -c %u:%g round.txt)\"";
+        echo wip > wip.txt; echo \"inside $(stat -c %u:%g round.txt)\"; \
+        echo \"block $(awk '{print $2}' /proc/self/uid_map)\"";
     d.write_unit(
         "round",
         &unit_with_repo(
@@ -92,21 +94,42 @@ fn a_checkout_round_trips_through_the_user_namespace() {
     let log = git(&repo, &["log", "--format=%s", "keel/round"]);
     assert_eq!(log, "attempt two\nattempt one\nbase", "{log}");
     assert_eq!(git(&repo, &["show", "keel/round:round.txt"]), "two");
-    // On the host, what the agent wrote is root's: the mounts map its ids, not the files.
+    // On the host (docs/sandbox.md, "How the task's files look on the host"): the overlay's
+    // upper layer, where the agent's changes land, is owned by the task's block (overlayfs
+    // copies up with the mounter's credentials); everything else of the checkout — its git
+    // directory, which the agent's commits wrote through an idmapped mount — stays root's.
+    let first: u32 = common::sandbox::line(&out, "block ").parse().unwrap();
+    assert!(first as u64 >= 65536, "{out}");
     let checkout = d.task_dir("round").join("checkout");
-    let written: Vec<_> = owners(&checkout)
-        .into_iter()
+    let upper = checkout.join("upper");
+    let all = owners(&checkout);
+    let written: Vec<_> = all
+        .iter()
         .filter(|(p, _, _)| p.ends_with("round.txt") || p.ends_with("wip.txt"))
         .collect();
     assert!(
         written.len() >= 2,
         "the agent's files in {checkout:?}: {written:?}"
     );
-    let foreign: Vec<_> = owners(&checkout)
-        .into_iter()
-        .filter(|(_, uid, gid)| (*uid, *gid) != (0, 0))
+    let git_objects = all
+        .iter()
+        .filter(|(p, _, _)| p.starts_with(checkout.join("git/objects")) && p.is_file())
+        .count();
+    assert!(
+        git_objects > 0,
+        "no objects in the task's git directory: {all:?}"
+    );
+    let wrong: Vec<_> = all
+        .iter()
+        .filter(|(path, uid, gid)| {
+            let want = if path.starts_with(&upper) { first } else { 0 };
+            (*uid, *gid) != (want, want)
+        })
         .collect();
-    assert!(foreign.is_empty(), "not root's on the host: {foreign:?}");
+    assert!(
+        wrong.is_empty(),
+        "owned otherwise than the upper layer by {first}, the rest by root: {wrong:?}"
+    );
 
     // keel rm keeps the checkout with uncommitted work; prune frees a clean, harvested one.
     let out = d.keel(&["rm", "round"]);

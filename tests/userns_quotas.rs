@@ -115,6 +115,7 @@ fn a_task_holding_its_inotify_limit_leaves_a_new_daemon_able_to_start() {
     let d = Daemon::start("userns-inotify");
     d.write_unit("hog", &holding_unit(&probe, "inotify", limit));
     let (count, why) = held(&d, "hog");
+    let owner = user_namespace_owner(agent_pid(&d, "hog"));
     let mut second = Daemon::prepare("userns-inotify-2");
     let started = second_daemon(&mut second);
     let first_answers = d.keel(&["status"]).status.success();
@@ -125,7 +126,10 @@ fn a_task_holding_its_inotify_limit_leaves_a_new_daemon_able_to_start() {
         "the task held only {count} of {limit} inotify instances ({why}): not a test of the quota"
     );
     if let Err(e) = started {
-        panic!("with {count} inotify instances held by a task ({why}), a second daemon {e}");
+        panic!(
+            "with {count} inotify instances held by a task ({why}) whose user namespace is \
+             owned by host uid {owner}, a second daemon {e}"
+        );
     }
     assert!(first_answers, "the first daemon stopped answering");
     assert!(second.keel(&["health"]).status.success());
@@ -209,4 +213,24 @@ fn epoll_watches_of(pid: i32) -> u64 {
         }
     }
     watches
+}
+
+/// The host uid that owns the user namespace of host process `pid` (`NS_GET_OWNER_UID`,
+/// ioctl_ns(2), asked through python3: no unsafe Rust in a test).
+fn user_namespace_owner(pid: i32) -> String {
+    let script = "import fcntl, os, struct, sys\n\
+        fd = os.open(sys.argv[1], os.O_RDONLY)\n\
+        uid = bytearray(4)\n\
+        fcntl.ioctl(fd, 0xb704, uid)\n\
+        print(struct.unpack('I', uid)[0])";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &format!("/proc/{pid}/ns/user")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "NS_GET_OWNER_UID: {}",
+        stderr_of(&out)
+    );
+    stdout_of(&out).trim().to_string()
 }
