@@ -18,26 +18,79 @@ use std::process::Command;
 use std::time::Duration;
 use userns_support::*;
 
-#[test]
-fn a_default_task_is_root_of_its_own_block_of_host_ids() {
-    let test = "a_default_task_is_root_of_its_own_block_of_host_ids";
-    if !ready(test) {
-        return;
-    }
-    let d = Daemon::start("userns-map");
+/// How a start goes: the daemon's clone (on a sandbox template or building the whole plan),
+/// or a spare shim — made before the task and its block were known (on its copy, or in full).
+#[derive(Clone, Copy, Debug)]
+enum StartPath {
+    Template,
+    InFull,
+    Spare,
+    SpareInFull,
+}
+
+/// A default task started by `path` reads `/proc/self/uid_map` `0 <first> 65536`, is uid and
+/// gid 0 inside, and its user namespace is not the host's.
+fn a_default_task_is_root_of_its_own_block(path: StartPath, tag: &str) {
+    let (templates, spares) = match path {
+        StartPath::Template => (true, false),
+        StartPath::InFull => (false, false),
+        StartPath::Spare => (true, true),
+        StartPath::SpareInFull => (false, true),
+    };
+    let d = common::sandbox::daemon_starting(tag, templates, spares);
     let script = "echo uid_map-begin; cat /proc/self/uid_map; echo uid_map-end; \
         echo gid_map-begin; cat /proc/self/gid_map; echo gid_map-end; \
         echo \"uid $(id -u)\"; echo \"gid $(id -g)\"; \
         echo \"userns $(readlink /proc/self/ns/user)\"";
     let (task, out) = run_agent(&d, "map", script, "");
-    assert_eq!(task["state"], "succeeded", "{task}\n{out}");
+    assert_eq!(task["state"], "succeeded", "{path:?}: {task}\n{out}");
+    let shim_log = std::fs::read_to_string(d.task_dir("map").join("run/shim.log")).unwrap();
+    assert_eq!(
+        shim_log.contains("spare shim took attempt 1 of map"),
+        spares,
+        "{path:?}: {shim_log}"
+    );
     let uid_first = mapped_block("uid_map", &section(&out, "uid_map"));
     let gid_first = mapped_block("gid_map", &section(&out, "gid_map"));
-    assert_eq!(uid_first, gid_first, "one block for uids and gids: {out}");
-    assert_eq!(line(&out, "uid "), "0", "{out}");
-    assert_eq!(line(&out, "gid "), "0", "{out}");
+    assert_eq!(
+        uid_first, gid_first,
+        "{path:?}: one block for uids and gids: {out}"
+    );
+    assert_eq!(line(&out, "uid "), "0", "{path:?}: {out}");
+    assert_eq!(line(&out, "gid "), "0", "{path:?}: {out}");
     let host = std::fs::read_link("/proc/self/ns/user").unwrap();
     assert_ne!(line(&out, "userns "), host.display().to_string(), "{out}");
+    if spares {
+        d.keel(&["stop", "keep"]);
+    }
+}
+
+#[test]
+fn on_a_template_a_default_task_is_root_of_its_own_block() {
+    if ready("on_a_template_a_default_task_is_root_of_its_own_block") {
+        a_default_task_is_root_of_its_own_block(StartPath::Template, "userns-map-tpl");
+    }
+}
+
+#[test]
+fn in_full_a_default_task_is_root_of_its_own_block() {
+    if ready("in_full_a_default_task_is_root_of_its_own_block") {
+        a_default_task_is_root_of_its_own_block(StartPath::InFull, "userns-map-full");
+    }
+}
+
+#[test]
+fn on_a_spare_a_default_task_is_root_of_its_own_block() {
+    if ready("on_a_spare_a_default_task_is_root_of_its_own_block") {
+        a_default_task_is_root_of_its_own_block(StartPath::Spare, "userns-map-spare");
+    }
+}
+
+#[test]
+fn on_a_spare_in_full_a_default_task_is_root_of_its_own_block() {
+    if ready("on_a_spare_in_full_a_default_task_is_root_of_its_own_block") {
+        a_default_task_is_root_of_its_own_block(StartPath::SpareInFull, "userns-map-spare-full");
+    }
 }
 
 #[test]
