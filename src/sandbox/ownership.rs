@@ -21,7 +21,10 @@ use std::path::Path;
 /// changed owner. Symlinks are not followed (lchown).
 pub fn give_tree_to(root: &Path, block: IdBlock) -> io::Result<u64> {
     let meta = std::fs::symlink_metadata(root)?;
-    if meta.uid() == block.first && meta.gid() == block.first {
+    // In the block already (its root's, or a `sandbox.user`'s: the layer's top directory is
+    // given to that user when the checkout is made).
+    let in_block = |id: u32| id.checked_sub(block.first).is_some_and(|o| o < block.count);
+    if in_block(meta.uid()) && in_block(meta.gid()) {
         return Ok(0);
     }
     let base = |id: u32| if id < block.count { 0 } else { id };

@@ -296,6 +296,10 @@ impl Prepared {
         own.extend(layout.writable.iter().cloned());
         if let Some(checkout) = &layout.checkout {
             own.push(checkout.git_dir.clone());
+            // Read-only (the plan's read-only pass, locked in the user namespace): owned by
+            // the agent's root there, as they were by uid 0 before, so that objects of a
+            // repository made under umask 077 stay readable.
+            own.extend(checkout.objects.iter().cloned());
             if let CheckoutFiles::Bind(files) = &checkout.files {
                 own.push(files.clone());
             }

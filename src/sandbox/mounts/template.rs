@@ -290,6 +290,16 @@ fn split(plan: &[(Step, MountOp)], new_root: &Path, own_sources: &[&PathBuf]) ->
         .filter_map(|op| op.target().map(Path::to_path_buf))
         .chain(binds.iter().chain(&tree_binds).map(|(_, t)| t.clone()))
         .collect();
+    // A fresh filesystem below a per-task bind would be covered by it (the binds are attached
+    // after the fresh mounts): the full plan, which mounts in order.
+    let bind_targets: Vec<&PathBuf> = binds.iter().chain(&tree_binds).map(|(_, t)| t).collect();
+    let fresh_below_a_bind = fresh
+        .iter()
+        .filter_map(|op| op.target())
+        .any(|f| bind_targets.iter().any(|t| f != t.as_path() && under(f, t)));
+    if fresh_below_a_bind {
+        return None;
+    }
     let creates = |op: &MountOp| {
         matches!(
             op,

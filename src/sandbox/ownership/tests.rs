@@ -52,3 +52,40 @@ fn a_layer_moves_into_the_block_once() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A layer whose top is a `sandbox.user`'s (1000: the checkout gives it to that user) moves
+/// once; at the next start its top is in the block and nothing moves again.
+#[test]
+fn a_users_layer_moves_once() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none()
+                && std::env::var_os("KEEL_REQUIRE_PRIVILEGED").is_none(),
+            "needs root (CAP_CHOWN)"
+        );
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("keel-ownership-user-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let root = dir.join("upper");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("mine"), "").unwrap();
+    for path in [&root, &root.join("mine")] {
+        std::os::unix::fs::lchown(path, Some(1000), Some(1000)).unwrap();
+    }
+    let block = IdBlock {
+        first: 1_879_048_192,
+        count: 65536,
+    };
+    assert_eq!(give_tree_to(&root, block).unwrap(), 2);
+    assert_eq!(
+        owner(&root.join("mine")),
+        (block.first + 1000, block.first + 1000)
+    );
+    assert_eq!(give_tree_to(&root, block).unwrap(), 0, "moved again");
+    assert_eq!(
+        owner(&root.join("mine")),
+        (block.first + 1000, block.first + 1000)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
