@@ -145,7 +145,7 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
         Some(sandbox) => task_user_namespace(sandbox)?,
         None => None,
     };
-    let userns_fd = userns.as_ref().map(|fd| fd.as_fd());
+    let userns_fd = userns.as_ref().map(|u| u.fd());
     let enter = || {
         launch
             .sandbox
@@ -161,6 +161,10 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
         prepare_step,
     )
     .map_err(|e| format!("cannot fork the agent: {e}"))?;
+    // The agent has started: what made its user namespace can be waited for now.
+    if let Some(mut userns) = userns {
+        let _ = userns.reap_maker();
+    }
     // Only the agent (and what it spawns) holds the write end now.
     Ok(Handoff {
         agent,
@@ -171,7 +175,9 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
 
 /// The task's user namespace, made now with its block of host ids (`None`: the sandbox has
 /// none), and its checkout's upper layer given to that block ([`crate::sandbox::ownership`]).
-fn task_user_namespace(sandbox: &Prepared) -> Result<Option<OwnedFd>, String> {
+fn task_user_namespace(
+    sandbox: &Prepared,
+) -> Result<Option<crate::sys::userns::UserNamespace>, String> {
     let Some(block) = sandbox.id_block() else {
         return Ok(None);
     };

@@ -14,33 +14,73 @@
 //! its stack).
 
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 /// The child's stack: it makes two system calls.
 const CHILD_STACK_BYTES: usize = 256 << 10;
 
+/// A task's user namespace, and the child that made it until it is reaped.
+pub struct UserNamespace {
+    ns: OwnedFd,
+    /// The child (released: it exits on its own) and the stack it runs on, which must stay
+    /// mapped until it is gone.
+    maker: Option<(libc::pid_t, super::vfork::Stack)>,
+}
+
+impl UserNamespace {
+    /// `/proc/<pid>/ns/user` of the namespace: for setns(2) and idmapped mounts.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.ns.as_fd()
+    }
+
+    /// Reap the child that made the namespace. It was released when the namespace was made
+    /// and exits as soon as it runs; waiting for that can take a scheduler's wake-up (ms on
+    /// an idle VM), so a caller with something to do first — start the agent — reaps it
+    /// after. Dropping the namespace reaps it too.
+    pub fn reap_maker(&mut self) -> io::Result<()> {
+        match self.maker.take() {
+            Some((pid, stack)) => {
+                let reaped = super::wait::wait_for(pid).map(drop);
+                drop(stack);
+                reaped
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for UserNamespace {
+    fn drop(&mut self) {
+        let _ = self.reap_maker();
+    }
+}
+
 /// A new user namespace in which ids `0..count` are the host's `first..first + count` (uids
-/// and gids alike), as a descriptor of `/proc/<pid>/ns/user` (setns(2), and the
-/// `userns_fd` of an idmapped mount: mount_setattr(2)). The caller must be single-threaded
-/// and hold `CAP_SETUID`, `CAP_SETGID` and `CAP_SYS_ADMIN`.
-pub fn create(first: u32, count: u32) -> io::Result<OwnedFd> {
+/// and gids alike), owned by `first` (not by the host's root: [`as_owner`]). The caller must
+/// be single-threaded and hold `CAP_SETUID`, `CAP_SETGID`, `CAP_SETPCAP` and
+/// `CAP_SYS_ADMIN`.
+pub fn create(first: u32, count: u32) -> io::Result<UserNamespace> {
     let (wait_end, release_end) = super::fds::pipe()?;
     let stack = super::vfork::Stack::new(CHILD_STACK_BYTES)?;
     let old_mask = super::block_all_signals()?;
     let ends = [wait_end.as_raw_fd(), release_end.as_raw_fd()];
     let made = as_owner(first, || spawn_waiting(&stack, &ends));
-    let result = made.and_then(|pid| {
-        let mapped = map_and_open(pid, first, count);
-        // The child's read returns 0 once the last write end is closed.
-        drop(release_end);
-        let reaped = super::wait::wait_for(pid);
-        let ns = mapped?;
-        reaped?;
-        Ok(ns)
-    });
     super::restore_signal_mask(&old_mask);
-    drop(stack);
-    result
+    let pid = made?;
+    let mapped = map_and_open(pid, first, count);
+    // The child's read returns 0 once the last write end is closed: it exits.
+    drop(release_end);
+    let userns = UserNamespace {
+        ns: match mapped {
+            Ok(ns) => ns,
+            Err(e) => {
+                let _ = super::wait::wait_for(pid);
+                return Err(e);
+            }
+        },
+        maker: Some((pid, stack)),
+    };
+    Ok(userns)
 }
 
 /// Run `make` with the effective uid and gid `owner` (the real and saved ones stay root's,
@@ -130,12 +170,14 @@ fn proc_pid(pid: libc::pid_t) -> io::Result<libc::pid_t> {
 
 /// clone(2) a child in a new user namespace that closes its copy of the pipe's write end
 /// (`ends[1]`), waits until the read end (`ends[0]`) reads end-of-file — the caller closed
-/// its own — and exits. The caller has every signal blocked.
+/// its own — and exits. The caller has every signal blocked (the child keeps that mask).
 fn spawn_waiting(stack: &super::vfork::Stack, ends: &[libc::c_int; 2]) -> io::Result<libc::pid_t> {
     extern "C" fn wait_then_exit(arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` points at the caller's `ends`, alive until the caller has reaped this
-        // child; it is only read.
-        let [wait_fd, release_fd] = unsafe { *(arg as *const [libc::c_int; 2]) };
+        // The two descriptors travel in the argument itself, not in the caller's memory:
+        // the caller goes on (and its stack frame is gone) while this child runs.
+        let packed = arg as usize;
+        let wait_fd = (packed & 0xffff_ffff) as libc::c_int;
+        let release_fd = (packed >> 32) as libc::c_int;
         let mut byte = 0u8;
         // SAFETY: close and read act on this child's own copy of the descriptor table; the
         // byte read into is on this child's own stack. _exit ends the child without running
@@ -146,15 +188,16 @@ fn spawn_waiting(stack: &super::vfork::Stack, ends: &[libc::c_int; 2]) -> io::Re
             libc::_exit(0)
         }
     }
-    // SAFETY: the child runs `wait_then_exit` on `stack`, which outlives it (the caller
-    // reaps it before dropping the stack); it touches nothing of the shared memory but its
-    // own stack. SIGCHLD: the caller reaps it like a forked child.
+    let packed = (ends[0] as u32 as usize) | ((ends[1] as u32 as usize) << 32);
+    // SAFETY: the child runs `wait_then_exit` on `stack`, which outlives it (it is kept
+    // until the child is reaped); it touches nothing of the shared memory but its own stack.
+    // SIGCHLD: the caller reaps it like a forked child.
     let pid = unsafe {
         libc::clone(
             wait_then_exit,
             stack.top(),
             libc::CLONE_NEWUSER | libc::CLONE_VM | libc::SIGCHLD,
-            ends.as_ptr() as *mut libc::c_void,
+            packed as *mut libc::c_void,
         )
     };
     if pid < 0 {

@@ -13,7 +13,8 @@ fn a_process_that_enters_is_root_of_the_block() {
         );
         return;
     }
-    let ns = create(3_000_000_000, 65536).expect("create a user namespace");
+    let userns = create(3_000_000_000, 65536).expect("create a user namespace");
+    let ns = userns.fd();
     let (read_end, write_end) = crate::sys::fds::pipe().unwrap();
     // SAFETY: the child only makes system calls, reads a file and exits without unwinding;
     // what another test thread held at the fork is never touched in it.
