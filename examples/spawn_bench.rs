@@ -355,7 +355,17 @@ fn run_shim(
     templates: Option<&mut SandboxTemplates>,
     output_log: &Path,
 ) -> String {
-    let (pid, _pidfd) = spawn_shim_program(spec, keel_bin, cgroup, templates).expect("spawn shim");
+    // The task's user namespace, as the daemon holds it: made once for the task.
+    static USERNS: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+    let userns = spec.sandbox.as_ref().and_then(|s| s.id_block).map(|block| {
+        USERNS
+            .get_or_init(|| {
+                keel::sys::userns::create(block.first, block.count).expect("a user namespace")
+            })
+            .as_fd()
+    });
+    let (pid, _pidfd) =
+        spawn_shim_program(spec, keel_bin, cgroup, templates, userns).expect("spawn shim");
     let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
     if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
         let log =

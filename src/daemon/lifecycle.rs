@@ -240,8 +240,10 @@ impl Daemon {
             }
         };
         attempt_spec.cgroup_v1_procs = slice.v1_procs.clone();
+        let block = attempt_spec.sandbox.as_ref().and_then(|s| s.id_block);
+        let userns = user_namespace_for(task, block);
         let templates = Some(&mut self.sandboxing.templates);
-        match spawn::spawn_shim(&attempt_spec, Some(slice.v2_dir.as_fd()), templates) {
+        match spawn::spawn_shim(&attempt_spec, Some(slice.v2_dir.as_fd()), templates, userns) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");
                 self.sandboxing
@@ -311,4 +313,27 @@ impl Daemon {
         }
         self.settle(unit, Ending::spawn_failed(why));
     }
+}
+
+/// The task's user namespace for `block`: the one this daemon made for it before, or made
+/// now (and kept). `None` without a block, or when the kernel refuses one now (the shim's
+/// clone then tries itself, and its failure is the attempt's, with the reason).
+fn user_namespace_for(
+    task: &mut Task,
+    block: Option<crate::sandbox::spec::IdBlock>,
+) -> Option<std::os::fd::BorrowedFd<'_>> {
+    let block = block?;
+    if task.user_namespace.as_ref().map(|(b, _)| *b) != Some(block) {
+        task.user_namespace = match crate::sys::userns::create(block.first, block.count) {
+            Ok(ns) => Some((block, ns)),
+            Err(e) => {
+                log::warn!(
+                    "{}: cannot make the task's user namespace now: {e}",
+                    task.name
+                );
+                None
+            }
+        };
+    }
+    task.user_namespace.as_ref().map(|(_, ns)| ns.as_fd())
 }

@@ -158,9 +158,10 @@ pub fn spawn_shim(
     spec: &AttemptSpec,
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,
     templates: Option<&mut SandboxTemplates>,
+    userns: Option<std::os::fd::BorrowedFd<'_>>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
     // /proc/self/exe: this very binary, even if an upgrade replaced the file on disk.
-    spawn_shim_program(spec, Path::new("/proc/self/exe"), cgroup, templates)
+    spawn_shim_program(spec, Path::new("/proc/self/exe"), cgroup, templates, userns)
 }
 
 /// [`spawn_shim`] with another `keel` binary as the shim (benchmarks link the library into a
@@ -176,6 +177,7 @@ pub fn spawn_shim_program(
     keel: &Path,
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,
     mut templates: Option<&mut SandboxTemplates>,
+    userns: Option<std::os::fd::BorrowedFd<'_>>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
     let lock = take_attempt_lock(&spec.run_dir)
         .map_err(|e| SpawnError::Open(attempt_lock_path(&spec.run_dir).display().to_string(), e))?
@@ -184,8 +186,18 @@ pub fn spawn_shim_program(
         .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
     // The agent's start, resolved here on the host (its user, $HOME, the host's /); the
     // shim's clone forks it before its own exec (crate::sandbox::launch).
-    let launch =
+    let mut launch =
         resolve_launch(spec, shim_env(), templates.as_deref_mut()).map_err(SpawnError::Launch)?;
+    // The task's user namespace, made by the daemon (`userns`: a descriptor the clone
+    // inherits, or the spare is sent); without one, the shim's clone makes it.
+    if let (Some(userns), Some(sandbox)) = (userns, launch.sandbox_mut()) {
+        if sandbox.id_block().is_some() {
+            let held = userns
+                .try_clone_to_owned()
+                .map_err(|e| SpawnError::Open("the task's user namespace".into(), e))?;
+            sandbox.hold_user_namespace(held);
+        }
+    }
     let spec_path = spec::attempt_path(&spec.run_dir);
     // The previous attempt's spec goes before the clone writes this one: a daemon that finds
     // the lock held reads no older attempt's spec for it (recovery.rs).

@@ -120,6 +120,9 @@ pub(crate) struct Task {
     pub cpu_samples: std::cell::Cell<(Option<CpuSample>, Option<CpuSample>)>,
     /// An orderly shutdown could not record its stop: left running for the next daemon.
     pub left_running: bool,
+    /// The task's user namespace (for its block of host ids), made at its first start by this
+    /// daemon and handed to every attempt: ~0.2 ms the agent's start does not wait for.
+    pub user_namespace: Option<(crate::sandbox::spec::IdBlock, std::os::fd::OwnedFd)>,
 }
 
 impl Task {
@@ -167,6 +170,7 @@ impl Task {
             kept_branches: std::cell::RefCell::new(None),
             cpu_samples: std::cell::Cell::new((None, None)),
             left_running: false,
+            user_namespace: None,
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::sandbox::spec::AttemptSpec;
 use crate::state::now_ms;
 use crate::sys::process::{self, ExecPlan, ForkedAgent};
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 /// The shim's descriptor of the agent's output pipe (read end), after a handoff.
@@ -90,6 +90,11 @@ impl Launch {
     pub fn sandbox(&self) -> Option<&Prepared> {
         self.sandbox.as_ref()
     }
+
+    /// The resolved sandbox, to hand it the task's user namespace.
+    pub fn sandbox_mut(&mut self) -> Option<&mut Prepared> {
+        self.sandbox.as_mut()
+    }
 }
 
 /// The environment a shim is given, and its agent's is made from: the daemon's, without its
@@ -141,11 +146,18 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
     let (read_end, write_end) =
         process::pipe().map_err(|e| format!("cannot create the output pipe: {e}"))?;
     let dev_null = process::open_dev_null().map_err(|e| format!("cannot open /dev/null: {e}"))?;
-    let userns = match &launch.sandbox {
-        Some(sandbox) => task_user_namespace(sandbox)?,
-        None => None,
+    // The daemon's, or made now (a standalone shim, a daemon that could not make one).
+    let made = match &launch.sandbox {
+        Some(sandbox) if sandbox.user_namespace().is_none() => task_user_namespace(sandbox)?,
+        _ => None,
     };
-    let userns_fd = userns.as_ref().map(|u| u.fd());
+    if let Some(sandbox) = &launch.sandbox {
+        give_upper_layer_to_block(sandbox)?;
+    }
+    let userns_fd = made
+        .as_ref()
+        .map(|fd| fd.as_fd())
+        .or_else(|| launch.sandbox.as_ref().and_then(|s| s.user_namespace()));
     let enter = || {
         launch
             .sandbox
@@ -161,10 +173,6 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
         prepare_step,
     )
     .map_err(|e| format!("cannot fork the agent: {e}"))?;
-    // The agent has started: what made its user namespace can be waited for now.
-    if let Some(mut userns) = userns {
-        let _ = userns.reap_maker();
-    }
     // Only the agent (and what it spawns) holds the write end now.
     Ok(Handoff {
         agent,
@@ -175,11 +183,26 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
 
 /// The task's user namespace, made now with its block of host ids (`None`: the sandbox has
 /// none), and its checkout's upper layer given to that block ([`crate::sandbox::ownership`]).
-fn task_user_namespace(
-    sandbox: &Prepared,
-) -> Result<Option<crate::sys::userns::UserNamespace>, String> {
+fn task_user_namespace(sandbox: &Prepared) -> Result<Option<OwnedFd>, String> {
     let Some(block) = sandbox.id_block() else {
         return Ok(None);
+    };
+    crate::sys::userns::create(block.first, block.count)
+        .map(Some)
+        .map_err(|e| {
+            format!(
+                "cannot create the task's user namespace (host ids {}–{}): {e}{}",
+                block.first,
+                block.first as u64 + block.count as u64 - 1,
+                userns_hint(&e)
+            )
+        })
+}
+
+/// The checkout's upper layer given to the task's block ([`crate::sandbox::ownership`]).
+fn give_upper_layer_to_block(sandbox: &Prepared) -> Result<(), String> {
+    let Some(block) = sandbox.id_block() else {
+        return Ok(());
     };
     if let Some(upper) = sandbox.upper_layer() {
         let changed = crate::sandbox::ownership::give_tree_to(upper, block).map_err(|e| {
@@ -196,16 +219,7 @@ fn task_user_namespace(
             );
         }
     }
-    crate::sys::userns::create(block.first, block.count)
-        .map(Some)
-        .map_err(|e| {
-            format!(
-                "cannot create the task's user namespace (host ids {}–{}): {e}{}",
-                block.first,
-                block.first as u64 + block.count as u64 - 1,
-                userns_hint(&e)
-            )
-        })
+    Ok(())
 }
 
 /// What to change when the kernel refuses a user namespace.
@@ -236,6 +250,12 @@ pub fn launch_for_exec(
     // sockets, other tasks' pidfds): only stdio, the attempt lock and the sandbox template.
     let mut keep = vec![crate::sys::ATTEMPT_LOCK_FD];
     keep.extend(launch.template_fd());
+    keep.extend(
+        launch
+            .sandbox()
+            .and_then(|s| s.user_namespace())
+            .map(|fd| fd.as_raw_fd()),
+    );
     crate::sys::close_fds_except(&keep);
     // The attempt lock is the shim's alone: not the agent's, even where close_range(2) is not
     // there to close it at the agent's exec. It is handed on across the shim's exec below.

@@ -46,6 +46,8 @@ pub struct Prepared {
     pub home: PathBuf,
     /// The host ids of the task's user namespace (`None`: the agent's ids are the host's).
     id_block: Option<IdBlock>,
+    /// That namespace, when the daemon made it (else the shim's clone makes it).
+    userns: Option<OwnedFd>,
     /// The seccomp filter, built here (once per process) rather than in the agent's child,
     /// which shares its parent's memory and should allocate little.
     seccomp: &'static [crate::sys::seccomp::Instruction],
@@ -119,6 +121,7 @@ pub fn prepare(
         template: None,
         home,
         id_block: spec.id_block,
+        userns: None,
         #[cfg(target_arch = "x86_64")]
         seccomp: crate::sandbox::seccomp::filter(),
         #[cfg(not(target_arch = "x86_64"))]
@@ -172,6 +175,17 @@ impl Prepared {
             CheckoutFiles::Overlay { upper, .. } => Some(upper),
             CheckoutFiles::Bind(_) => None,
         }
+    }
+
+    /// Hold the task's user namespace, made by the daemon (for the block of
+    /// [`Prepared::id_block`]).
+    pub fn hold_user_namespace(&mut self, userns: OwnedFd) {
+        self.userns = Some(userns);
+    }
+
+    /// The task's user namespace, if the daemon made it.
+    pub fn user_namespace(&self) -> Option<BorrowedFd<'_>> {
+        self.userns.as_ref().map(|fd| fd.as_fd())
     }
 
     /// The host ids of the task's user namespace, if it has one.
@@ -228,6 +242,7 @@ impl Prepared {
         parts: PreparedParts,
         template: Option<OwnedFd>,
         prepared: Option<(AttemptOnTemplate, OwnedFd)>,
+        userns: Option<OwnedFd>,
     ) -> Prepared {
         let ns = match (&parts.template, prepared, template) {
             (Some(attempt), Some((made_for, copy)), _) if attempt.can_use_copy_of(&made_for) => {
@@ -244,6 +259,7 @@ impl Prepared {
             template: parts.template.zip(ns),
             home: parts.home,
             id_block: parts.id_block,
+            userns,
             #[cfg(target_arch = "x86_64")]
             seccomp: crate::sandbox::seccomp::filter(),
             #[cfg(not(target_arch = "x86_64"))]

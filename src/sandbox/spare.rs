@@ -62,6 +62,9 @@ struct Assignment {
     sandbox: PreparedParts,
     cgroup: bool,
     template: bool,
+    /// The task's user namespace, as the daemon made it, comes last.
+    #[serde(default)]
+    userns: bool,
 }
 
 /// `keel shim --spare`: wait for a task, then be its shim. Returns the process exit code.
@@ -164,6 +167,7 @@ fn become_shim(
     } else {
         None
     };
+    let userns = if assignment.userns { fds.next() } else { None };
     let installed = shim_log.try_clone().and_then(|stderr| {
         crate::sys::install_fds(vec![
             (shim_log, 1),
@@ -184,7 +188,7 @@ fn become_shim(
         sandbox,
         ..
     } = assignment;
-    let sandbox = Prepared::from_parts(sandbox, template, prepared);
+    let sandbox = Prepared::from_parts(sandbox, template, prepared, userns);
     let built = if sandbox.on_prepared_copy() {
         "on the copy it prepared"
     } else if sandbox.template_fd().is_some() {
@@ -336,15 +340,18 @@ impl Spare {
             .sandbox()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no sandbox"))?;
         let template = launch.template_fd();
+        let userns = sandbox.user_namespace().map(|fd| fd.as_raw_fd());
         let mut fds = vec![lock.as_raw_fd(), shim_log.as_raw_fd()];
         fds.extend(cgroup.map(|fd| fd.as_raw_fd()));
         fds.extend(template);
+        fds.extend(userns);
         let assignment = Assignment {
             spec: spec.clone(),
             spec_path: spec_path.to_path_buf(),
             sandbox: sandbox.parts(),
             cgroup: cgroup.is_some(),
             template: template.is_some(),
+            userns: userns.is_some(),
         };
         self.send(&Request::Assign(Box::new(assignment)), &fds)?;
         let pidfd = self.pidfd.take().expect("a spare not yet assigned");

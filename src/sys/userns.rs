@@ -4,83 +4,40 @@
 //! Only a process with `CAP_SETUID` and `CAP_SETGID` over the parent namespace may write a
 //! map of more than its own id (user_namespaces(7), "Defining user and group ID mappings"),
 //! and a process cannot write its own map once it is inside. So the namespace is made by a
-//! short-lived child of the caller — `clone(CLONE_NEWUSER | CLONE_VM)` on a small stack of its
-//! own, which does nothing but wait on a pipe — while the caller, still the host's root,
-//! writes `/proc/<child>/uid_map` and `gid_map` and opens `/proc/<child>/ns/user`. The
-//! namespace lives on in that descriptor after the child is reaped.
+//! child of the caller — `clone(CLONE_NEWUSER | CLONE_VM | CLONE_VFORK | CLONE_FILES)` on a
+//! small stack of its own, which opens its own `/proc/self/ns/user` into the shared descriptor
+//! table and exits — and the caller, still the host's root, writes the exited child's
+//! `/proc/<pid>/uid_map` and `gid_map` before it reaps it (a zombie's entries still name its
+//! namespace; measured on 6.18). The namespace lives on in that descriptor.
 //!
-//! The child shares the caller's memory but touches none of it: it blocks in read(2) and
-//! _exits. Every signal is blocked across its life (a handler of the caller's must not run on
-//! its stack).
+//! The child shares the caller's memory but touches none of it. Every signal is blocked
+//! across its life (a handler of the caller's must not run on its stack).
 
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-/// The child's stack: it makes two system calls.
-const CHILD_STACK_BYTES: usize = 256 << 10;
-
-/// A task's user namespace, and the child that made it until it is reaped.
-pub struct UserNamespace {
-    ns: OwnedFd,
-    /// The child (released: it exits on its own) and the stack it runs on, which must stay
-    /// mapped until it is gone.
-    maker: Option<(libc::pid_t, super::vfork::Stack)>,
-}
-
-impl UserNamespace {
-    /// `/proc/<pid>/ns/user` of the namespace: for setns(2) and idmapped mounts.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.ns.as_fd()
-    }
-
-    /// Reap the child that made the namespace. It was released when the namespace was made
-    /// and exits as soon as it runs; waiting for that can take a scheduler's wake-up (ms on
-    /// an idle VM), so a caller with something to do first — start the agent — reaps it
-    /// after. Dropping the namespace reaps it too.
-    pub fn reap_maker(&mut self) -> io::Result<()> {
-        match self.maker.take() {
-            Some((pid, stack)) => {
-                let reaped = super::wait::wait_for(pid).map(drop);
-                drop(stack);
-                reaped
-            }
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for UserNamespace {
-    fn drop(&mut self) {
-        let _ = self.reap_maker();
-    }
-}
+/// The child's stack: it makes one system call.
+const CHILD_STACK_BYTES: usize = 128 << 10;
 
 /// A new user namespace in which ids `0..count` are the host's `first..first + count` (uids
-/// and gids alike), owned by `first` (not by the host's root: [`as_owner`]). The caller must
-/// be single-threaded and hold `CAP_SETUID`, `CAP_SETGID`, `CAP_SETPCAP` and
-/// `CAP_SYS_ADMIN`.
-pub fn create(first: u32, count: u32) -> io::Result<UserNamespace> {
-    let (wait_end, release_end) = super::fds::pipe()?;
+/// and gids alike), owned by `first` (not by the host's root: [`as_owner`]), as a
+/// descriptor of `/proc/<pid>/ns/user` (setns(2), and the `userns_fd` of an idmapped mount:
+/// mount_setattr(2)). The caller must be single-threaded and hold `CAP_SETUID`,
+/// `CAP_SETGID`, `CAP_SETPCAP` and `CAP_SYS_ADMIN`. ~0.2 ms (a namespace's creation and its
+/// maker's end), which is why the daemon makes one per task, not per attempt.
+pub fn create(first: u32, count: u32) -> io::Result<OwnedFd> {
     let stack = super::vfork::Stack::new(CHILD_STACK_BYTES)?;
     let old_mask = super::block_all_signals()?;
-    let ends = [wait_end.as_raw_fd(), release_end.as_raw_fd()];
-    let made = as_owner(first, || spawn_waiting(&stack, &ends));
+    let made = as_owner(first, || spawn_exited(&stack));
     super::restore_signal_mask(&old_mask);
-    let pid = made?;
-    let mapped = map_and_open(pid, first, count);
-    // The child's read returns 0 once the last write end is closed: it exits.
-    drop(release_end);
-    let userns = UserNamespace {
-        ns: match mapped {
-            Ok(ns) => ns,
-            Err(e) => {
-                let _ = super::wait::wait_for(pid);
-                return Err(e);
-            }
-        },
-        maker: Some((pid, stack)),
-    };
-    Ok(userns)
+    let (pid, ns) = made?;
+    // The child has exited; until it is reaped its /proc entries still name its namespace,
+    // and its maps are written through them.
+    let mapped = write_maps(pid, first, count);
+    let reaped = super::wait::wait_for(pid);
+    mapped?;
+    reaped?;
+    Ok(ns)
 }
 
 /// Run `make` with the effective uid and gid `owner` (the real and saved ones stay root's,
@@ -93,7 +50,9 @@ pub fn create(first: u32, count: u32) -> io::Result<UserNamespace> {
 fn as_owner<T>(owner: u32, make: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
     // SAFETY: prctl with an integer request and no pointer arguments.
     let bits = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) };
-    if bits < 0 {
+    // SAFETY: as above. A change of euid marks the process non-dumpable: put back after.
+    let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) };
+    if bits < 0 || dumpable < 0 {
         return Err(io::Error::last_os_error());
     }
     let no_fixup = bits as libc::c_ulong | SECBIT_NO_SETUID_FIXUP;
@@ -101,22 +60,25 @@ fn as_owner<T>(owner: u32, make: impl FnOnce() -> io::Result<T>) -> io::Result<T
     if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, no_fixup, 0, 0, 0) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    let keep = libc::uid_t::MAX;
-    // SAFETY: integer arguments; -1 (uid_t::MAX) leaves an id as it is.
-    let switched = unsafe { libc::setresgid(keep, owner, keep) } == 0
+    // All three ids; the capabilities stay, so the way back is open.
+    // SAFETY: integer arguments.
+    let switched = unsafe { libc::setresgid(owner, owner, owner) } == 0
         // SAFETY: as above.
-        && unsafe { libc::setresuid(keep, owner, keep) } == 0;
+        && unsafe { libc::setresuid(owner, owner, owner) } == 0;
     let made = if switched {
         make()
     } else {
         Err(io::Error::last_os_error())
     };
-    // SAFETY: integer arguments: back to the host's root (the saved uid is still 0).
-    let back = unsafe { libc::setresuid(keep, 0, keep) } == 0
+    // SAFETY: integer arguments: back to the host's root (CAP_SETUID and CAP_SETGID kept).
+    let back = unsafe { libc::setresuid(0, 0, 0) } == 0
         // SAFETY: as above.
-        && unsafe { libc::setresgid(keep, 0, keep) } == 0
-        // SAFETY: prctl with integer arguments: the securebits as they were.
-        && unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) } == 0;
+        && unsafe { libc::setresgid(0, 0, 0) } == 0
+        // SAFETY: prctl with integer arguments: the securebits and dumpable flag as they were.
+        && unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) } == 0
+        // SAFETY: as above.
+        && unsafe { libc::prctl(libc::PR_SET_DUMPABLE, dumpable as libc::c_ulong, 0, 0, 0) }
+            == 0;
     if !back {
         // This process would go on as another user: it must not.
         eprintln!(
@@ -132,9 +94,8 @@ fn as_owner<T>(owner: u32, make: impl FnOnce() -> io::Result<T>) -> io::Result<T
 const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
 
 /// Write the child's maps (`setgroups` is left allowed: the writer holds `CAP_SETGID` in the
-/// parent namespace, and the agent's `sandbox.user` gets its groups set) and open its
-/// namespace.
-fn map_and_open(pid: libc::pid_t, first: u32, count: u32) -> io::Result<OwnedFd> {
+/// parent namespace, and the agent's `sandbox.user` gets its groups set).
+fn write_maps(pid: libc::pid_t, first: u32, count: u32) -> io::Result<()> {
     let pid = proc_pid(pid)?;
     let map = format!("0 {first} {count}\n");
     for file in ["uid_map", "gid_map"] {
@@ -147,8 +108,7 @@ fn map_and_open(pid: libc::pid_t, first: u32, count: u32) -> io::Result<OwnedFd>
             )
         })?;
     }
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
-    Ok(OwnedFd::from(ns))
+    Ok(())
 }
 
 /// `pid` (of the caller's PID namespace) as the mounted `/proc` names it: a shim is PID 1 of
@@ -168,42 +128,54 @@ fn proc_pid(pid: libc::pid_t) -> io::Result<libc::pid_t> {
         })
 }
 
-/// clone(2) a child in a new user namespace that closes its copy of the pipe's write end
-/// (`ends[1]`), waits until the read end (`ends[0]`) reads end-of-file — the caller closed
-/// its own — and exits. The caller has every signal blocked (the child keeps that mask).
-fn spawn_waiting(stack: &super::vfork::Stack, ends: &[libc::c_int; 2]) -> io::Result<libc::pid_t> {
-    extern "C" fn wait_then_exit(arg: *mut libc::c_void) -> libc::c_int {
-        // The two descriptors travel in the argument itself, not in the caller's memory:
-        // the caller goes on (and its stack frame is gone) while this child runs.
-        let packed = arg as usize;
-        let wait_fd = (packed & 0xffff_ffff) as libc::c_int;
-        let release_fd = (packed >> 32) as libc::c_int;
-        let mut byte = 0u8;
-        // SAFETY: close and read act on this child's own copy of the descriptor table; the
-        // byte read into is on this child's own stack. _exit ends the child without running
-        // anything of the caller's (no atexit handlers, no unwinding).
+/// clone(2) a child in a new user namespace that opens its own `/proc/self/ns/user` into the
+/// descriptor table it shares with the caller (`CLONE_FILES`: a process may always open its
+/// own namespaces, where another's ask for ptrace(2) access — CAP_SYS_PTRACE, which a
+/// container may not give) and exits; the caller resumes when it has (`CLONE_VFORK`), so the
+/// child's stack is free again on return. The caller has every signal blocked (the child
+/// keeps that mask). Returns the child's pid and the namespace.
+fn spawn_exited(stack: &super::vfork::Stack) -> io::Result<(libc::pid_t, OwnedFd)> {
+    extern "C" fn open_own_then_exit(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` points at the caller's `opened`, alive while the caller is suspended
+        // (CLONE_VFORK); the path is a NUL-terminated literal. open may set errno in the
+        // caller's thread-local storage (shared): harmless, the result is read from `opened`.
+        // _exit ends the child without running anything of the caller's.
         unsafe {
-            libc::close(release_fd);
-            while libc::read(wait_fd, (&mut byte as *mut u8).cast(), 1) > 0 {}
+            *(arg as *mut libc::c_int) = libc::open(
+                c"/proc/self/ns/user".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
             libc::_exit(0)
         }
     }
-    let packed = (ends[0] as u32 as usize) | ((ends[1] as u32 as usize) << 32);
-    // SAFETY: the child runs `wait_then_exit` on `stack`, which outlives it (it is kept
-    // until the child is reaped); it touches nothing of the shared memory but its own stack.
-    // SIGCHLD: the caller reaps it like a forked child.
+    let mut opened: libc::c_int = -1;
+    // SAFETY: the child runs `open_own_then_exit` on `stack`, which outlives it (CLONE_VFORK:
+    // the caller is suspended until it has exited); of the shared memory it writes `opened`
+    // only. SIGCHLD: the caller reaps it like a forked child.
     let pid = unsafe {
         libc::clone(
-            wait_then_exit,
+            open_own_then_exit,
             stack.top(),
-            libc::CLONE_NEWUSER | libc::CLONE_VM | libc::SIGCHLD,
-            packed as *mut libc::c_void,
+            libc::CLONE_NEWUSER
+                | libc::CLONE_VM
+                | libc::CLONE_VFORK
+                | libc::CLONE_FILES
+                | libc::SIGCHLD,
+            &mut opened as *mut libc::c_int as *mut libc::c_void,
         )
     };
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(pid)
+    if opened < 0 {
+        let _ = super::wait::wait_for(pid);
+        return Err(io::Error::other(
+            "the new user namespace's child could not open its /proc/self/ns/user",
+        ));
+    }
+    // SAFETY: the child opened this descriptor in the table it shared with us; nothing else
+    // owns it.
+    Ok((pid, unsafe { OwnedFd::from_raw_fd(opened) }))
 }
 
 /// Join the user namespace `ns` and become its root (uid and gid 0 inside, no
