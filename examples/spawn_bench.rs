@@ -256,7 +256,18 @@ fn main() {
                 m.as_secs_f64() / base.as_secs_f64()
             );
         }
-        let (spawn, b, k) = (samples(rows[1].1), samples(rows[4].1), samples(rows[2].1));
+        // By name: the rows' order may change.
+        let row = |tag: &str| {
+            rows.iter()
+                .find(|(name, _)| name.starts_with(tag))
+                .expect("a row of that tag")
+                .1
+        };
+        let (spawn, b, k) = (
+            samples(row("(a')")),
+            samples(row("(c)")),
+            samples(row("(b)")),
+        );
         println!(
             "keel vs posix_spawn: {:.2}x",
             median(&k).as_secs_f64() / median(&spawn).as_secs_f64()
