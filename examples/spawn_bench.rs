@@ -355,7 +355,8 @@ fn run_shim(
     templates: Option<&mut SandboxTemplates>,
     output_log: &Path,
 ) -> String {
-    let (pid, _pidfd) = spawn_shim_program(spec, keel_bin, cgroup, templates).expect("spawn shim");
+    let (pid, _pidfd) =
+        spawn_shim_program(spec, keel_bin, cgroup, None, templates).expect("spawn shim");
     let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
     if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
         let log =
