@@ -245,7 +245,10 @@ fn tasks_of_two_daemons_on_one_host_never_share_a_block() {
     assert_eq!(spec_block(&two, "c"), block(FIRST));
     for unit in ["b", "c"] {
         let shim = two.record(unit).shim.expect("a running shim").pid;
-        assert!(holds_claims_file(shim, &claims), "{unit}'s shim holds its claim");
+        assert!(
+            holds_claims_file(shim, &claims),
+            "{unit}'s shim holds its claim"
+        );
     }
     assert!(one.shutdown().unwrap().success(), "{}", one.daemon_log());
     assert!(two.shutdown().unwrap().success(), "{}", two.daemon_log());
@@ -303,7 +306,10 @@ fn a_running_tasks_block_stays_claimed_when_its_daemon_is_killed() {
     assert_eq!(spec_block(&one, "a"), block(FIRST));
     // Its new shim (the daemon's clone, or a spare given the claim by SCM_RIGHTS) holds it.
     let shim = one.record("a").shim.expect("a running shim").pid;
-    assert!(holds_claims_file(shim, &claims), "the new shim holds the claim");
+    assert!(
+        holds_claims_file(shim, &claims),
+        "the new shim holds the claim"
+    );
     // And b's daemon, starting another task, still finds FIRST taken.
     two.write_unit("c", LONG);
     two.wait_state("c", "running", Duration::from_secs(10));

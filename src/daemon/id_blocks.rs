@@ -109,10 +109,8 @@ pub fn choose_block(
     let mut elsewhere = 0;
     for block in free_blocks(range, others.iter().copied()) {
         // The kept block was tried above.
-        if Some(block) != holding {
-            if claim(block) {
-                return Ok(block);
-            }
+        if Some(block) != holding && claim(block) {
+            return Ok(block);
         }
         elsewhere += 1;
     }

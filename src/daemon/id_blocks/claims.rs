@@ -21,7 +21,10 @@
 //!   spare's `SCM_RIGHTS`) and keeps it open until it exits. The shim is PID 1 of the task's PID
 //!   namespace: every process of the task dies with it. So a daemon that dies (SIGKILL, OOM)
 //!   leaves each running task's claim held by its shim; never by the agent (the descriptor is
-//!   close-on-exec in the agent's child).
+//!   close-on-exec in the agent's child). (The kernel closes an exiting shim's descriptors
+//!   just before it kills the rest of its PID namespace: a daemon whose own claim is gone —
+//!   it died — leaves a window of microseconds in which the task's last processes, already
+//!   being killed, outlive its claim.)
 //! - **After a daemon restart**, the new daemon takes each task's claim again on a new
 //!   description: for a task whose shim still runs that lock conflicts with the shim's, and
 //!   the daemon trusts that the block is held (by that shim) and takes its own claim once the
