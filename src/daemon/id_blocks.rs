@@ -505,16 +505,23 @@ pub fn check_host(
 }
 
 /// The host-wide claims on blocks this daemon takes ([`claims`]); `None` with user
-/// namespaces off (no task has a block). `Err`: the claims directory cannot be used (what to
-/// change).
+/// namespaces off (no task has a block), or for a daemon that is not root and cannot use the
+/// claims directory (warned: it cannot map host ids that are not its own anyway, and refuses
+/// sandboxed starts). `Err`: the claims directory cannot be used (what to change).
 pub(crate) fn open_claims(
     user_namespaces: &UserNamespaces,
 ) -> Result<Option<claims::Claims>, String> {
     if matches!(user_namespaces, UserNamespaces::Off) {
         return Ok(None);
     }
-    let file = claims::ClaimsFile::open(&claims::claims_dir())?;
-    Ok(Some(claims::Claims::new(file)))
+    match claims::ClaimsFile::open(&claims::claims_dir()) {
+        Ok(file) => Ok(Some(claims::Claims::new(file))),
+        Err(why) if !nix::unistd::geteuid().is_root() => {
+            log::warn!("{why} (a daemon that is not root goes without)");
+            Ok(None)
+        }
+        Err(why) => Err(why),
+    }
 }
 
 /// [`check_host`] on this host, warnings logged.

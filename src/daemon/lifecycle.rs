@@ -301,10 +301,7 @@ impl Daemon {
     /// else the lowest no other task holds and no other daemon's claim covers; `Ok(None)`
     /// with `user_namespaces: Off`. `Err`: why the start waits.
     fn id_block_for(&mut self, unit: &str) -> Result<Option<IdBlock>, String> {
-        let (UserNamespaces::On(range), Some(claims)) = (
-            &self.settings.config.user_namespaces,
-            self.id_claims.as_mut(),
-        ) else {
+        let UserNamespaces::On(range) = &self.settings.config.user_namespaces else {
             return Ok(None);
         };
         let holding = self.tasks.get(unit).and_then(|t| t.record.id_block);
@@ -314,6 +311,12 @@ impl Daemon {
             .filter(|t| t.name != unit)
             .filter_map(|t| t.record.id_block)
             .collect();
+        let Some(claims) = self.id_claims.as_mut() else {
+            // A daemon without claims (one that is not root: id_blocks::open_claims).
+            return id_blocks::block_for_start(range, holding, &others)
+                .map(Some)
+                .map_err(|exhausted| exhausted.to_string());
+        };
         let mut failure = None;
         let chosen = id_blocks::choose_block(range, holding, &others, |block| {
             match claims.claim_for(unit, block) {
