@@ -376,7 +376,7 @@ fn run_shim(
             .as_fd()
     });
     let (pid, _pidfd) =
-        spawn_shim_program(spec, keel_bin, cgroup, templates, userns).expect("spawn shim");
+        spawn_shim_program(spec, keel_bin, cgroup, None, templates, userns).expect("spawn shim");
     let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
     if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
         let log =

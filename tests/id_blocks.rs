@@ -182,3 +182,138 @@ fn a_daemon_that_cannot_make_user_namespaces_refuses_to_start() {
         "{stderr}"
     );
 }
+
+/// Two daemons of one host (state directories of their own) sharing a claims directory, as
+/// every daemon of a host shares `/run/keel/id-blocks`.
+fn two_daemons(tag: &str, blocks: u32) -> (Daemon, Daemon, std::path::PathBuf) {
+    let mut one = Daemon::prepare(&format!("{tag}-one"));
+    let mut two = Daemon::prepare(&format!("{tag}-two"));
+    // Under the first fixture's directory: removed with it.
+    let claims = one.scratch.dir.join("host-claims");
+    let config =
+        format!("Config(user_namespaces: UserNamespaces(first_id: {FIRST}, blocks: {blocks}))");
+    for d in [&mut one, &mut two] {
+        write_config(d, &config);
+        d.env = vec![("KEEL_ID_CLAIMS_DIR".into(), claims.display().to_string())];
+    }
+    (one, two, claims)
+}
+
+/// Whether process `pid` has a descriptor of the claims file in `claims`.
+fn holds_claims_file(pid: i32, claims: &std::path::Path) -> bool {
+    let file = claims.join("claims");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == file))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn tasks_of_two_daemons_on_one_host_never_share_a_block() {
+    if !require_root("tasks_of_two_daemons_on_one_host_never_share_a_block") {
+        return;
+    }
+    let (mut one, mut two, claims) = two_daemons("ids-two", 2);
+    one.spawn();
+    two.spawn();
+    one.write_unit("a", LONG);
+    one.wait_state("a", "running", Duration::from_secs(10));
+    assert_eq!(one.record("a").id_block, block(FIRST));
+    // The other daemon's lowest block is claimed by the first's task: it takes the next.
+    two.write_unit("b", LONG);
+    two.wait_state("b", "running", Duration::from_secs(10));
+    assert_eq!(two.record("b").id_block, block(SECOND));
+    assert_eq!(spec_block(&two, "b"), block(SECOND));
+    // Its second task finds no block free on the host, and says whose they are.
+    two.write_unit("c", LONG);
+    wait_until(Duration::from_secs(10), "c's start deferred", || {
+        two.events(Some("c")).iter().any(|e| {
+            e["event"] == "start-deferred"
+                && e["detail"].as_str().is_some_and(|d| {
+                    d.contains("all 2 blocks of host ids are held (1 by other keel daemons")
+                })
+        })
+    });
+    assert_eq!(two.task("c").unwrap()["state"], "queued");
+    // The first daemon's task removed, its block is free on the host: c takes it.
+    let out = one.keel(&["rm", "a"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    two.wait_state("c", "running", Duration::from_secs(20));
+    assert_eq!(two.record("c").id_block, block(FIRST));
+    assert_eq!(spec_block(&two, "c"), block(FIRST));
+    for unit in ["b", "c"] {
+        let shim = two.record(unit).shim.expect("a running shim").pid;
+        assert!(
+            holds_claims_file(shim, &claims),
+            "{unit}'s shim holds its claim"
+        );
+    }
+    assert!(one.shutdown().unwrap().success(), "{}", one.daemon_log());
+    assert!(two.shutdown().unwrap().success(), "{}", two.daemon_log());
+    assert!(claims.join("claims").exists());
+}
+
+#[test]
+fn a_running_tasks_block_stays_claimed_when_its_daemon_is_killed() {
+    if !require_root("a_running_tasks_block_stays_claimed_when_its_daemon_is_killed") {
+        return;
+    }
+    let (mut one, mut two, claims) = two_daemons("ids-killed", 4);
+    one.spawn();
+    one.write_unit("a", LONG);
+    one.wait_state("a", "running", Duration::from_secs(10));
+    assert_eq!(one.record("a").id_block, block(FIRST));
+    let shim = one.record("a").shim.expect("a running shim").pid;
+    let mut agent = None;
+    wait_until(Duration::from_secs(10), "a's agent", || {
+        agent = first_child(shim);
+        agent.is_some()
+    });
+    // The shim keeps the daemon's claim; the agent has none of it.
+    assert!(holds_claims_file(shim, &claims), "the shim holds the claim");
+    assert!(
+        !holds_claims_file(agent.unwrap(), &claims),
+        "the agent must not hold the claim"
+    );
+    // The daemon dies; its task runs on.
+    one.crash();
+    assert!(
+        std::fs::metadata(format!("/proc/{shim}")).is_ok(),
+        "the shim outlives its daemon"
+    );
+    // Another daemon's task does not get the running task's block.
+    two.spawn();
+    two.write_unit("b", LONG);
+    two.wait_state("b", "running", Duration::from_secs(10));
+    assert_eq!(two.record("b").id_block, block(SECOND));
+    // The first daemon back: it adopts a, whose block its shim still holds.
+    one.spawn();
+    one.wait_state("a", "running", Duration::from_secs(10));
+    let a = one.record("a");
+    assert_eq!((a.attempt, a.id_block), (1, block(FIRST)));
+    assert_eq!(a.shim.map(|s| s.pid), Some(shim), "adopted, not restarted");
+    // Its next attempt (after a stop of the adopted one) keeps its block: the daemon claims
+    // it again once that shim is gone.
+    let out = one.keel(&["restart", "a"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    wait_until(Duration::from_secs(20), "a's second attempt", || {
+        one.task("a")
+            .is_some_and(|t| t["state"] == "running" && t["attempt"].as_u64() == Some(2))
+    });
+    assert_eq!(one.record("a").id_block, block(FIRST));
+    assert_eq!(spec_block(&one, "a"), block(FIRST));
+    // Its new shim (the daemon's clone, or a spare given the claim by SCM_RIGHTS) holds it.
+    let shim = one.record("a").shim.expect("a running shim").pid;
+    assert!(
+        holds_claims_file(shim, &claims),
+        "the new shim holds the claim"
+    );
+    // And b's daemon, starting another task, still finds FIRST taken.
+    two.write_unit("c", LONG);
+    two.wait_state("c", "running", Duration::from_secs(10));
+    assert_eq!(two.record("c").id_block, block(0x7002_0000));
+    assert!(one.shutdown().unwrap().success(), "{}", one.daemon_log());
+    assert!(two.shutdown().unwrap().success(), "{}", two.daemon_log());
+}

@@ -50,7 +50,11 @@ fn the_shim_is_pid_1_and_the_agent_has_no_privileges() {
     }
     // The shim's first child: the daemon made the task's user namespace (a standalone shim,
     // which makes its own, has its maker as 2).
-    assert_eq!(line(&out, "self "), "2", "the agent is the shim's first child");
+    assert_eq!(
+        line(&out, "self "),
+        "2",
+        "the agent is the shim's first child"
+    );
     assert!(out.contains("chmod ok"), "{out}");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(d.task_dir("pid1").join("work/rootsh"))

@@ -2,7 +2,9 @@
 //! [`ID_BLOCK_SIZE`] ids of the range `keel.ron` names (`user_namespaces`): chosen at its first
 //! start (the lowest block no other task holds), persisted in its record with the start's
 //! decision before the spawn uses it, kept across attempts and daemon restarts, and free again
-//! once the task is removed (`keel rm`, or its unit file gone): no record, no holder.
+//! once the task is removed (`keel rm`, or its unit file gone): no record, no holder. Blocks
+//! are claimed host-wide ([`claims`]): a block another keel daemon's task holds is skipped, and
+//! a running task's claim outlives its daemon (its shim holds it).
 //!
 //! At start the daemon checks the range against the host ([`check_at_start`]): it must overlap
 //! no entry of `/etc/subuid`, `/etc/subgid`, `/etc/passwd` or `/etc/group` — their text, never
@@ -39,8 +41,8 @@ fn overlaps(a: u64, a_end: u64, b: u64, b_end: u64) -> bool {
     a < b_end && b < a_end
 }
 
-/// The lowest block of `range` that shares no id with any of `held`.
-pub fn lowest_free(range: &IdRange, held: impl IntoIterator<Item = IdBlock>) -> Option<IdBlock> {
+/// The blocks of `range` that share no id with any of `held`, lowest first.
+pub fn free_blocks(range: &IdRange, held: impl IntoIterator<Item = IdBlock>) -> Vec<IdBlock> {
     let (first, end) = (u64::from(range.first_id), range.end());
     let mut taken = vec![false; range.blocks as usize];
     for block in held {
@@ -56,17 +58,36 @@ pub fn lowest_free(range: &IdRange, held: impl IntoIterator<Item = IdBlock>) -> 
             taken[index as usize] = true;
         }
     }
-    let index = taken.iter().position(|taken| !taken)?;
-    Some(block_at(range, index as u32))
+    (0..range.blocks)
+        .filter(|&index| !taken[index as usize])
+        .map(|index| block_at(range, index))
+        .collect()
 }
 
-/// The block a task starts with: the one it holds while that is still a block of `range` and
-/// no other task holds any of its ids, else the lowest free one. `others`: the blocks every
-/// other task the daemon knows holds.
+/// The lowest block of `range` that shares no id with any of `held`.
+pub fn lowest_free(range: &IdRange, held: impl IntoIterator<Item = IdBlock>) -> Option<IdBlock> {
+    free_blocks(range, held).first().copied()
+}
+
+/// [`choose_block`] on a host where every block can be claimed (no other keel daemon).
 pub fn block_for_start(
     range: &IdRange,
     holding: Option<IdBlock>,
     others: &[IdBlock],
+) -> Result<IdBlock, Exhausted> {
+    choose_block(range, holding, others, |_| true)
+}
+
+/// The block a task starts with: the one it holds while that is still a block of `range`, no
+/// other task holds any of its ids and its host-wide claim is (or can now be) the task's;
+/// else the lowest block no other task of this daemon holds whose claim can be taken now
+/// (`claim`: takes it, `false` when anyone else on the host holds one of its ids —
+/// [`claims`]). `others`: the blocks every other task the daemon knows holds.
+pub fn choose_block(
+    range: &IdRange,
+    holding: Option<IdBlock>,
+    others: &[IdBlock],
+    mut claim: impl FnMut(IdBlock) -> bool,
 ) -> Result<IdBlock, Exhausted> {
     let shared = |block: IdBlock| {
         let (start, end) = (u64::from(block.first), u64::from(block.first) + SIZE);
@@ -80,10 +101,23 @@ pub fn block_for_start(
             )
         })
     };
-    match holding {
-        Some(block) if is_block_of(range, block) && !shared(block) => Ok(block),
-        _ => lowest_free(range, others.iter().copied()).ok_or(Exhausted { range: *range }),
+    if let Some(block) = holding {
+        if is_block_of(range, block) && !shared(block) && claim(block) {
+            return Ok(block);
+        }
     }
+    let mut elsewhere = 0;
+    for block in free_blocks(range, others.iter().copied()) {
+        // The kept block was tried above.
+        if Some(block) != holding && claim(block) {
+            return Ok(block);
+        }
+        elsewhere += 1;
+    }
+    Err(Exhausted {
+        range: *range,
+        elsewhere,
+    })
 }
 
 /// Every block of the range is held: the start waits for one (a host-side limit, not the
@@ -91,6 +125,8 @@ pub fn block_for_start(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exhausted {
     pub range: IdRange,
+    /// How many of them other keel daemons of the host hold (by their claims).
+    pub elsewhere: u32,
 }
 
 impl fmt::Display for Exhausted {
@@ -100,12 +136,25 @@ impl fmt::Display for Exhausted {
             1 => "the only block of host ids is held".to_string(),
             n => format!("all {n} blocks of host ids are held"),
         };
+        let elsewhere = match self.elsewhere {
+            0 => String::new(),
+            n if n == blocks => " by other keel daemons of this host".to_string(),
+            n => format!(" ({n} by other keel daemons of this host)"),
+        };
         write!(
             f,
-            "{all}, one per task until it is removed \
+            "{all}{elsewhere}, one per task until it is removed \
              (user_namespaces in keel.ron: blocks: {blocks}, {ID_BLOCK_SIZE} ids each from {first_id}): \
              remove finished tasks (keel rm), or raise blocks"
-        )
+        )?;
+        if self.elsewhere > 0 {
+            write!(
+                f,
+                ", or give this daemon a range of its own (claims in {})",
+                claims::claims_dir().display()
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -455,6 +504,26 @@ pub fn check_host(
     Ok(warnings.into_iter().collect())
 }
 
+/// The host-wide claims on blocks this daemon takes ([`claims`]); `None` with user
+/// namespaces off (no task has a block), or for a daemon that is not root and cannot use the
+/// claims directory (warned: it cannot map host ids that are not its own anyway, and refuses
+/// sandboxed starts). `Err`: the claims directory cannot be used (what to change).
+pub(crate) fn open_claims(
+    user_namespaces: &UserNamespaces,
+) -> Result<Option<claims::Claims>, String> {
+    if matches!(user_namespaces, UserNamespaces::Off) {
+        return Ok(None);
+    }
+    match claims::ClaimsFile::open(&claims::claims_dir()) {
+        Ok(file) => Ok(Some(claims::Claims::new(file))),
+        Err(why) if !nix::unistd::geteuid().is_root() => {
+            log::warn!("{why} (a daemon that is not root goes without)");
+            Ok(None)
+        }
+        Err(why) => Err(why),
+    }
+}
+
 /// [`check_host`] on this host, warnings logged.
 pub(crate) fn check_at_start(
     user_namespaces: &UserNamespaces,
@@ -482,6 +551,8 @@ pub(crate) fn check_at_start(
     }
     Ok(())
 }
+
+pub mod claims;
 
 #[cfg(test)]
 mod tests;

@@ -46,6 +46,7 @@ fn defer_start(
 impl Daemon {
     /// Start every queued task the scheduler allows.
     pub(crate) fn schedule(&mut self) {
+        self.sync_id_claims();
         if self.shutdown.is_some() {
             return;
         }
@@ -107,7 +108,6 @@ impl Daemon {
     /// cannot be persisted, nothing is spawned: a new generation that is not on disk could be
     /// handed out twice after a crash.
     pub(crate) fn start_attempt(&mut self, unit: &str) {
-        let id_block = self.id_block_for(unit);
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
@@ -122,13 +122,17 @@ impl Daemon {
             defer_start(task, before, why, &mut self.store, &mut self.events.timers);
             return;
         }
+        // Chosen (and claimed host-wide) once no earlier shim can hold the task's claim.
+        let id_block = self.id_block_for(unit);
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
         // Every block of host ids held: the host's limit, not the task's failure (no attempt,
         // nothing counted against its restart limit); it starts once a task is removed.
         let id_block = match id_block {
             Ok(block) => block,
-            Err(exhausted) => {
+            Err(why) => {
                 let before = task.record.clone();
-                let why = exhausted.to_string();
                 defer_start(task, before, &why, &mut self.store, &mut self.events.timers);
                 return;
             }
@@ -240,10 +244,17 @@ impl Daemon {
             }
         };
         attempt_spec.cgroup_v1_procs = slice.v1_procs.clone();
+        // The shim inherits the daemon's claim on the block: held while the task's processes
+        // use its ids, even if this daemon dies meanwhile.
+        let id_claim = (self.id_claims.as_ref())
+            .zip(task.record.id_block)
+            .and_then(|(claims, block)| claims.held(unit).filter(|c| c.block() == block))
+            .map(|claim| claim.fd());
         let block = attempt_spec.sandbox.as_ref().and_then(|s| s.id_block);
         let userns = user_namespace_for(task, block);
         let templates = Some(&mut self.sandboxing.templates);
-        match spawn::spawn_shim(&attempt_spec, Some(slice.v2_dir.as_fd()), templates, userns) {
+        let cgroup = Some(slice.v2_dir.as_fd());
+        match spawn::spawn_shim(&attempt_spec, cgroup, id_claim, templates, userns) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");
                 self.sandboxing
@@ -288,9 +299,10 @@ impl Daemon {
         }
     }
 
-    /// The block of host ids `unit`'s next attempt maps: the one it holds, else the lowest no
-    /// other task holds; `Ok(None)` with `user_namespaces: Off`.
-    fn id_block_for(&self, unit: &str) -> Result<Option<IdBlock>, id_blocks::Exhausted> {
+    /// The block of host ids `unit`'s next attempt maps, claimed host-wide: the one it holds,
+    /// else the lowest no other task holds and no other daemon's claim covers; `Ok(None)`
+    /// with `user_namespaces: Off`. `Err`: why the start waits.
+    fn id_block_for(&mut self, unit: &str) -> Result<Option<IdBlock>, String> {
         let UserNamespaces::On(range) = &self.settings.config.user_namespaces else {
             return Ok(None);
         };
@@ -301,7 +313,53 @@ impl Daemon {
             .filter(|t| t.name != unit)
             .filter_map(|t| t.record.id_block)
             .collect();
-        id_blocks::block_for_start(range, holding, &others).map(Some)
+        let Some(claims) = self.id_claims.as_mut() else {
+            // A daemon without claims (one that is not root: id_blocks::open_claims).
+            return id_blocks::block_for_start(range, holding, &others)
+                .map(Some)
+                .map_err(|exhausted| exhausted.to_string());
+        };
+        let mut failure = None;
+        let chosen = id_blocks::choose_block(range, holding, &others, |block| {
+            match claims.claim_for(unit, block) {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    false
+                }
+            }
+        });
+        match (chosen, failure) {
+            (Ok(block), _) => {
+                if let Some(held) = holding.filter(|held| *held != block) {
+                    log::warn!(
+                        "{unit}: takes the block of host ids from {} (its block from {} is \
+                         claimed elsewhere on this host, or no longer of keel.ron's range)",
+                        block.first,
+                        held.first
+                    );
+                }
+                Ok(Some(block))
+            }
+            (Err(_), Some(e)) => Err(format!(
+                "cannot claim a block of host ids in {}: {e}",
+                claims.file().path().display()
+            )),
+            (Err(exhausted), None) => Err(exhausted.to_string()),
+        }
+    }
+
+    /// [`id_blocks::claims::Claims::sync`] with every task: a removed task's claim goes; a
+    /// kept block is claimed again (after a restart, or once a re-adopted attempt ended).
+    fn sync_id_claims(&mut self) {
+        let Some(claims) = self.id_claims.as_mut() else {
+            return;
+        };
+        claims.sync(self.tasks.values().map(|t| id_blocks::claims::TaskBlock {
+            unit: &t.name,
+            block: t.record.id_block,
+            attempt_live: t.record.state.has_attempt(),
+        }));
     }
 
     /// The attempt could not start for a reason of the unit's (its checkout, its sandbox):

@@ -92,6 +92,9 @@ pub struct Daemon {
     sandboxing: Sandboxing,
     /// Every task, by name (task.rs).
     pub(crate) tasks: Tasks,
+    /// The host-wide claims on the tasks' blocks of host ids (`None`: user namespaces off)
+    /// (id_blocks/claims.rs).
+    id_claims: Option<id_blocks::claims::Claims>,
     /// keel's cgroup tree, or why there is none (retried at each reload) (slices.rs).
     slices: slices::Slices,
     /// What is seen of each live attempt's work (progress files, output, CPU) (liveness/).
@@ -167,6 +170,9 @@ impl Daemon {
         // The tasks' host ids must be no one else's, and the kernel must let us use them.
         id_blocks::check_at_start(&settings.config.user_namespaces, &settings.config_path)
             .map_err(DaemonError::Config)?;
+        // No two live tasks of the host, whatever their daemon, share a block.
+        let id_claims = id_blocks::open_claims(&settings.config.user_namespaces)
+            .map_err(DaemonError::Config)?;
         raise_open_file_limit();
 
         let under_init = std::env::var("KEEL_UNDER_INIT")
@@ -202,6 +208,7 @@ impl Daemon {
             settings,
             sandboxing: Sandboxing::new(templates),
             tasks: Tasks::default(),
+            id_claims,
             slices,
             liveness,
             notifier: crate::notify::Notifier::from_env(),

@@ -9,7 +9,7 @@ use crate::unit::Unit;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -154,14 +154,25 @@ pub fn last_progress_line(run_dir: &Path) -> Option<String> {
 /// Spawn `keel shim --spec …` with a pidfd (its clone writes the spec: see
 /// [`launch_for_exec`]). The shim's own stderr goes to `run/shim.log`, never to the daemon: a
 /// shim must outlive the daemon and its pipes.
+///
+/// `id_claim`: the task's host-wide claim on its block of host ids
+/// (`crate::daemon::id_blocks::claims`): the shim keeps a copy of it for as long as it lives.
 pub fn spawn_shim(
     spec: &AttemptSpec,
-    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+    cgroup: Option<BorrowedFd<'_>>,
+    id_claim: Option<BorrowedFd<'_>>,
     templates: Option<&mut SandboxTemplates>,
     userns: Option<std::os::fd::BorrowedFd<'_>>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
     // /proc/self/exe: this very binary, even if an upgrade replaced the file on disk.
-    spawn_shim_program(spec, Path::new("/proc/self/exe"), cgroup, templates, userns)
+    spawn_shim_program(
+        spec,
+        Path::new("/proc/self/exe"),
+        cgroup,
+        id_claim,
+        templates,
+        userns,
+    )
 }
 
 /// [`spawn_shim`] with another `keel` binary as the shim (benchmarks link the library into a
@@ -175,7 +186,8 @@ pub fn spawn_shim(
 pub fn spawn_shim_program(
     spec: &AttemptSpec,
     keel: &Path,
-    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+    cgroup: Option<BorrowedFd<'_>>,
+    id_claim: Option<BorrowedFd<'_>>,
     mut templates: Option<&mut SandboxTemplates>,
     userns: Option<std::os::fd::BorrowedFd<'_>>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
@@ -234,6 +246,7 @@ pub fn spawn_shim_program(
             lock.as_fd(),
             shim_log.as_fd(),
             cgroup,
+            id_claim,
         ) {
             Ok(started) => return Ok(started),
             Err(e) => log::warn!("spare shim {pid} cannot take the start ({e}): starting as usual"),
@@ -243,6 +256,8 @@ pub fn spawn_shim_program(
         CString::new(keel.as_os_str().as_encoded_bytes()).map_err(|_| SpawnError::NulInPath)?;
     let argv = shim_argv(&spec_path).map_err(|_| SpawnError::NulInPath)?;
     let envp = shim_envp();
+    // Inherited by the clone, which keeps it for the shim (launch_for_exec).
+    let id_claim_fd = id_claim.map(|fd| fd.as_raw_fd());
     let request = crate::sys::SpawnRequest {
         program: &program,
         argv: &argv,
@@ -263,7 +278,7 @@ pub fn spawn_shim_program(
         // The clone writes the spec itself, once the agent has started: off the agent's path
         // (a temporary file and a rename: 0.1 ms on tmpfs, a millisecond or more on a slow
         // disk), and never missing for the shim, which reads it after its exec.
-        launch: Some(&|| launch_for_exec(&launch, spec, &spec_path)),
+        launch: Some(&|| launch_for_exec(&launch, spec, &spec_path, id_claim_fd)),
         signals_blocked: false,
     };
     // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.

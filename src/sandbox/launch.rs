@@ -10,7 +10,8 @@
 //! The shim takes the agent over from its argv (`--agent PID --started-ms MS`) and two
 //! descriptors: [`HANDOFF_OUTPUT_FD`], the read end of the agent's output pipe, and
 //! [`HANDOFF_REPORT_FD`], the read end of the child's exec report (closed without a word when
-//! the exec succeeded; see [`crate::sys::process::await_exec`]). Run on its own
+//! the exec succeeded; see [`crate::sys::process::await_exec`]), and [`ID_CLAIM_FD`], the
+//! claim on the task's block of host ids, which it only keeps open. Run on its own
 //! (`keel shim --spec FILE`), the shim does the same [`start_agent`] itself.
 
 use crate::sandbox::agent::agent_env;
@@ -26,6 +27,10 @@ use std::path::{Path, PathBuf};
 pub const HANDOFF_OUTPUT_FD: RawFd = 4;
 /// The shim's descriptor of the agent's exec report (read end), after a handoff.
 pub const HANDOFF_REPORT_FD: RawFd = 5;
+/// The shim's descriptor of its task's host-wide claim on its block of host ids (the
+/// daemon's open file description: its lock is held while the shim lives, whatever becomes of
+/// the daemon; `crate::daemon::id_blocks::claims`). Never the agent's.
+pub const ID_CLAIM_FD: RawFd = 6;
 
 /// Everything the agent's start needs, resolved on the host before any fork: its argv,
 /// environment and working directory, and its sandbox (user, `$HOME`, the host's `/`).
@@ -241,15 +246,21 @@ fn userns_hint(e: &std::io::Error) -> &'static str {
 /// A spec that cannot be written leaves no shim to become: the agent is killed, the reason goes
 /// to `run/shim.log` (this process's stderr), and this process exits with
 /// [`SPEC_NOT_WRITTEN`] — the daemon sees a shim that ended without a record.
+///
+/// `id_claim`: the daemon's descriptor (inherited by this clone) of the task's claim on its
+/// block of host ids; the shim keeps it as [`ID_CLAIM_FD`].
 pub fn launch_for_exec(
     launch: &Launch,
     spec: &AttemptSpec,
     spec_path: &Path,
+    id_claim: Option<RawFd>,
 ) -> (Vec<CString>, Option<i32>) {
     // Nothing of the daemon's stays open here while the agent starts (its instance lock, its
-    // sockets, other tasks' pidfds): only stdio, the attempt lock and the sandbox template.
+    // sockets, other tasks' pidfds and claims): only stdio, the attempt lock, the task's own
+    // claim and the sandbox template.
     let mut keep = vec![crate::sys::ATTEMPT_LOCK_FD];
     keep.extend(launch.template_fd());
+    keep.extend(id_claim);
     keep.extend(
         launch
             .sandbox()
@@ -257,18 +268,33 @@ pub fn launch_for_exec(
             .map(|fd| fd.as_raw_fd()),
     );
     crate::sys::close_fds_except(&keep);
-    // The attempt lock is the shim's alone: not the agent's, even where close_range(2) is not
-    // there to close it at the agent's exec. It is handed on across the shim's exec below.
+    // The attempt lock and the claim are the shim's alone: not the agent's, even where
+    // close_range(2) is not there to close them at the agent's exec. They are handed on
+    // across the shim's exec below.
     process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    let id_claim = id_claim.and_then(|fd| match crate::sys::adopt_fd(fd) {
+        Ok(claim) => Some(claim),
+        Err(e) => {
+            eprintln!("keel: the task's claim on its host ids (fd {fd}) is not here: {e}");
+            None
+        }
+    });
     let started = start_agent(launch);
     process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
-    let handed = hand_over(started, spec, spec_path);
+    let handed = hand_over(started, spec, spec_path, id_claim);
     (handed.to_args(), handed.agent())
 }
 
 /// The rest of [`launch_for_exec`] once the agent's start is done (or failed): the spec, then
-/// the handoff (the agent's descriptors at [`HANDOFF_OUTPUT_FD`] and [`HANDOFF_REPORT_FD`]).
-pub fn hand_over(started: Result<Handoff, String>, spec: &AttemptSpec, spec_path: &Path) -> Handed {
+/// the handoff (the agent's descriptors at [`HANDOFF_OUTPUT_FD`] and [`HANDOFF_REPORT_FD`],
+/// the claim on the task's host ids at [`ID_CLAIM_FD`], each open across the shim's exec). A
+/// start that failed hands no claim on: nothing of the task's runs.
+pub fn hand_over(
+    started: Result<Handoff, String>,
+    spec: &AttemptSpec,
+    spec_path: &Path,
+    id_claim: Option<OwnedFd>,
+) -> Handed {
     // After a power cut the attempt is lost whatever the spec says: no fsync.
     if let Err(e) = crate::state::write_ron_volatile(spec_path, spec) {
         eprintln!("keel: cannot write the attempt spec: {e}: the attempt is abandoned");
@@ -281,11 +307,13 @@ pub fn hand_over(started: Result<Handoff, String>, spec: &AttemptSpec, spec_path
         let pid = handoff.agent.pid;
         // The child has exec'd or failed by now (fork_agent returns then); its report is left
         // unread for the shim.
-        crate::sys::install_fds(vec![
+        let mut fds = vec![
             (handoff.output, HANDOFF_OUTPUT_FD),
             (handoff.agent.report, HANDOFF_REPORT_FD),
-        ])
-        .map_err(|e| format!("cannot hand the agent over to the shim: {e}"))?;
+        ];
+        fds.extend(id_claim.map(|claim| (claim, ID_CLAIM_FD)));
+        crate::sys::install_fds(fds)
+            .map_err(|e| format!("cannot hand the agent over to the shim: {e}"))?;
         Ok((pid, handoff.started_ms))
     });
     match handoff {

@@ -127,6 +127,8 @@ fn start<'a>(
     // so no agent (nor anything it daemonizes) can keep the lock after the shim is gone,
     // whatever the kernel's close_range support.
     process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    // So does the claim on the task's host ids (fd 6, when the daemon had one), if it is open.
+    process::set_cloexec(crate::sandbox::launch::ID_CLAIM_FD);
     // Our pid as the host sees it (the daemon records it): /proc here is the host's, and in a
     // PID namespace getpid() would say 1.
     let pid = process::host_pid();

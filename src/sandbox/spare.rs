@@ -10,7 +10,8 @@
 //!
 //! The daemon's next sandboxed start sends the spare the attempt over a `SOCK_SEQPACKET` pair:
 //! its spec and its sandbox as the daemon resolved it (JSON), and, as `SCM_RIGHTS`, the
-//! attempt lock, `run/shim.log`, the task's cgroup directory and the template's namespace. The
+//! attempt lock, `run/shim.log`, the task's cgroup directory, the template's namespace and the
+//! task's claim on its host ids. The
 //! spare joins the cgroup, starts the agent (on its copy when it is a copy of that template;
 //! else as the daemon's clone would) and execs `keel shim --spec …` with the agent handed over,
 //! as the daemon's clone does: the spare changes when the work is done, never what is done.
@@ -54,7 +55,8 @@ enum Request {
 }
 
 /// An attempt for a spare. Its descriptors, in order: the attempt lock, `run/shim.log`, then
-/// the task's v2 cgroup directory and the template's namespace when the flags say so.
+/// the task's v2 cgroup directory, the template's namespace and the task's claim on its host
+/// ids when the flags say so.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Assignment {
     spec: AttemptSpec,
@@ -62,6 +64,8 @@ struct Assignment {
     sandbox: PreparedParts,
     cgroup: bool,
     template: bool,
+    #[serde(default)]
+    id_claim: bool,
     /// The task's user namespace, as the daemon made it, comes last.
     #[serde(default)]
     userns: bool,
@@ -167,6 +171,12 @@ fn become_shim(
     } else {
         None
     };
+    // Close-on-exec (received so) while the agent starts; the shim keeps it (hand_over).
+    let id_claim = if assignment.id_claim {
+        fds.next()
+    } else {
+        None
+    };
     let userns = if assignment.userns { fds.next() } else { None };
     let installed = shim_log.try_clone().and_then(|stderr| {
         crate::sys::install_fds(vec![
@@ -204,7 +214,7 @@ fn become_shim(
             start_agent(&launch)
         });
     drop(cgroup);
-    let handed = hand_over(started, &spec, &spec_path);
+    let handed = hand_over(started, &spec, &spec_path, id_claim);
     log::info!(
         "spare shim took attempt {} of {} (its sandbox built {built})",
         spec.attempt,
@@ -325,8 +335,10 @@ impl Spare {
     }
 
     /// Hand the spare an attempt: `launch` as the daemon resolved it, the attempt `lock`, the
-    /// shim's log, the task's v2 `cgroup`. Returns the shim's pid and pidfd, as a spawn does;
-    /// an error when the spare could not take it (it is killed then: start the usual way).
+    /// shim's log, the task's v2 `cgroup`, the task's claim on its host ids. Returns the
+    /// shim's pid and pidfd, as a spawn does; an error when the spare could not take it (it is
+    /// killed then: start the usual way).
+    #[allow(clippy::too_many_arguments)]
     pub fn assign(
         mut self,
         spec: &AttemptSpec,
@@ -335,6 +347,7 @@ impl Spare {
         lock: BorrowedFd<'_>,
         shim_log: BorrowedFd<'_>,
         cgroup: Option<BorrowedFd<'_>>,
+        id_claim: Option<BorrowedFd<'_>>,
     ) -> io::Result<(i32, OwnedFd)> {
         let sandbox = launch
             .sandbox()
@@ -344,6 +357,7 @@ impl Spare {
         let mut fds = vec![lock.as_raw_fd(), shim_log.as_raw_fd()];
         fds.extend(cgroup.map(|fd| fd.as_raw_fd()));
         fds.extend(template);
+        fds.extend(id_claim.map(|fd| fd.as_raw_fd()));
         fds.extend(userns);
         let assignment = Assignment {
             spec: spec.clone(),
@@ -351,6 +365,7 @@ impl Spare {
             sandbox: sandbox.parts(),
             cgroup: cgroup.is_some(),
             template: template.is_some(),
+            id_claim: id_claim.is_some(),
             userns: userns.is_some(),
         };
         self.send(&Request::Assign(Box::new(assignment)), &fds)?;

@@ -151,7 +151,10 @@ impl Daemon {
             .arg("--units")
             .arg(self.units())
             .arg("--cgroup-name")
-            .arg(&self.cgroup_name);
+            .arg(&self.cgroup_name)
+            // Claims on blocks of host ids of the fixture's own (tests run side by side, each
+            // expecting the lowest blocks); a test sharing one between daemons sets `env`.
+            .env("KEEL_ID_CLAIMS_DIR", self.scratch.dir.join("id-claims"));
         cmd
     }
 

@@ -108,7 +108,13 @@ fn every_block_held_defers_with_what_to_do() {
     };
     let held = [block(0x7000_0000), block(0x7001_0000)];
     let exhausted = block_for_start(&range, None, &held).unwrap_err();
-    assert_eq!(exhausted, Exhausted { range });
+    assert_eq!(
+        exhausted,
+        Exhausted {
+            range,
+            elsewhere: 0
+        }
+    );
     let message = exhausted.to_string();
     for needle in ["all 2 blocks", "keel rm", "raise blocks", "from 1879048192"] {
         assert!(message.contains(needle), "{needle:?} not in {message}");
@@ -401,4 +407,42 @@ fn an_unreadable_host_file_stops_the_check() {
         error.contains("cannot read") && error.contains("subuid"),
         "{error}"
     );
+}
+
+#[test]
+fn blocks_claimed_elsewhere_on_the_host_are_skipped() {
+    let range = IdRange {
+        first_id: 0x7000_0000,
+        blocks: 4,
+    };
+    // Another daemon's tasks hold the first two.
+    let elsewhere = [block(0x7000_0000), block(0x7001_0000)];
+    let mut tried = Vec::new();
+    let chosen = choose_block(&range, None, &[block(0x7002_0000)], |b| {
+        tried.push(b.first);
+        !elsewhere.contains(&b)
+    });
+    // Not this daemon's other task's block either: the fourth; the third was never tried.
+    assert_eq!(chosen, Ok(block(0x7003_0000)));
+    assert_eq!(tried, [0x7000_0000, 0x7001_0000, 0x7003_0000]);
+    // A kept block claimed elsewhere: the lowest claimable instead.
+    let chosen = choose_block(&range, Some(block(0x7001_0000)), &[], |b| {
+        !elsewhere.contains(&b)
+    });
+    assert_eq!(chosen, Ok(block(0x7002_0000)));
+    // A kept block still claimable is kept, even with a lower one free.
+    let chosen = choose_block(&range, Some(block(0x7003_0000)), &[], |_| true);
+    assert_eq!(chosen, Ok(block(0x7003_0000)));
+    // Every block held, some by this daemon's tasks, some elsewhere: the message says so.
+    let exhausted = choose_block(&range, None, &[block(0x7003_0000)], |b| {
+        b.first == 0x7004_0000
+    })
+    .unwrap_err();
+    assert_eq!(exhausted.elsewhere, 3);
+    let message = exhausted.to_string();
+    assert!(
+        message.starts_with("all 4 blocks of host ids are held (3 by other keel daemons"),
+        "{message}"
+    );
+    assert!(message.contains("a range of its own"), "{message}");
 }

@@ -49,7 +49,7 @@ fn the_exec_arguments_carry_the_agent_or_the_error() {
     let spec_path = dir.join("attempt.ron");
     // Not launch_for_exec itself: it closes every other descriptor of this process.
     // start_agent fails at the cgroup, before any fork.
-    let handed = hand_over(started, &spec, &spec_path);
+    let handed = hand_over(started, &spec, &spec_path, None);
     let (extra, pid) = (handed.to_args(), handed.agent());
     let written: AttemptSpec = crate::state::read_ron(&spec_path).unwrap().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
