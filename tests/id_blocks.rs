@@ -317,3 +317,42 @@ fn a_running_tasks_block_stays_claimed_when_its_daemon_is_killed() {
     assert!(one.shutdown().unwrap().success(), "{}", one.daemon_log());
     assert!(two.shutdown().unwrap().success(), "{}", two.daemon_log());
 }
+
+/// A state directory on a filesystem that cannot be idmapped (overlayfs here; tmpfs before
+/// Linux 6.3, NFS) makes the daemon refuse to start, naming the kernel and the choices,
+/// instead of failing every sandboxed start.
+#[test]
+fn a_state_directory_that_cannot_be_idmapped_refuses_the_start() {
+    if !require_root("a_state_directory_that_cannot_be_idmapped_refuses_the_start") {
+        return;
+    }
+    let d = Daemon::prepare("ids-noidmap");
+    let base = d.scratch.dir.join("ovl");
+    for sub in ["lower", "upper", "work"] {
+        std::fs::create_dir_all(base.join(sub)).unwrap();
+    }
+    let state = d.state();
+    std::fs::create_dir_all(&state).unwrap();
+    let daemon = d.daemon_command();
+    // The state directory an overlay, in a mount namespace of the test's own.
+    let script = format!(
+        "mount -t overlay overlay -o lowerdir={b}/lower,upperdir={b}/upper,workdir={b}/work {s} && exec \"$@\"",
+        b = base.display(),
+        s = state.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "sh", "-c", &script, "sh"])
+        .arg(daemon.get_program())
+        .args(daemon.get_args())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert!(!out.status.success(), "the daemon started: {stderr}");
+    assert!(
+        stderr.contains("cannot idmap keel's state directory")
+            && stderr.contains("ext4")
+            && stderr.contains("user_namespaces: Off"),
+        "{stderr}"
+    );
+}
