@@ -1,7 +1,8 @@
 //! Turning a decision to start into a running shim: the attempt's spec, its environment
 //! contract, and the clone3 call.
 
-use crate::sandbox::launch::{launch_for_exec, shim_argv, shim_env, shim_envp};
+use crate::sandbox::launch::launch_for_exec;
+use crate::sandbox::protocol::{shim_argv, shim_env, shim_envp};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
 use crate::sandbox::templates::{resolve_launch, SandboxTemplates};
 use crate::state::{attempt_lock_path, take_attempt_lock, StateDir};

@@ -7,8 +7,8 @@
 //! follow. The agent's start never waits for a 4 MB binary to load (docs/benchmarks.md,
 //! "Start latency").
 //!
-//! The shim takes the agent over from its argv (`--agent PID --started-ms MS`) and two
-//! descriptors: [`HANDOFF_OUTPUT_FD`], the read end of the agent's output pipe, and
+//! The shim takes the agent over from its argv (`--agent PID --started-ms MS`) and three
+//! descriptors ([`crate::sandbox::protocol`]): [`HANDOFF_OUTPUT_FD`], the read end of the agent's output pipe, and
 //! [`HANDOFF_REPORT_FD`], the read end of the child's exec report (closed without a word when
 //! the exec succeeded; see [`crate::sys::process::await_exec`]), and [`ID_CLAIM_FD`], the
 //! claim on the task's block of host ids, which it only keeps open. Run on its own
@@ -16,21 +16,15 @@
 
 use crate::sandbox::agent::agent_env;
 use crate::sandbox::prepare::{prepare, Prepared};
+use crate::sandbox::protocol::{
+    Handed, ATTEMPT_LOCK_FD, HANDOFF_OUTPUT_FD, HANDOFF_REPORT_FD, ID_CLAIM_FD, SPEC_NOT_WRITTEN,
+};
 use crate::sandbox::spec::AttemptSpec;
 use crate::state::now_ms;
 use crate::sys::process::{self, ExecPlan, ForkedAgent};
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-
-/// The shim's descriptor of the agent's output pipe (read end), after a handoff.
-pub const HANDOFF_OUTPUT_FD: RawFd = 4;
-/// The shim's descriptor of the agent's exec report (read end), after a handoff.
-pub const HANDOFF_REPORT_FD: RawFd = 5;
-/// The shim's descriptor of its task's host-wide claim on its block of host ids (the
-/// daemon's open file description: its lock is held while the shim lives, whatever becomes of
-/// the daemon; `crate::daemon::id_blocks::claims`). Never the agent's.
-pub const ID_CLAIM_FD: RawFd = 6;
 
 /// Everything the agent's start needs, resolved on the host before any fork: its argv,
 /// environment and working directory, and its sandbox (user, `$HOME`, the host's `/`).
@@ -100,35 +94,6 @@ impl Launch {
     pub fn sandbox_mut(&mut self) -> Option<&mut Prepared> {
         self.sandbox.as_mut()
     }
-}
-
-/// The environment a shim is given, and its agent's is made from: the daemon's, without its
-/// crash-point hook (`KEEL_CRASH_AT`), which is for the daemon alone.
-pub fn shim_env() -> impl Iterator<Item = (OsString, OsString)> {
-    std::env::vars_os().filter(|(k, _)| k != "KEEL_CRASH_AT")
-}
-
-/// `keel shim --spec SPEC_PATH`: the shim's command line, before what [`Handed::to_args`]
-/// appends. `Err` for a path with a NUL byte.
-pub fn shim_argv(spec_path: &Path) -> Result<Vec<CString>, std::ffi::NulError> {
-    let mut argv: Vec<CString> = ["keel", "shim", "--spec"]
-        .iter()
-        .map(|a| CString::new(*a).expect("no NUL"))
-        .collect();
-    argv.push(CString::new(spec_path.as_os_str().as_encoded_bytes())?);
-    Ok(argv)
-}
-
-/// [`shim_env`] as execve(2) takes it.
-pub fn shim_envp() -> Vec<CString> {
-    shim_env()
-        .filter_map(|(k, v)| {
-            let mut pair = k.into_encoded_bytes();
-            pair.push(b'=');
-            pair.extend(v.into_encoded_bytes());
-            CString::new(pair).ok()
-        })
-        .collect()
 }
 
 /// A started agent: its pid and exec report, the read end of its output pipe, and when it
@@ -258,7 +223,7 @@ pub fn launch_for_exec(
     // Nothing of the daemon's stays open here while the agent starts (its instance lock, its
     // sockets, other tasks' pidfds and claims): only stdio, the attempt lock, the task's own
     // claim and the sandbox template.
-    let mut keep = vec![crate::sys::ATTEMPT_LOCK_FD];
+    let mut keep = vec![ATTEMPT_LOCK_FD];
     keep.extend(launch.template_fd());
     keep.extend(id_claim);
     keep.extend(
@@ -271,7 +236,7 @@ pub fn launch_for_exec(
     // The attempt lock and the claim are the shim's alone: not the agent's, even where
     // close_range(2) is not there to close them at the agent's exec. They are handed on
     // across the shim's exec below.
-    process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    process::set_cloexec(ATTEMPT_LOCK_FD);
     let id_claim = id_claim.and_then(|fd| match crate::sys::adopt_fd(fd) {
         Ok(claim) => Some(claim),
         Err(e) => {
@@ -280,7 +245,7 @@ pub fn launch_for_exec(
         }
     });
     let started = start_agent(launch);
-    process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    process::clear_cloexec(ATTEMPT_LOCK_FD);
     let handed = hand_over(started, spec, spec_path, id_claim);
     (handed.to_args(), handed.agent())
 }
@@ -322,80 +287,20 @@ pub fn hand_over(
     }
 }
 
-/// The exit status of the daemon's clone when it could not write the attempt's spec. There is
-/// no exit record then; a shim leaves one whenever it ends but with
-/// [`crate::sandbox::spec::SETUP_FAILURE`] (its spec unreadable).
-pub const SPEC_NOT_WRITTEN: i32 = 124;
-
-/// What `keel shim` was handed on its command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Handed {
-    /// The agent was forked (its exec may still be under way): take it over.
-    Agent { pid: i32, started_ms: u64 },
-    /// The start failed before the agent existed.
-    LaunchError(String),
-}
-
-impl Handed {
-    /// The arguments that say this after `keel shim --spec FILE` ([`Handed::parse`]).
-    pub fn to_args(&self) -> Vec<CString> {
-        let arg = |s: String| CString::new(s).unwrap_or_default();
-        match self {
-            Handed::Agent { pid, started_ms } => vec![
-                arg("--agent".into()),
-                arg(pid.to_string()),
-                arg("--started-ms".into()),
-                arg(started_ms.to_string()),
-            ],
-            Handed::LaunchError(message) => {
-                vec![arg("--launch-error".into()), arg(message.clone())]
-            }
-        }
-    }
-
-    /// The agent's pid, when it was started.
-    pub fn agent(&self) -> Option<i32> {
-        match self {
-            Handed::Agent { pid, .. } => Some(*pid),
-            Handed::LaunchError(_) => None,
-        }
-    }
-
-    /// Parse what follows `keel shim --spec FILE`: nothing (the shim starts the agent itself),
-    /// `--agent PID --started-ms MS`, or `--launch-error MESSAGE`.
-    pub fn parse(rest: &[OsString]) -> Result<Option<Handed>, String> {
-        let text: Vec<&str> = rest
-            .iter()
-            .map(|a| a.to_str().ok_or("non-UTF-8 shim argument"))
-            .collect::<Result<_, _>>()?;
-        match text.as_slice() {
-            [] => Ok(None),
-            ["--agent", pid, "--started-ms", started] => Ok(Some(Handed::Agent {
-                pid: pid.parse().map_err(|_| format!("bad --agent {pid:?}"))?,
-                started_ms: started
-                    .parse()
-                    .map_err(|_| format!("bad --started-ms {started:?}"))?,
-            })),
-            ["--launch-error", message] => Ok(Some(Handed::LaunchError(message.to_string()))),
-            other => Err(format!("unexpected shim arguments {other:?}")),
-        }
-    }
-
-    /// The agent handed over by [`launch_for_exec`]: its descriptors are this process's now
-    /// (close-on-exec again).
-    pub fn take_over(pid: i32, started_ms: u64) -> Result<Handoff, String> {
-        let adopt = |fd: RawFd| {
-            crate::sys::adopt_fd(fd).map_err(|e| format!("no handed-over descriptor {fd}: {e}"))
-        };
-        Ok(Handoff {
-            agent: ForkedAgent {
-                pid,
-                report: adopt(HANDOFF_REPORT_FD)?,
-            },
-            output: adopt(HANDOFF_OUTPUT_FD)?,
-            started_ms,
-        })
-    }
+/// In the shim: the agent handed over by [`launch_for_exec`]; its descriptors are this
+/// process's now (close-on-exec again).
+pub fn take_over(pid: i32, started_ms: u64) -> Result<Handoff, String> {
+    let adopt = |fd: RawFd| {
+        crate::sys::adopt_fd(fd).map_err(|e| format!("no handed-over descriptor {fd}: {e}"))
+    };
+    Ok(Handoff {
+        agent: ForkedAgent {
+            pid,
+            report: adopt(HANDOFF_REPORT_FD)?,
+        },
+        output: adopt(HANDOFF_OUTPUT_FD)?,
+        started_ms,
+    })
 }
 
 #[cfg(test)]

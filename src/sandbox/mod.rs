@@ -8,6 +8,7 @@ pub mod mounts;
 pub mod ownership;
 pub mod prepare;
 pub mod privileges;
+pub mod protocol;
 pub mod seccomp;
 pub mod shim;
 pub mod spare;

@@ -7,6 +7,7 @@
 use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
 use crate::sandbox::mounts::{self, Idmap, KernelMounter, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
+use crate::sandbox::protocol::PreparedParts;
 use crate::sandbox::spec::{CheckoutFiles, IdBlock, SandboxSpec};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -18,20 +19,6 @@ enum TemplateNs {
     /// A copy a spare shim made ahead, `/proc` and `/dev/pts` mounted: joined as it is
     /// ([`AttemptOnTemplate::prepare_copy`]).
     PreparedCopy(OwnedFd),
-}
-
-/// [`Prepared`] without its descriptors, as the daemon hands it to a spare shim
-/// ([`crate::sandbox::spare`]).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PreparedParts {
-    layout: SandboxLayout,
-    host_root: Vec<RootEntry>,
-    privileges: PrivilegePlan,
-    network_none: bool,
-    template: Option<AttemptOnTemplate>,
-    home: PathBuf,
-    #[serde(default)]
-    id_block: Option<IdBlock>,
 }
 
 /// Everything the agent's child needs, computed before the fork.

@@ -21,11 +21,11 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::fmt::signal_name;
 use crate::sandbox::agent::{agent_env, spawn_failure};
-use crate::sandbox::launch::{start_agent, Handed, Handoff, Launch};
+use crate::sandbox::launch::{start_agent, take_over, Handoff, Launch};
 use crate::sandbox::logs::LogWriter;
+use crate::sandbox::protocol::{Handed, ATTEMPT_LOCK_FD, ID_CLAIM_FD, SETUP_FAILURE};
 use crate::sandbox::spec::{
     exit_record_path, kill_request_signal, shim_record_path, AttemptSpec, ExitRecord, ShimRecord,
-    SETUP_FAILURE,
 };
 use crate::state::{now_ms, read_ron, write_ron};
 use crate::sys::process::{self, ExecPlan};
@@ -126,9 +126,9 @@ fn start<'a>(
     // The attempt lock the daemon handed over as fd 3 stays with the shim alone: close-on-exec,
     // so no agent (nor anything it daemonizes) can keep the lock after the shim is gone,
     // whatever the kernel's close_range support.
-    process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    process::set_cloexec(ATTEMPT_LOCK_FD);
     // So does the claim on the task's host ids (fd 6, when the daemon had one), if it is open.
-    process::set_cloexec(crate::sandbox::launch::ID_CLAIM_FD);
+    process::set_cloexec(ID_CLAIM_FD);
     // Our pid as the host sees it (the daemon records it): /proc here is the host's, and in a
     // PID namespace getpid() would say 1.
     let pid = process::host_pid();
@@ -157,9 +157,7 @@ fn start<'a>(
             ))
         })?;
     let handoff = match handed {
-        Some(Handed::Agent { pid, started_ms }) => {
-            Handed::take_over(pid, started_ms).map_err(fail)?
-        }
+        Some(Handed::Agent { pid, started_ms }) => take_over(pid, started_ms).map_err(fail)?,
         // Started on its own (`keel shim --spec`, tests): the same start, here.
         _ => Launch::new(spec, std::env::vars_os())
             .and_then(|launch| start_agent(&launch))

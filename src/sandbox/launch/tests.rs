@@ -1,31 +1,5 @@
 use super::*;
 
-fn args(list: &[&str]) -> Vec<OsString> {
-    list.iter().map(OsString::from).collect()
-}
-
-#[test]
-fn shim_arguments_parse_or_say_what_is_wrong() {
-    assert_eq!(Handed::parse(&[]), Ok(None));
-    assert_eq!(
-        Handed::parse(&args(&["--agent", "2", "--started-ms", "17"])),
-        Ok(Some(Handed::Agent {
-            pid: 2,
-            started_ms: 17
-        }))
-    );
-    assert_eq!(
-        Handed::parse(&args(&["--launch-error", "no pipe"])),
-        Ok(Some(Handed::LaunchError("no pipe".into())))
-    );
-    assert!(Handed::parse(&args(&["--agent", "x", "--started-ms", "1"]))
-        .unwrap_err()
-        .contains("bad --agent"));
-    assert!(Handed::parse(&args(&["--agent", "2"]))
-        .unwrap_err()
-        .contains("unexpected"));
-}
-
 #[test]
 fn the_exec_arguments_carry_the_agent_or_the_error() {
     // A launch whose cgroup cannot be joined fails before any fork.
