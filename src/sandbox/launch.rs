@@ -2,7 +2,7 @@
 //!
 //! The daemon clones the shim's process (`clone3`, PID 1 of the task's PID namespace, in the
 //! task's cgroup) from its own image and, *before* that process execs `keel shim`, starts the
-//! agent's child from it (a vfork-style clone: `crate::sys::process::fork_agent`): the child
+//! agent's child from it (a vfork-style clone: [`crate::sandbox::start::agent_child`]): the child
 //! builds the sandbox and execs the agent, then the shim's exec and set-up (spec, records, log)
 //! follow. The agent's start never waits for a 4 MB binary to load (docs/benchmarks.md,
 //! "Start latency").
@@ -20,6 +20,7 @@ use crate::sandbox::protocol::{
     Handed, ATTEMPT_LOCK_FD, HANDOFF_OUTPUT_FD, HANDOFF_REPORT_FD, ID_CLAIM_FD, SPEC_NOT_WRITTEN,
 };
 use crate::sandbox::spec::AttemptSpec;
+use crate::sandbox::start::agent_child::fork_agent;
 use crate::state::now_ms;
 use crate::sys::process::{self, ExecPlan, ForkedAgent};
 use std::ffi::{CString, OsString};
@@ -128,21 +129,10 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
         .as_ref()
         .map(|fd| fd.as_fd())
         .or_else(|| launch.sandbox.as_ref().and_then(|s| s.user_namespace()));
-    let enter = || {
-        launch
-            .sandbox
-            .as_ref()
-            .map_or(Ok(()), |s| s.enter(userns_fd))
-    };
-    let prepare_step: Option<process::Prepare<'_>> = launch.sandbox.as_ref().map(|_| &enter as _);
+    let sandbox = launch.sandbox.as_ref().map(|s| (s, userns_fd));
     let started_ms = now_ms();
-    let agent = process::fork_agent(
-        &launch.plan,
-        dev_null.as_fd(),
-        write_end.as_fd(),
-        prepare_step,
-    )
-    .map_err(|e| format!("cannot fork the agent: {e}"))?;
+    let agent = fork_agent(&launch.plan, dev_null.as_fd(), write_end.as_fd(), sandbox)
+        .map_err(|e| format!("cannot fork the agent: {e}"))?;
     // Only the agent (and what it spawns) holds the write end now.
     Ok(Handoff {
         agent,

@@ -13,4 +13,5 @@ pub mod seccomp;
 pub mod shim;
 pub mod spare;
 pub mod spec;
+pub mod start;
 pub mod templates;

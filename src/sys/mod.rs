@@ -7,6 +7,7 @@
 
 pub mod caps;
 pub mod child;
+pub mod exec_child;
 pub mod fds;
 pub mod git;
 pub mod machine;
