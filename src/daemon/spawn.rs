@@ -1,10 +1,11 @@
 //! Turning a decision to start into a running shim: the attempt's spec, its environment
 //! contract, and the clone3 call.
 
-use crate::sandbox::launch::launch_for_exec;
 use crate::sandbox::protocol::{shim_argv, shim_env, shim_envp};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
-use crate::sandbox::templates::{resolve_launch, SandboxTemplates};
+use crate::sandbox::start::clone::launch_for_exec;
+use crate::sandbox::start::daemon::{resolve_launch, TemplateCache};
+use crate::sandbox::templates::SandboxTemplates;
 use crate::state::{attempt_lock_path, take_attempt_lock, StateDir};
 use crate::unit::Unit;
 use std::ffi::CString;
@@ -198,9 +199,15 @@ pub fn spawn_shim_program(
     prepare_sandbox_sources(&spec.run_dir)
         .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
     // The agent's start, resolved here on the host (its user, $HOME, the host's /); the
-    // shim's clone forks it before its own exec (crate::sandbox::launch).
-    let mut launch =
-        resolve_launch(spec, shim_env(), templates.as_deref_mut()).map_err(SpawnError::Launch)?;
+    // shim's clone forks it before its own exec (crate::sandbox::start::clone).
+    let mut launch = resolve_launch(
+        spec,
+        shim_env(),
+        templates
+            .as_deref_mut()
+            .map(|t| t as &mut dyn TemplateCache),
+    )
+    .map_err(SpawnError::Launch)?;
     // The task's user namespace, made by the daemon (`userns`: a descriptor the clone
     // inherits, or the spare is sent); without one, the shim's clone makes it.
     if let (Some(userns), Some(sandbox)) = (userns, launch.sandbox_mut()) {

@@ -2,11 +2,9 @@
 
 pub mod agent;
 pub mod host_view;
-pub mod launch;
 pub mod logs;
 pub mod mounts;
 pub mod ownership;
-pub mod prepare;
 pub mod privileges;
 pub mod protocol;
 pub mod seccomp;

@@ -24,14 +24,14 @@
 //! and exits; one that cannot take a start (gone, the message too large) is dropped and the
 //! start takes the usual path.
 
-use crate::sandbox::launch::{hand_over, start_agent, Launch};
 use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
-use crate::sandbox::prepare::Prepared;
 use crate::sandbox::protocol::{
     receive_request, send_request, shim_argv, shim_envp, spare_argv, Assignment, Request,
     ATTEMPT_LOCK_FD, MAX_MESSAGE, SETUP_FAILURE, SPARE_SOCKET_FD,
 };
 use crate::sandbox::spec::AttemptSpec;
+use crate::sandbox::start::clone::{hand_over, start_agent};
+use crate::sandbox::start::daemon::{Launch, Prepared};
 use crate::sys::fds::{receive_with_fds, send_with_fds};
 use std::ffi::CString;
 use std::io;

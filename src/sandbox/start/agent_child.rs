@@ -11,7 +11,11 @@
 //! is written to the exec report (a close-on-exec pipe: stage, errno, message) and the child
 //! exits; the shim reads it (`crate::sys::process::await_exec`).
 
-use crate::sandbox::prepare::Prepared;
+use super::daemon::{Prepared, TemplateNs};
+use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
+use crate::sandbox::mounts::{self, Idmap, KernelMounter};
+use crate::sandbox::privileges;
+use crate::sandbox::spec::CheckoutFiles;
 use crate::sys::exec_child::{
     close_on_exec_from_3, new_session, redirect_stdio, report_failure, report_sandbox_failure,
     vfork_child, ExecMemory,
@@ -19,7 +23,8 @@ use crate::sys::exec_child::{
 use crate::sys::process::{pipe, ExecPlan, ExecStage, ForkedAgent};
 use std::convert::Infallible;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::path::PathBuf;
 
 /// The sandbox the agent's child enters, and the task's user namespace (if it has one).
 pub type Sandbox<'a> = (&'a Prepared, Option<BorrowedFd<'a>>);
@@ -93,4 +98,122 @@ fn run(
     memory.unblock_signals();
     let errno = memory.exec_candidates();
     report_failure(report, ExecStage::Exec, errno)
+}
+
+impl Prepared {
+    /// In the agent's child: the sandbox built on the host's side, then the task's user
+    /// namespace `userns` joined and the sandbox's namespaces made in it, then the
+    /// privileges (which need the capabilities the mounts used, so they come last).
+    ///
+    /// With a user namespace, the mounts are made as the host's root in a mount namespace of
+    /// the host's (a copy of the template, or of the host's), the task's own files idmapped;
+    /// then [`enter_user_namespace`] copies that namespace into one the task's user namespace
+    /// owns — every mount of it locked together (mount_namespaces(7), "Restrictions on mount
+    /// namespaces"): the agent cannot unmount a hide to see what is under it, nor make a
+    /// read-only mount writable — with the IPC, UTS (and network) namespaces, all owned by
+    /// the task's user namespace. Without one, all of them are made with the mounts.
+    pub fn enter(&self, userns: Option<BorrowedFd<'_>>) -> Result<(), String> {
+        let others = match userns {
+            Some(_) => nix::sched::CloneFlags::empty(),
+            None => mounts::task_namespaces(self.network_none),
+        };
+        match &self.template {
+            Some((attempt, ns)) => match ns.enter(attempt, others, userns) {
+                Ok(()) => {}
+                // The host's view is still ours: the whole plan, as without a template.
+                Err(EnterError::Unjoined(_)) => self.build_in_full(others, userns)?,
+                Err(EnterError::Failed(message)) => return Err(message),
+            },
+            None => self.build_in_full(others, userns)?,
+        }
+        if let Some(userns) = userns {
+            enter_user_namespace(userns, self.network_none)?;
+        }
+        privileges::apply(&self.privileges).map_err(|e| e.to_string())?;
+        // Last: it needs no_new_privs (set just above) and denies the mount calls used before.
+        #[cfg(target_arch = "x86_64")]
+        crate::sys::seccomp::install_seccomp_filter(self.seccomp).map_err(|e| {
+            format!(
+                "cannot install the seccomp filter: {e} (a kernel without CONFIG_SECCOMP_FILTER?)"
+            )
+        })?;
+        Ok(())
+    }
+
+    /// The whole mount plan, in a mount namespace copied from the caller's (with the task's
+    /// `others` namespaces); the task's own files idmapped with `userns` when it has one.
+    fn build_in_full(
+        &self,
+        others: nix::sched::CloneFlags,
+        userns: Option<BorrowedFd<'_>>,
+    ) -> Result<(), String> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS | others).map_err(|e| {
+            format!(
+                "cannot create the task's mount namespace{} (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN",
+                if others.is_empty() { "" } else { " and its IPC, UTS (and network) ones" }
+            )
+        })?;
+        let mut mounter = KernelMounter::new(&self.layout.new_root);
+        if let Some(userns) = userns {
+            let userns = userns
+                .try_clone_to_owned()
+                .map_err(|e| format!("cannot hold the task's user namespace: {e}"))?;
+            mounter = mounter.with_idmap(Idmap {
+                userns,
+                own: self.own_sources(),
+            });
+        }
+        mounts::build(&self.layout, &self.host_root, &mut mounter).map_err(|e| e.to_string())
+    }
+
+    /// The host paths of the task's own files, bound idmapped: its work directory (or full
+    /// checkout) and git directory, its checkpoint directory and progress file, and the
+    /// unit's `sandbox.writable` paths (shared by the operator: the agent's root writes
+    /// there as the host's root did before user namespaces).
+    fn own_sources(&self) -> Vec<PathBuf> {
+        let layout = &self.layout;
+        let mut own = vec![
+            layout.work_source.clone(),
+            layout.checkpoint_source.clone(),
+            layout.progress_file.clone(),
+        ];
+        own.extend(layout.writable.iter().cloned());
+        if let Some(checkout) = &layout.checkout {
+            own.push(checkout.git_dir.clone());
+            // Read-only (the plan's read-only pass, locked in the user namespace): owned by
+            // the agent's root there, as they were by uid 0 before, so that objects of a
+            // repository made under umask 077 stay readable.
+            own.extend(checkout.objects.iter().cloned());
+            if let CheckoutFiles::Bind(files) = &checkout.files {
+                own.push(files.clone());
+            }
+        }
+        own
+    }
+}
+
+/// In the agent's child, its sandbox built: join the task's user namespace as its root, and
+/// make the sandbox's mount namespace (a copy of the one built, every mount locked), IPC and
+/// UTS namespaces (and network, for `network: None`) in it.
+fn enter_user_namespace(userns: BorrowedFd<'_>, network_none: bool) -> Result<(), String> {
+    crate::sys::userns::enter(userns)
+        .map_err(|e| format!("cannot join the task's user namespace: {e}"))?;
+    let flags = nix::sched::CloneFlags::CLONE_NEWNS | mounts::task_namespaces(network_none);
+    nix::sched::unshare(flags).map_err(|e| {
+        format!("cannot create the task's namespaces in its user namespace (unshare: {e})")
+    })
+}
+
+impl TemplateNs {
+    fn enter(
+        &self,
+        attempt: &AttemptOnTemplate,
+        others: nix::sched::CloneFlags,
+        userns: Option<BorrowedFd<'_>>,
+    ) -> Result<(), EnterError> {
+        match self {
+            TemplateNs::Template(ns) => attempt.enter(ns.as_fd(), others, userns),
+            TemplateNs::PreparedCopy(ns) => attempt.enter_prepared(ns.as_fd(), others, userns),
+        }
+    }
 }

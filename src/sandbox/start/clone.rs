@@ -1,101 +1,26 @@
-//! Starting an attempt's agent, and handing it to the shim.
-//!
-//! The daemon clones the shim's process (`clone3`, PID 1 of the task's PID namespace, in the
-//! task's cgroup) from its own image and, *before* that process execs `keel shim`, starts the
-//! agent's child from it (a vfork-style clone: [`crate::sandbox::start::agent_child`]): the child
-//! builds the sandbox and execs the agent, then the shim's exec and set-up (spec, records, log)
-//! follow. The agent's start never waits for a 4 MB binary to load (docs/benchmarks.md,
-//! "Start latency").
-//!
-//! The shim takes the agent over from its argv (`--agent PID --started-ms MS`) and three
-//! descriptors ([`crate::sandbox::protocol`]): [`HANDOFF_OUTPUT_FD`], the read end of the agent's output pipe, and
-//! [`HANDOFF_REPORT_FD`], the read end of the child's exec report (closed without a word when
-//! the exec succeeded; see [`crate::sys::process::await_exec`]), and [`ID_CLAIM_FD`], the
-//! claim on the task's block of host ids, which it only keeps open. Run on its own
-//! (`keel shim --spec FILE`), the shim does the same [`start_agent`] itself.
+//! The process that becomes the shim, before its exec: the daemon's clone (`clone3`, PID 1 of
+//! the task's PID namespace, in the task's cgroup), or a spare shim that took a start
+//! ([`crate::sandbox::spare`]), or a shim started on its own. It runs keel's code from the
+//! daemon's image: [`launch_for_exec`] keeps only the descriptors the shim needs,
+//! [`start_agent`] joins the task's v1 cgroups, becomes a child subreaper, makes the output
+//! pipe, gives the checkout's upper layer to the task's ids, makes the task's user namespace
+//! if the daemon did not, and forks the agent's child ([`super::agent_child`]); then
+//! [`hand_over`] writes the attempt's spec and puts the agent where the shim finds it
+//! ([`crate::sandbox::protocol`]), and the process execs `keel shim --spec … --agent …`.
+//! The agent's start never waits for a 4 MB binary to load (docs/benchmarks.md, "Start
+//! latency").
 
-use crate::sandbox::agent::agent_env;
-use crate::sandbox::prepare::{prepare, Prepared};
+use super::agent_child::fork_agent;
+use super::daemon::{Launch, Prepared};
 use crate::sandbox::protocol::{
     Handed, ATTEMPT_LOCK_FD, HANDOFF_OUTPUT_FD, HANDOFF_REPORT_FD, ID_CLAIM_FD, SPEC_NOT_WRITTEN,
 };
 use crate::sandbox::spec::AttemptSpec;
-use crate::sandbox::start::agent_child::fork_agent;
 use crate::state::now_ms;
-use crate::sys::process::{self, ExecPlan, ForkedAgent};
-use std::ffi::{CString, OsString};
+use crate::sys::process::{self, ForkedAgent};
+use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
-
-/// Everything the agent's start needs, resolved on the host before any fork: its argv,
-/// environment and working directory, and its sandbox (user, `$HOME`, the host's `/`).
-pub struct Launch {
-    plan: ExecPlan,
-    sandbox: Option<Prepared>,
-    v1_procs: Vec<PathBuf>,
-}
-
-impl Launch {
-    /// `inherited`: the environment the agent's is made from (the supervisor's own variables
-    /// are removed); the sandbox is the whole mount plan (the daemon's starts may be built on a
-    /// template: [`crate::sandbox::templates::resolve_launch`]). Errors say what to fix (an
-    /// unknown user, a program path with a NUL).
-    pub fn new<I>(spec: &AttemptSpec, inherited: I) -> Result<Launch, String>
-    where
-        I: IntoIterator<Item = (OsString, OsString)>,
-    {
-        let sandbox = match &spec.sandbox {
-            Some(sandbox) => Some(
-                prepare(sandbox, crate::sandbox::mounts::list_host_root)
-                    .map_err(|e| format!("sandbox: {e}"))?,
-            ),
-            None => None,
-        };
-        Launch::with_sandbox(spec, inherited, sandbox)
-    }
-
-    /// [`Launch::new`] with the sandbox resolved already (a spare shim gets it from the
-    /// daemon: [`crate::sandbox::spare`]).
-    pub fn with_sandbox<I>(
-        spec: &AttemptSpec,
-        inherited: I,
-        sandbox: Option<Prepared>,
-    ) -> Result<Launch, String>
-    where
-        I: IntoIterator<Item = (OsString, OsString)>,
-    {
-        let mut spec_env = spec.env.clone();
-        if let Some(sandbox) = &sandbox {
-            // Before the unit's variables: a HOME the unit sets itself wins.
-            spec_env.insert(0, ("HOME".into(), sandbox.home.display().to_string()));
-        }
-        let env = agent_env(inherited, &spec_env);
-        let plan = ExecPlan::new(&spec.argv, &env, &spec.cwd)
-            .map_err(|e| format!("cannot start the agent: {e}"))?;
-        Ok(Launch {
-            plan,
-            sandbox,
-            v1_procs: spec.cgroup_v1_procs.clone(),
-        })
-    }
-}
-
-impl Launch {
-    /// The descriptor of the sandbox template this start uses, if any.
-    pub fn template_fd(&self) -> Option<RawFd> {
-        self.sandbox.as_ref().and_then(|s| s.template_fd())
-    }
-
-    /// The resolved sandbox, if the attempt has one.
-    pub fn sandbox(&self) -> Option<&Prepared> {
-        self.sandbox.as_ref()
-    }
-
-    /// The resolved sandbox, to hand it the task's user namespace.
-    pub fn sandbox_mut(&mut self) -> Option<&mut Prepared> {
-        self.sandbox.as_mut()
-    }
-}
+use std::path::Path;
 
 /// A started agent: its pid and exec report, the read end of its output pipe, and when it
 /// started (ms since the epoch).
@@ -275,22 +200,6 @@ pub fn hand_over(
         Ok((pid, started_ms)) => Handed::Agent { pid, started_ms },
         Err(message) => Handed::LaunchError(message),
     }
-}
-
-/// In the shim: the agent handed over by [`launch_for_exec`]; its descriptors are this
-/// process's now (close-on-exec again).
-pub fn take_over(pid: i32, started_ms: u64) -> Result<Handoff, String> {
-    let adopt = |fd: RawFd| {
-        crate::sys::adopt_fd(fd).map_err(|e| format!("no handed-over descriptor {fd}: {e}"))
-    };
-    Ok(Handoff {
-        agent: ForkedAgent {
-            pid,
-            report: adopt(HANDOFF_REPORT_FD)?,
-        },
-        output: adopt(HANDOFF_OUTPUT_FD)?,
-        started_ms,
-    })
 }
 
 #[cfg(test)]
