@@ -228,7 +228,6 @@ impl Spare {
             cgroup_fd: None,
             keep_as_fd3: Some(theirs.as_raw_fd()),
             nofile,
-            launch: None,
             signals_blocked: true,
         };
         let (pid, pidfd) = crate::sys::spawn_with_pidfd(&request)?;

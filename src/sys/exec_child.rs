@@ -1,6 +1,7 @@
-//! The calls a vfork-style child makes between its clone and its exec, each a small safe
-//! primitive on memory prepared before the clone ([`ExecMemory`]): the sequence they make
-//! up is the caller's (the agent's child: `crate::sandbox::start::agent_child`).
+//! The calls a child makes between its clone and its exec, each a small safe primitive on
+//! memory prepared before the clone ([`ExecMemory`]): the sequence they make up is the
+//! caller's (the agent's child: `crate::sandbox::start::agent_child`; the daemon's clone that
+//! becomes a shim: `crate::sandbox::start::clone`).
 //!
 //! Each primitive is async-signal-safe and allocates nothing: a child that shares its
 //! parent's memory may be ended by nothing but SIGKILL in the middle of one. A failure is
@@ -125,27 +126,40 @@ pub fn new_session() -> Result<(), Errno> {
     }
 }
 
-/// stdin from `stdin`, stdout and stderr both to `output` (dup2; a descriptor already at its
-/// number has its close-on-exec flag cleared instead).
-pub fn redirect_stdio(stdin: RawFd, output: RawFd) -> Result<(), Errno> {
-    let redirect = |fd: RawFd, target: RawFd| {
-        // SAFETY: fcntl and dup2 on descriptors the caller owns; integer arguments only.
-        let rc = unsafe {
-            if fd == target {
-                libc::fcntl(fd, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(fd, target)
-            }
-        };
-        if rc < 0 {
-            Err(errno())
+/// `stdin`, `stdout` and `stderr` at 0, 1 and 2 ([`keep_as`] each).
+pub fn redirect_stdio(stdin: RawFd, stdout: RawFd, stderr: RawFd) -> Result<(), Errno> {
+    keep_as(stdin, 0)?;
+    keep_as(stdout, 1)?;
+    keep_as(stderr, 2)
+}
+
+/// `fd` at `target`, open across exec (dup2; a descriptor already at its number has its
+/// close-on-exec flag cleared instead, which dup2 onto itself would leave set).
+pub fn keep_as(fd: RawFd, target: RawFd) -> Result<(), Errno> {
+    // SAFETY: fcntl and dup2 on descriptors the caller owns; integer arguments only.
+    let rc = unsafe {
+        if fd == target {
+            libc::fcntl(fd, libc::F_SETFD, 0)
         } else {
-            Ok(())
+            libc::dup2(fd, target)
         }
     };
-    redirect(stdin, 0)?;
-    redirect(output, 1)?;
-    redirect(output, 2)
+    if rc < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// `RLIMIT_NOFILE` set to `(soft, hard)`. A failure leaves the limit as it was, which is
+/// harmless.
+pub fn set_nofile(soft: u64, hard: u64) {
+    let limit = libc::rlimit {
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
+    };
+    // SAFETY: setrlimit reads the struct on our stack.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
 }
 
 /// Every descriptor from 3 up close-on-exec (close_range(2), `CLOSE_RANGE_CLOEXEC`): none of

@@ -354,5 +354,25 @@ pub fn exec_as_is(program: &std::ffi::CStr, argv: &[std::ffi::CString]) -> io::E
     io::Error::last_os_error()
 }
 
+/// execve(2) of `program` with `argv` and `envp`, its signal mask and descriptors as they are.
+/// Returns only on failure. (It allocates the pointer arrays: for a forked copy that has run
+/// ordinary code already, not a child sharing its parent's memory.)
+pub fn exec_with_env(
+    program: &std::ffi::CStr,
+    argv: &[std::ffi::CString],
+    envp: &[std::ffi::CString],
+) -> io::Error {
+    let pointers = |strings: &[std::ffi::CString]| {
+        let mut pointers: Vec<*const libc::c_char> = strings.iter().map(|a| a.as_ptr()).collect();
+        pointers.push(std::ptr::null());
+        pointers
+    };
+    let (argv, envp) = (pointers(argv), pointers(envp));
+    // SAFETY: `program` and every string are NUL-terminated and outlive the call; both arrays
+    // end with a NULL pointer as execve(2) requires.
+    unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    io::Error::last_os_error()
+}
+
 #[cfg(test)]
 mod tests;

@@ -76,7 +76,7 @@ fn run(
         Ok(false) => crate::sys::process::exit_now(127),
         Err(errno) => report_failure(report, ExecStage::DeathSignal, errno),
     }
-    if let Err(errno) = redirect_stdio(stdin, output) {
+    if let Err(errno) = redirect_stdio(stdin, output, output) {
         report_failure(report, ExecStage::Stdio, errno);
     }
     if let Some((prepared, userns)) = sandbox {
