@@ -164,7 +164,7 @@ fn start<'a>(
         Some(Handed::Agent { pid, started_ms }) => take_over(pid, started_ms).map_err(fail)?,
         // Started on its own (`keel shim --spec`, tests): the same start, here.
         _ => Launch::new(spec, std::env::vars_os())
-            .and_then(|launch| start_agent(&launch))
+            .and_then(|launch| start_agent(&launch).map_err(|e| e.to_string()))
             .map_err(fail)?,
     };
     let Handoff {

@@ -30,7 +30,7 @@ use crate::sandbox::protocol::{
     ATTEMPT_LOCK_FD, MAX_MESSAGE, SETUP_FAILURE, SPARE_SOCKET_FD,
 };
 use crate::sandbox::spec::AttemptSpec;
-use crate::sandbox::start::clone::{hand_over, start_agent};
+use crate::sandbox::start::clone::{hand_over, start_agent, StartError};
 use crate::sandbox::start::daemon::{Launch, Prepared};
 use crate::sys::fds::{receive_with_fds, send_with_fds};
 use std::ffi::CString;
@@ -153,7 +153,10 @@ fn become_shim(
         "in full"
     };
     let started = join_cgroup(cgroup.as_ref())
-        .and_then(|()| Launch::with_sandbox(&spec, std::env::vars_os(), Some(sandbox)))
+        .and_then(|()| {
+            Launch::with_sandbox(&spec, std::env::vars_os(), Some(sandbox))
+                .map_err(StartError::Resolve)
+        })
         .and_then(|launch| {
             // The lock is the shim's alone, never the agent's.
             crate::sys::process::set_cloexec(ATTEMPT_LOCK_FD);
@@ -180,11 +183,11 @@ fn become_shim(
 }
 
 /// Join the task's v2 cgroup (`dir`): what `CLONE_INTO_CGROUP` does for the daemon's clone.
-fn join_cgroup(dir: Option<&OwnedFd>) -> Result<(), String> {
+fn join_cgroup(dir: Option<&OwnedFd>) -> Result<(), StartError> {
     let Some(dir) = dir else { return Ok(()) };
     // /proc is the host's here: "self" is this process, whatever its PID namespace.
     let procs = format!("/proc/self/fd/{}/cgroup.procs", dir.as_raw_fd());
-    std::fs::write(&procs, "0").map_err(|e| format!("cannot join the task's cgroup: {e}"))
+    std::fs::write(&procs, "0").map_err(StartError::JoinCgroup)
 }
 
 /// The daemon's handle of a spare shim (its child).

@@ -85,7 +85,7 @@ fn run(
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| prepared.enter(userns)));
         match entered {
             Ok(Ok(())) => {}
-            Ok(Err(message)) => report_sandbox_failure(report, &message),
+            Ok(Err(error)) => report_sandbox_failure(report, &error.to_string()),
             Err(_) => report_sandbox_failure(report, "the sandbox set-up panicked"),
         }
     }
@@ -112,7 +112,7 @@ impl Prepared {
     /// namespaces"): the agent cannot unmount a hide to see what is under it, nor make a
     /// read-only mount writable — with the IPC, UTS (and network) namespaces, all owned by
     /// the task's user namespace. Without one, all of them are made with the mounts.
-    pub fn enter(&self, userns: Option<BorrowedFd<'_>>) -> Result<(), String> {
+    pub fn enter(&self, userns: Option<BorrowedFd<'_>>) -> Result<(), SandboxSetupError> {
         let others = match userns {
             Some(_) => nix::sched::CloneFlags::empty(),
             None => mounts::task_namespaces(self.network_none),
@@ -122,21 +122,20 @@ impl Prepared {
                 Ok(()) => {}
                 // The host's view is still ours: the whole plan, as without a template.
                 Err(EnterError::Unjoined(_)) => self.build_in_full(others, userns)?,
-                Err(EnterError::Failed(message)) => return Err(message),
+                Err(EnterError::Failed(message)) => {
+                    return Err(SandboxSetupError::OnTemplate(message))
+                }
             },
             None => self.build_in_full(others, userns)?,
         }
         if let Some(userns) = userns {
             enter_user_namespace(userns, self.network_none)?;
         }
-        privileges::apply(&self.privileges).map_err(|e| e.to_string())?;
+        privileges::apply(&self.privileges).map_err(SandboxSetupError::Privileges)?;
         // Last: it needs no_new_privs (set just above) and denies the mount calls used before.
         #[cfg(target_arch = "x86_64")]
-        crate::sys::seccomp::install_seccomp_filter(self.seccomp).map_err(|e| {
-            format!(
-                "cannot install the seccomp filter: {e} (a kernel without CONFIG_SECCOMP_FILTER?)"
-            )
-        })?;
+        crate::sys::seccomp::install_seccomp_filter(self.seccomp)
+            .map_err(SandboxSetupError::Seccomp)?;
         Ok(())
     }
 
@@ -146,24 +145,25 @@ impl Prepared {
         &self,
         others: nix::sched::CloneFlags,
         userns: Option<BorrowedFd<'_>>,
-    ) -> Result<(), String> {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS | others).map_err(|e| {
-            format!(
-                "cannot create the task's mount namespace{} (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN",
-                if others.is_empty() { "" } else { " and its IPC, UTS (and network) ones" }
-            )
+    ) -> Result<(), SandboxSetupError> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS | others).map_err(|error| {
+            SandboxSetupError::MountNamespace {
+                with_others: !others.is_empty(),
+                error,
+            }
         })?;
         let mut mounter = KernelMounter::new(&self.layout.new_root);
         if let Some(userns) = userns {
             let userns = userns
                 .try_clone_to_owned()
-                .map_err(|e| format!("cannot hold the task's user namespace: {e}"))?;
+                .map_err(SandboxSetupError::HoldUserNamespace)?;
             mounter = mounter.with_idmap(Idmap {
                 userns,
                 own: self.own_sources(),
             });
         }
-        mounts::build(&self.layout, &self.host_root, &mut mounter).map_err(|e| e.to_string())
+        mounts::build(&self.layout, &self.host_root, &mut mounter)
+            .map_err(SandboxSetupError::Mounts)
     }
 
     /// The host paths of the task's own files, bound idmapped: its work directory (or full
@@ -195,13 +195,13 @@ impl Prepared {
 /// In the agent's child, its sandbox built: join the task's user namespace as its root, and
 /// make the sandbox's mount namespace (a copy of the one built, every mount locked), IPC and
 /// UTS namespaces (and network, for `network: None`) in it.
-fn enter_user_namespace(userns: BorrowedFd<'_>, network_none: bool) -> Result<(), String> {
-    crate::sys::userns::enter(userns)
-        .map_err(|e| format!("cannot join the task's user namespace: {e}"))?;
+fn enter_user_namespace(
+    userns: BorrowedFd<'_>,
+    network_none: bool,
+) -> Result<(), SandboxSetupError> {
+    crate::sys::userns::enter(userns).map_err(SandboxSetupError::JoinUserNamespace)?;
     let flags = nix::sched::CloneFlags::CLONE_NEWNS | mounts::task_namespaces(network_none);
-    nix::sched::unshare(flags).map_err(|e| {
-        format!("cannot create the task's namespaces in its user namespace (unshare: {e})")
-    })
+    nix::sched::unshare(flags).map_err(SandboxSetupError::NamespacesInUserNamespace)
 }
 
 impl TemplateNs {
@@ -217,3 +217,62 @@ impl TemplateNs {
         }
     }
 }
+
+/// A step of the sandbox's set-up in the agent's child that failed. Its message, sent to the
+/// shim in the exec report and recorded as the attempt's spawn failure, names the step and
+/// says what to fix.
+#[derive(Debug)]
+pub enum SandboxSetupError {
+    /// `unshare(CLONE_NEWNS)` for the whole mount plan (`with_others`: with the task's IPC,
+    /// UTS and network namespaces, when it has no user namespace).
+    MountNamespace {
+        with_others: bool,
+        error: nix::errno::Errno,
+    },
+    /// The task's user namespace could not be held for its idmapped mounts.
+    HoldUserNamespace(io::Error),
+    /// A step of the mount plan (the error names it and its path).
+    Mounts(mounts::SandboxError),
+    /// A step on the sandbox template, once joined.
+    OnTemplate(String),
+    /// `setns` into the task's user namespace.
+    JoinUserNamespace(io::Error),
+    /// `unshare` of the sandbox's namespaces in the task's user namespace.
+    NamespacesInUserNamespace(nix::errno::Errno),
+    /// Capabilities, groups and ids (the error names the step).
+    Privileges(privileges::PrivilegeError),
+    /// The seccomp filter.
+    Seccomp(io::Error),
+}
+
+impl std::fmt::Display for SandboxSetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SandboxSetupError::MountNamespace { with_others, error } => write!(
+                f,
+                "cannot create the task's mount namespace{} (unshare: {error}): run keel as root — namespaces need CAP_SYS_ADMIN",
+                if *with_others { " and its IPC, UTS (and network) ones" } else { "" }
+            ),
+            SandboxSetupError::HoldUserNamespace(e) => {
+                write!(f, "cannot hold the task's user namespace: {e}")
+            }
+            SandboxSetupError::Mounts(e) => e.fmt(f),
+            SandboxSetupError::OnTemplate(message) => f.write_str(message),
+            SandboxSetupError::JoinUserNamespace(e) => {
+                write!(f, "cannot join the task's user namespace: {e}")
+            }
+            SandboxSetupError::NamespacesInUserNamespace(e) => write!(
+                f,
+                "cannot create the task's namespaces in its user namespace (unshare: {e})"
+            ),
+            SandboxSetupError::Privileges(e) => e.fmt(f),
+            SandboxSetupError::Seccomp(e) => write!(
+                f,
+                "cannot install the seccomp filter: {e} (a kernel without CONFIG_SECCOMP_FILTER?)"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -15,7 +15,7 @@ use super::daemon::{Launch, Prepared};
 use crate::sandbox::protocol::{
     Handed, ATTEMPT_LOCK_FD, HANDOFF_OUTPUT_FD, HANDOFF_REPORT_FD, ID_CLAIM_FD, SPEC_NOT_WRITTEN,
 };
-use crate::sandbox::spec::AttemptSpec;
+use crate::sandbox::spec::{AttemptSpec, IdBlock};
 use crate::state::now_ms;
 use crate::sys::exec_child::{
     close_on_exec_from_3, keep_as, new_session, redirect_stdio, set_nofile,
@@ -25,7 +25,7 @@ use std::convert::Infallible;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// How the daemon clones the process that becomes a task's shim ([`clone_shim`]).
 pub struct ShimClone<'a> {
@@ -123,14 +123,11 @@ pub struct Handoff {
 /// supervisor: it joins the task's v1 cgroups first (hybrid hosts: the agent is confined from
 /// its first instruction) and becomes a child subreaper (orphans come back to it). Does not
 /// wait for the exec.
-pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
-    crate::cgroup::join_v1(&launch.v1_procs)
-        .map_err(|e| format!("cannot join the task's cgroup: {e}"))?;
-    crate::sys::set_child_subreaper()
-        .map_err(|e| format!("cannot become a child subreaper: {e}"))?;
-    let (read_end, write_end) =
-        process::pipe().map_err(|e| format!("cannot create the output pipe: {e}"))?;
-    let dev_null = process::open_dev_null().map_err(|e| format!("cannot open /dev/null: {e}"))?;
+pub fn start_agent(launch: &Launch) -> Result<Handoff, StartError> {
+    crate::cgroup::join_v1(&launch.v1_procs).map_err(StartError::JoinV1Cgroups)?;
+    crate::sys::set_child_subreaper().map_err(StartError::Subreaper)?;
+    let (read_end, write_end) = process::pipe().map_err(StartError::OutputPipe)?;
+    let dev_null = process::open_dev_null().map_err(StartError::DevNull)?;
     // The daemon's, or made now (a standalone shim, a daemon that could not make one).
     let made = match &launch.sandbox {
         Some(sandbox) if sandbox.user_namespace().is_none() => task_user_namespace(sandbox)?,
@@ -146,7 +143,7 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
     let sandbox = launch.sandbox.as_ref().map(|s| (s, userns_fd));
     let started_ms = now_ms();
     let agent = fork_agent(&launch.plan, dev_null.as_fd(), write_end.as_fd(), sandbox)
-        .map_err(|e| format!("cannot fork the agent: {e}"))?;
+        .map_err(StartError::ForkAgent)?;
     // Only the agent (and what it spawns) holds the write end now.
     Ok(Handoff {
         agent,
@@ -157,33 +154,27 @@ pub fn start_agent(launch: &Launch) -> Result<Handoff, String> {
 
 /// The task's user namespace, made now with its block of host ids (`None`: the sandbox has
 /// none), and its checkout's upper layer given to that block ([`crate::sandbox::ownership`]).
-fn task_user_namespace(sandbox: &Prepared) -> Result<Option<OwnedFd>, String> {
+fn task_user_namespace(sandbox: &Prepared) -> Result<Option<OwnedFd>, StartError> {
     let Some(block) = sandbox.id_block() else {
         return Ok(None);
     };
     crate::sys::userns::create(block.first, block.count)
         .map(Some)
-        .map_err(|e| {
-            format!(
-                "cannot create the task's user namespace (host ids {}–{}): {e}{}",
-                block.first,
-                block.first as u64 + block.count as u64 - 1,
-                userns_hint(&e)
-            )
-        })
+        .map_err(|error| StartError::UserNamespace { block, error })
 }
 
 /// The checkout's upper layer given to the task's block ([`crate::sandbox::ownership`]).
-fn give_upper_layer_to_block(sandbox: &Prepared) -> Result<(), String> {
+fn give_upper_layer_to_block(sandbox: &Prepared) -> Result<(), StartError> {
     let Some(block) = sandbox.id_block() else {
         return Ok(());
     };
     if let Some(upper) = sandbox.upper_layer() {
-        let changed = crate::sandbox::ownership::give_tree_to(upper, block).map_err(|e| {
-            format!(
-                "cannot give the checkout's upper layer to the task's ids ({}…): {e}",
-                block.first
-            )
+        let changed = crate::sandbox::ownership::give_tree_to(upper, block).map_err(|error| {
+            StartError::UpperLayer {
+                path: upper.to_path_buf(),
+                first: block.first,
+                error,
+            }
         })?;
         if changed > 0 {
             eprintln!(
@@ -259,7 +250,7 @@ pub fn launch_for_exec(
 /// the claim on the task's host ids at [`ID_CLAIM_FD`], each open across the shim's exec). A
 /// start that failed hands no claim on: nothing of the task's runs.
 pub fn hand_over(
-    started: Result<Handoff, String>,
+    started: Result<Handoff, StartError>,
     spec: &AttemptSpec,
     spec_path: &Path,
     id_claim: Option<OwnedFd>,
@@ -281,13 +272,69 @@ pub fn hand_over(
             (handoff.agent.report, HANDOFF_REPORT_FD),
         ];
         fds.extend(id_claim.map(|claim| (claim, ID_CLAIM_FD)));
-        crate::sys::install_fds(fds)
-            .map_err(|e| format!("cannot hand the agent over to the shim: {e}"))?;
+        crate::sys::install_fds(fds).map_err(StartError::HandOver)?;
         Ok((pid, handoff.started_ms))
     });
     match handoff {
         Ok((pid, started_ms)) => Handed::Agent { pid, started_ms },
-        Err(message) => Handed::LaunchError(message),
+        Err(error) => Handed::LaunchError(error.to_string()),
+    }
+}
+
+/// A step of the agent's start that failed in the process that becomes the shim, before the
+/// agent's child existed or while it was handed over. The shim records its message as the
+/// attempt's setup failure (`--launch-error`): it names the step and says what to fix.
+#[derive(Debug)]
+pub enum StartError {
+    /// The sandbox could not be resolved (a spare shim resolves what the daemon sent it).
+    Resolve(String),
+    /// The task's v2 cgroup (a spare shim joins it; the daemon's clone starts in it).
+    JoinCgroup(std::io::Error),
+    /// The task's v1 cgroups (hybrid hosts).
+    JoinV1Cgroups(crate::cgroup::CgroupError),
+    Subreaper(std::io::Error),
+    OutputPipe(std::io::Error),
+    DevNull(std::io::Error),
+    /// The task's user namespace, made here for its block of host ids.
+    UserNamespace {
+        block: IdBlock,
+        error: std::io::Error,
+    },
+    /// The checkout's upper layer given to the task's ids (`first`…).
+    UpperLayer {
+        path: PathBuf,
+        first: u32,
+        error: std::io::Error,
+    },
+    ForkAgent(std::io::Error),
+    /// The agent's descriptors put where the shim finds them.
+    HandOver(std::io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Resolve(message) => f.write_str(message),
+            StartError::JoinCgroup(e) => write!(f, "cannot join the task's cgroup: {e}"),
+            StartError::JoinV1Cgroups(e) => write!(f, "cannot join the task's cgroup: {e}"),
+            StartError::Subreaper(e) => write!(f, "cannot become a child subreaper: {e}"),
+            StartError::OutputPipe(e) => write!(f, "cannot create the output pipe: {e}"),
+            StartError::DevNull(e) => write!(f, "cannot open /dev/null: {e}"),
+            StartError::UserNamespace { block, error } => write!(
+                f,
+                "cannot create the task's user namespace (host ids {}–{}): {error}{}",
+                block.first,
+                block.first as u64 + block.count as u64 - 1,
+                userns_hint(error)
+            ),
+            StartError::UpperLayer { path, first, error } => write!(
+                f,
+                "cannot give the checkout's upper layer {} to the task's ids ({first}…): {error}",
+                path.display()
+            ),
+            StartError::ForkAgent(e) => write!(f, "cannot fork the agent: {e}"),
+            StartError::HandOver(e) => write!(f, "cannot hand the agent over to the shim: {e}"),
+        }
     }
 }
 

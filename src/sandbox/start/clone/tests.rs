@@ -38,3 +38,28 @@ fn the_exec_arguments_carry_the_agent_or_the_error() {
         "{extra:?}"
     );
 }
+
+#[test]
+fn start_errors_name_the_step_the_ids_and_what_to_change() {
+    let refused = StartError::UserNamespace {
+        block: IdBlock {
+            first: 100_000,
+            count: 65_536,
+        },
+        error: std::io::Error::from_raw_os_error(libc::ENOSPC),
+    };
+    let text = refused.to_string();
+    assert!(
+        text.starts_with("cannot create the task's user namespace (host ids 100000–165535)"),
+        "{text}"
+    );
+    assert!(text.contains("user.max_user_namespaces"), "{text}");
+    let upper = StartError::UpperLayer {
+        path: "/state/tasks/t/checkout/upper".into(),
+        first: 100_000,
+        error: std::io::Error::from_raw_os_error(libc::EROFS),
+    };
+    let text = upper.to_string();
+    assert!(text.contains("/state/tasks/t/checkout/upper"), "{text}");
+    assert!(text.contains("(100000…)"), "{text}");
+}
