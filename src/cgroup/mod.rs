@@ -27,6 +27,7 @@
 //! in and out (`<base>/cgroup.procs`) and to enable controllers in `<base>/cgroup.subtree_control`
 //! on v2.
 
+pub mod delegation;
 mod detect;
 mod error;
 mod fs;

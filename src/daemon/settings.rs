@@ -29,6 +29,7 @@ impl Settings {
         let config_path = config_path.unwrap_or_else(|| dirs.root.join(crate::config::CONFIG_FILE));
         let cgroup_name = cgroup_name.unwrap_or_else(|| default_cgroup_name(&dirs.root));
         let layout = crate::cgroup::detect(&cgroup_name);
+        refuse_without_delegation(&layout)?;
         let (quota, memory_limit) = layout.as_ref().map_or((None, None), |l| {
             (l.base_cpu_quota(), l.base_memory_limit())
         });
@@ -69,6 +70,31 @@ impl Settings {
             Err(e) => Err(format!("{e} (the previous configuration stays in force)")),
         }
     }
+}
+
+/// A daemon that is not root must start in a cgroup v2 subtree delegated to its user, or it
+/// could start no task while it runs (its cgroup is fixed at its start): it refuses to start,
+/// naming what to set up ([`crate::cgroup::delegation`]). Root is not judged.
+fn refuse_without_delegation(layout: &Result<Layout, CgroupError>) -> Result<(), DaemonError> {
+    use crate::cgroup::delegation;
+    let uid = nix::unistd::geteuid().as_raw();
+    if uid == 0 {
+        return Ok(());
+    }
+    let access = layout
+        .as_ref()
+        .ok()
+        .filter(|l| l.mode == crate::cgroup::Mode::V2)
+        .map(|l| delegation::observe(&l.v2_base));
+    delegation::judge(uid, layout.as_ref(), access.as_ref())
+        .map_err(|refusal| DaemonError::Config(refusal.to_string()))?;
+    log::info!(
+        "running as uid {uid}: cgroup {} is delegated to it",
+        access
+            .map(|a| a.base.display().to_string())
+            .unwrap_or_default()
+    );
+    Ok(())
 }
 
 /// The configuration at start. A malformed `keel.ron` stops the daemon at its first start
