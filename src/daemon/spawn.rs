@@ -3,7 +3,7 @@
 
 use crate::sandbox::protocol::{shim_argv, shim_env, shim_envp};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
-use crate::sandbox::start::clone::{clone_shim, ShimClone};
+use crate::sandbox::start::clone::clone_shim;
 use crate::sandbox::start::daemon::{resolve_launch, TemplateCache};
 use crate::sandbox::templates::SandboxTemplates;
 use crate::state::{attempt_lock_path, take_attempt_lock, StateDir};
@@ -266,22 +266,31 @@ pub fn spawn_shim_program(
     let envp = shim_envp();
     // Inherited by the clone, which keeps it for the shim (launch_for_exec).
     let id_claim_fd = id_claim.map(|fd| fd.as_raw_fd());
-    let clone = ShimClone {
+    let request = crate::sys::SpawnRequest {
         program: &program,
         argv: &argv,
         envp: &envp,
         stdin: devnull.as_raw_fd(),
-        shim_log: shim_log.as_raw_fd(),
-        new_pid_namespace: spec.sandbox.is_some(),
-        cgroup: cgroup.map(|fd| fd.as_raw_fd()),
-        lock: lock.as_raw_fd(),
+        stdout: shim_log.as_raw_fd(),
+        stderr: shim_log.as_raw_fd(),
+        // The shim is PID 1 of the task's own PID namespace: the agent and everything it
+        // starts see only each other, and all of it dies with the shim.
+        extra_flags: if spec.sandbox.is_some() {
+            libc::CLONE_NEWPID as u64
+        } else {
+            0
+        },
+        cgroup_fd: cgroup.map(|fd| fd.as_raw_fd()),
+        keep_as_fd3: Some(lock.as_raw_fd()),
         nofile: super::ORIGINAL_NOFILE.get().copied(),
+        // The clone runs keel's code before its exec: always so (crate::sandbox::start::clone).
+        signals_blocked: true,
     };
     // The clone writes the spec itself, once the agent has started: off the agent's path
     // (a temporary file and a rename: 0.1 ms on tmpfs, a millisecond or more on a slow
     // disk), and never missing for the shim, which reads it after its exec.
     // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.
-    clone_shim(&clone, &launch, spec, &spec_path, id_claim_fd).map_err(SpawnError::Clone)
+    clone_shim(&request, &launch, spec, &spec_path, id_claim_fd).map_err(SpawnError::Clone)
 }
 
 #[derive(Debug)]

@@ -75,22 +75,21 @@ pub fn shim_envp() -> Vec<CString> {
 /// `keel shim --spec SPEC_PATH`: the shim's command line, before what [`Handed::to_args`]
 /// appends. `Err` for a path with a NUL byte.
 pub fn shim_argv(spec_path: &Path) -> Result<Vec<CString>, std::ffi::NulError> {
-    let mut argv: Vec<CString> = ["keel", "shim", "--spec"]
-        .iter()
-        .map(|a| CString::new(*a).expect("no NUL"))
-        .collect();
-    argv.push(CString::new(spec_path.as_os_str().as_encoded_bytes())?);
-    Ok(argv)
+    shim_command("--spec", spec_path)
 }
 
 /// `keel shim --spare STATE_DIR`: a spare's command line (`ps` then tells whose spare it is).
 /// `Err` for a path with a NUL byte.
 pub fn spare_argv(state: &Path) -> Result<Vec<CString>, std::ffi::NulError> {
-    let mut argv: Vec<CString> = ["keel", "shim", "--spare"]
+    shim_command("--spare", state)
+}
+
+fn shim_command(option: &str, path: &Path) -> Result<Vec<CString>, std::ffi::NulError> {
+    let mut argv: Vec<CString> = ["keel", "shim", option]
         .iter()
         .map(|a| CString::new(*a).expect("no NUL"))
         .collect();
-    argv.push(CString::new(state.as_os_str().as_encoded_bytes())?);
+    argv.push(CString::new(path.as_os_str().as_encoded_bytes())?);
     Ok(argv)
 }
 

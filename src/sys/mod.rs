@@ -83,6 +83,28 @@ pub struct SpawnRequest<'a> {
     pub signals_blocked: bool,
 }
 
+impl SpawnRequest<'_> {
+    /// In the cloned child: stdin, stdout and stderr as asked, a new session (it must not
+    /// share the daemon's terminal or process group, so a Ctrl-C on a foreground daemon
+    /// reaches the daemon only), every inherited descriptor close-on-exec (those inherited
+    /// from whoever started the daemon — a shell's, systemd's — must not reach the program),
+    /// [`SpawnRequest::keep_as_fd3`] at fd 3 and the `nofile` limit. Async-signal-safe.
+    pub fn set_up_child(&self) -> Result<(), exec_child::Errno> {
+        use exec_child::{close_on_exec_from_3, keep_as, new_session, redirect_stdio, set_nofile};
+        redirect_stdio(self.stdin, self.stdout, self.stderr)?;
+        // Failing (already a leader) is harmless.
+        let _ = new_session();
+        close_on_exec_from_3();
+        if let Some(fd) = self.keep_as_fd3 {
+            keep_as(fd, ATTEMPT_LOCK_FD)?;
+        }
+        if let Some((soft, hard)) = self.nofile {
+            set_nofile(soft, hard);
+        }
+        Ok(())
+    }
+}
+
 /// The descriptor number on which a shim holds its attempt lock.
 pub const ATTEMPT_LOCK_FD: RawFd = 3;
 
@@ -177,24 +199,10 @@ fn child_exec(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
 ) -> Infallible {
-    use exec_child::{close_on_exec_from_3, keep_as, new_session, redirect_stdio, set_nofile};
     // We are the freshly cloned child: every call below is async-signal-safe and uses memory
     // built before the clone; on failure we _exit(127) without unwinding.
-    if redirect_stdio(request.stdin, request.stdout, request.stderr).is_err() {
+    if request.set_up_child().is_err() {
         fds::exit_now(127);
-    }
-    // Failing (already a leader) is harmless.
-    let _ = new_session();
-    // Descriptors inherited without close-on-exec from whoever started the daemon (a shell's,
-    // systemd's) must not reach the shim and, through it, the agent.
-    close_on_exec_from_3();
-    if let Some(fd) = request.keep_as_fd3 {
-        if keep_as(fd, ATTEMPT_LOCK_FD).is_err() {
-            fds::exit_now(127);
-        }
-    }
-    if let Some((soft, hard)) = request.nofile {
-        set_nofile(soft, hard);
     }
     if !request.signals_blocked {
         let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();

@@ -17,37 +17,13 @@ use crate::sandbox::protocol::{
 };
 use crate::sandbox::spec::{AttemptSpec, IdBlock};
 use crate::state::now_ms;
-use crate::sys::exec_child::{
-    close_on_exec_from_3, keep_as, new_session, redirect_stdio, set_nofile,
-};
 use crate::sys::process::{self, ForkedAgent};
+use crate::sys::SpawnRequest;
 use std::convert::Infallible;
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-
-/// How the daemon clones the process that becomes a task's shim ([`clone_shim`]).
-pub struct ShimClone<'a> {
-    /// `keel` (this binary, or a benchmark's), and the shim's command line before what
-    /// [`Handed::to_args`] appends (`crate::sandbox::protocol::shim_argv`), and environment.
-    pub program: &'a CStr,
-    pub argv: &'a [CString],
-    pub envp: &'a [CString],
-    /// `/dev/null`, and `run/shim.log` (stdout and stderr).
-    pub stdin: RawFd,
-    pub shim_log: RawFd,
-    /// PID 1 of a new PID namespace (a sandboxed task): the agent and everything it starts
-    /// see only each other, and all of it dies with the shim.
-    pub new_pid_namespace: bool,
-    /// The task's v2 cgroup: the clone is in it from its first instruction.
-    pub cgroup: Option<RawFd>,
-    /// The attempt lock, which the clone keeps as [`ATTEMPT_LOCK_FD`].
-    pub lock: RawFd,
-    /// `(soft, hard)` RLIMIT_NOFILE: the limit the daemon was started with, not the one it
-    /// raised for itself (select(2) breaks above 1024; agents expect the usual).
-    pub nofile: Option<(u64, u64)>,
-}
 
 /// Clone the process that becomes the task's shim (`clone3(CLONE_PIDFD)`), which starts the
 /// agent ([`launch_for_exec`]) and execs `keel shim --spec … --agent …`. Returns its pid and
@@ -59,51 +35,39 @@ pub struct ShimClone<'a> {
 /// blocked: the shim sets its own mask (pending signals are kept across execve(2)). The caller
 /// must be single-threaded (the daemon is).
 pub fn clone_shim(
-    clone: &ShimClone<'_>,
+    request: &SpawnRequest<'_>,
     launch: &Launch,
     spec: &AttemptSpec,
     spec_path: &Path,
     id_claim: Option<RawFd>,
 ) -> io::Result<(i32, OwnedFd)> {
-    let flags = match clone.new_pid_namespace {
-        true => libc::CLONE_NEWPID as u64,
-        false => 0,
-    };
-    crate::sys::clone3_with_pidfd(flags, clone.cgroup, true, &mut || -> Infallible {
-        in_the_clone(clone, launch, spec, spec_path, id_claim)
-    })
+    crate::sys::clone3_with_pidfd(
+        request.extra_flags,
+        request.cgroup_fd,
+        true,
+        &mut || -> Infallible { in_the_clone(request, launch, spec, spec_path, id_claim) },
+    )
 }
 
 /// The clone's steps until its exec: stdio, a new session, every inherited descriptor
-/// close-on-exec, the attempt lock as fd 3, the daemon's original `RLIMIT_NOFILE`, default
-/// dispositions; then the agent's start and the exec of the shim.
+/// close-on-exec, the attempt lock as fd 3, the daemon's original `RLIMIT_NOFILE`
+/// ([`SpawnRequest::set_up_child`]), default dispositions; then the agent's start and the
+/// exec of the shim, `request.argv` followed by what the handoff says.
 fn in_the_clone(
-    clone: &ShimClone<'_>,
+    request: &SpawnRequest<'_>,
     launch: &Launch,
     spec: &AttemptSpec,
     spec_path: &Path,
     id_claim: Option<RawFd>,
 ) -> ! {
-    if redirect_stdio(clone.stdin, clone.shim_log, clone.shim_log).is_err() {
+    if request.set_up_child().is_err() {
         process::exit_now(127);
-    }
-    // It must not share the daemon's terminal or process group (a Ctrl-C on a foreground
-    // daemon reaches the daemon only). Failing (already a leader) is harmless.
-    let _ = new_session();
-    // Descriptors inherited without close-on-exec from whoever started the daemon (a shell's,
-    // systemd's) must not reach the shim and, through it, the agent.
-    close_on_exec_from_3();
-    if keep_as(clone.lock, ATTEMPT_LOCK_FD).is_err() {
-        process::exit_now(127);
-    }
-    if let Some((soft, hard)) = clone.nofile {
-        set_nofile(soft, hard);
     }
     process::reset_signal_dispositions(libc::SIGRTMAX(), &[0; 8]);
     let (extra, agent) = launch_for_exec(launch, spec, spec_path, id_claim);
-    let mut argv = clone.argv.to_vec();
+    let mut argv = request.argv.to_vec();
     argv.extend(extra);
-    let _ = process::exec_with_env(clone.program, &argv, clone.envp);
+    let _ = process::exec_with_env(request.program, &argv, request.envp);
     if let Some(agent) = agent {
         // Nobody would supervise it (in a PID namespace our exit ends it anyway).
         let _ = process::kill_process_group(agent, libc::SIGKILL);
