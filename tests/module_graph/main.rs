@@ -17,6 +17,7 @@ mod conventions;
 mod cycles;
 mod scan;
 mod self_tests;
+mod start_path;
 mod tokens;
 
 use cycles::circles;
