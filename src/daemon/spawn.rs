@@ -207,7 +207,7 @@ pub fn spawn_shim_program(
             .as_deref_mut()
             .map(|t| t as &mut dyn TemplateCache),
     )
-    .map_err(SpawnError::Launch)?;
+    .map_err(|e| SpawnError::Launch(e.to_string()))?;
     // The task's user namespace, made by the daemon (`userns`: a descriptor the clone
     // inherits, or the spare is sent); without one, the shim's clone makes it.
     if let (Some(userns), Some(sandbox)) = (userns, launch.sandbox_mut()) {

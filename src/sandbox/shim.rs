@@ -28,7 +28,7 @@ use crate::sandbox::protocol::{
 use crate::sandbox::spec::{
     exit_record_path, kill_request_signal, shim_record_path, AttemptSpec, ExitRecord, ShimRecord,
 };
-use crate::sandbox::start::clone::{start_agent, Handoff};
+use crate::sandbox::start::clone::{start_agent, Handoff, StartError};
 use crate::sandbox::start::daemon::Launch;
 use crate::state::{now_ms, read_ron, write_ron};
 use crate::sys::process::{self, ExecPlan, ForkedAgent};
@@ -164,8 +164,9 @@ fn start<'a>(
         Some(Handed::Agent { pid, started_ms }) => take_over(pid, started_ms).map_err(fail)?,
         // Started on its own (`keel shim --spec`, tests): the same start, here.
         _ => Launch::new(spec, std::env::vars_os())
-            .and_then(|launch| start_agent(&launch).map_err(|e| e.to_string()))
-            .map_err(fail)?,
+            .map_err(StartError::Resolve)
+            .and_then(|launch| start_agent(&launch))
+            .map_err(|e| fail(e.to_string()))?,
     };
     let Handoff {
         agent,

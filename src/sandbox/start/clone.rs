@@ -250,8 +250,8 @@ pub fn hand_over(
 /// attempt's setup failure (`--launch-error`): it names the step and says what to fix.
 #[derive(Debug)]
 pub enum StartError {
-    /// The sandbox could not be resolved (a spare shim resolves what the daemon sent it).
-    Resolve(String),
+    /// The start could not be resolved (a spare shim resolves what the daemon sent it).
+    Resolve(super::daemon::ResolveError),
     /// The task's v2 cgroup (a spare shim joins it; the daemon's clone starts in it).
     JoinCgroup(std::io::Error),
     /// The task's v1 cgroups (hybrid hosts).
@@ -278,7 +278,7 @@ pub enum StartError {
 impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StartError::Resolve(message) => f.write_str(message),
+            StartError::Resolve(e) => e.fmt(f),
             StartError::JoinCgroup(e) => write!(f, "cannot join the task's cgroup: {e}"),
             StartError::JoinV1Cgroups(e) => write!(f, "cannot join the task's cgroup: {e}"),
             StartError::Subreaper(e) => write!(f, "cannot become a child subreaper: {e}"),

@@ -35,15 +35,12 @@ impl Launch {
     /// are removed); the sandbox is the whole mount plan (the daemon's starts may be built on a
     /// template: [`resolve_launch`]). Errors say what to fix (an
     /// unknown user, a program path with a NUL).
-    pub fn new<I>(spec: &AttemptSpec, inherited: I) -> Result<Launch, String>
+    pub fn new<I>(spec: &AttemptSpec, inherited: I) -> Result<Launch, ResolveError>
     where
         I: IntoIterator<Item = (OsString, OsString)>,
     {
         let sandbox = match &spec.sandbox {
-            Some(sandbox) => Some(
-                prepare(sandbox, crate::sandbox::mounts::list_host_root)
-                    .map_err(|e| format!("sandbox: {e}"))?,
-            ),
+            Some(sandbox) => Some(prepare(sandbox, crate::sandbox::mounts::list_host_root)?),
             None => None,
         };
         Launch::with_sandbox(spec, inherited, sandbox)
@@ -55,7 +52,7 @@ impl Launch {
         spec: &AttemptSpec,
         inherited: I,
         sandbox: Option<Prepared>,
-    ) -> Result<Launch, String>
+    ) -> Result<Launch, ResolveError>
     where
         I: IntoIterator<Item = (OsString, OsString)>,
     {
@@ -65,8 +62,7 @@ impl Launch {
             spec_env.insert(0, ("HOME".into(), sandbox.home.display().to_string()));
         }
         let env = agent_env(inherited, &spec_env);
-        let plan = ExecPlan::new(&spec.argv, &env, &spec.cwd)
-            .map_err(|e| format!("cannot start the agent: {e}"))?;
+        let plan = ExecPlan::new(&spec.argv, &env, &spec.cwd).map_err(ResolveError::Command)?;
         Ok(Launch {
             plan,
             sandbox,
@@ -109,7 +105,7 @@ pub fn resolve_launch<I>(
     spec: &AttemptSpec,
     inherited: I,
     templates: Option<&mut dyn TemplateCache>,
-) -> Result<Launch, String>
+) -> Result<Launch, ResolveError>
 where
     I: IntoIterator<Item = (OsString, OsString)>,
 {
@@ -119,7 +115,7 @@ where
     let sandbox = match &spec.sandbox {
         Some(sandbox) => {
             let listing = || templates.host_listing();
-            let mut prepared = prepare(sandbox, listing).map_err(|e| format!("sandbox: {e}"))?;
+            let mut prepared = prepare(sandbox, listing)?;
             templates.put_on_template(&mut prepared);
             Some(prepared)
         }
@@ -163,9 +159,9 @@ pub struct Prepared {
 pub fn prepare(
     spec: &SandboxSpec,
     list_host_root: impl FnOnce() -> std::io::Result<Vec<RootEntry>>,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, ResolveError> {
     // Before anything is done for it: a writable path may not give the agent keel's state.
-    spec.check_writable()?;
+    spec.check_writable().map_err(ResolveError::Writable)?;
     // The user databases only matter for `sandbox.user` (root needs no lookup).
     let read = |path: &str| match &spec.user {
         Some(_) => std::fs::read_to_string(path).unwrap_or_default(),
@@ -179,7 +175,7 @@ pub fn prepare(
         &passwd,
         &group,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(ResolveError::Privileges)?;
     // Read here, on the host's /proc, for the child that drops the bounding set.
     privileges::last_cap();
     let home = home_for(privileges.user.map(|(uid, _)| uid), &passwd);
@@ -215,7 +211,7 @@ pub fn prepare(
         // own of: keep the host's resolver directory visible, read-only.
         readonly: mounts::resolv_conf_run_dir().into_iter().collect(),
     };
-    let host_root = list_host_root().map_err(|e| format!("cannot list the host's /: {e}"))?;
+    let host_root = list_host_root().map_err(ResolveError::ListHostRoot)?;
     Ok(Prepared {
         layout,
         host_root,
@@ -338,15 +334,14 @@ impl Prepared {
 }
 
 /// The host's ids of `(uid, gid)` inside the task's user namespace (`block`).
-fn host_ids(block: IdBlock, (uid, gid): (u32, u32)) -> Result<(u32, u32), String> {
+fn host_ids(block: IdBlock, (uid, gid): (u32, u32)) -> Result<(u32, u32), ResolveError> {
     match (block.host_id(uid), block.host_id(gid)) {
         (Some(u), Some(g)) => Ok((u, g)),
-        _ => Err(format!(
-            "sandbox.user {uid}:{gid} is outside the task's user namespace, which maps ids \
-             0–{}: choose a uid and gid below {}",
-            block.count - 1,
-            block.count
-        )),
+        _ => Err(ResolveError::OutsideUserNamespace {
+            uid,
+            gid,
+            count: block.count,
+        }),
     }
 }
 
@@ -373,9 +368,62 @@ fn home_for(uid: Option<u32>, passwd: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/root"))
 }
 
-fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
-    nix::unistd::chown(path, Some(uid.into()), Some(gid.into()))
-        .map_err(|e| format!("cannot give {} to uid {uid}: {e}", path.display()))
+fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), ResolveError> {
+    nix::unistd::chown(path, Some(uid.into()), Some(gid.into())).map_err(|error| {
+        ResolveError::GiveToUser {
+            path: path.to_path_buf(),
+            uid,
+            error,
+        }
+    })
+}
+
+/// A start that could not be resolved, for a reason the unit's author (or the operator) can
+/// fix: recorded as the attempt's spawn failure. The message names the step and what to do.
+#[derive(Debug)]
+pub enum ResolveError {
+    /// A `sandbox.writable` path that would give the agent keel's state (the check's text).
+    Writable(String),
+    /// `sandbox.user` or `sandbox.capabilities` (an unknown user, a capability name).
+    Privileges(privileges::PrivilegeError),
+    /// `sandbox.user` outside the ids the task's user namespace maps (`count` of them).
+    OutsideUserNamespace {
+        uid: u32,
+        gid: u32,
+        count: u32,
+    },
+    /// One of the task's own directories could not be given to the agent's user.
+    GiveToUser {
+        path: PathBuf,
+        uid: u32,
+        error: nix::errno::Errno,
+    },
+    ListHostRoot(std::io::Error),
+    /// The agent's command line, environment or working directory (a NUL byte, an empty
+    /// command: the plan's text).
+    Command(String),
+}
+
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResolveError::Writable(message) => write!(f, "sandbox: {message}"),
+            ResolveError::Privileges(e) => write!(f, "sandbox: {e}"),
+            ResolveError::OutsideUserNamespace { uid, gid, count } => write!(
+                f,
+                "sandbox: sandbox.user {uid}:{gid} is outside the task's user namespace, which \
+                 maps ids 0–{}: choose a uid and gid below {count}",
+                count - 1
+            ),
+            ResolveError::GiveToUser { path, uid, error } => write!(
+                f,
+                "sandbox: cannot give {} to uid {uid}: {error}",
+                path.display()
+            ),
+            ResolveError::ListHostRoot(e) => write!(f, "sandbox: cannot list the host's /: {e}"),
+            ResolveError::Command(message) => write!(f, "cannot start the agent: {message}"),
+        }
+    }
 }
 
 #[cfg(test)]
