@@ -154,7 +154,7 @@ pub fn last_progress_line(run_dir: &Path) -> Option<String> {
 }
 
 /// Spawn `keel shim --spec …` with a pidfd (its clone writes the spec: see
-/// [`launch_for_exec`]). The shim's own stderr goes to `run/shim.log`, never to the daemon: a
+/// [`crate::sandbox::start::clone::launch_for_exec`]). The shim's own stderr goes to `run/shim.log`, never to the daemon: a
 /// shim must outlive the daemon and its pipes.
 ///
 /// `id_claim`: the task's host-wide claim on its block of host ids

@@ -190,7 +190,7 @@ pub fn report_failure(report: RawFd, stage: ExecStage, errno: Errno) -> ! {
     }
 }
 
-/// Report a sandbox failure with its message (cut at [`MAX_REPORT_MESSAGE`] bytes) on
+/// Report a sandbox failure with its message (cut at `MAX_REPORT_MESSAGE` bytes) on
 /// `report` and exit 127. It allocates: only for a child whose sandbox set-up has used
 /// ordinary code already (its parent is single-threaded and suspended).
 pub fn report_sandbox_failure(report: RawFd, message: &str) -> ! {

@@ -107,7 +107,7 @@ impl Prepared {
     ///
     /// With a user namespace, the mounts are made as the host's root in a mount namespace of
     /// the host's (a copy of the template, or of the host's), the task's own files idmapped;
-    /// then [`enter_user_namespace`] copies that namespace into one the task's user namespace
+    /// then `enter_user_namespace` copies that namespace into one the task's user namespace
     /// owns — every mount of it locked together (mount_namespaces(7), "Restrictions on mount
     /// namespaces"): the agent cannot unmount a hide to see what is under it, nor make a
     /// read-only mount writable — with the IPC, UTS (and network) namespaces, all owned by
