@@ -159,22 +159,13 @@ fn a_daemon_that_cannot_make_user_namespaces_refuses_to_start() {
     let d = Daemon::prepare("ids-chroot");
     let root = d.scratch.dir.join("chroot");
     std::fs::create_dir_all(&root).unwrap();
-    let daemon = d.daemon_command();
     // The host's / bound at `root` in a mount namespace of the test's own: the same paths,
     // but a root that is not its namespace's.
     let script = format!(
         "mount --rbind / {root} && exec chroot {root} \"$@\"",
         root = root.display()
     );
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "sh", "-c", &script, "sh"])
-        .arg(daemon.get_program())
-        .args(daemon.get_args())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = stderr_of(&out);
-    assert!(!out.status.success(), "the daemon started: {stderr}");
+    let stderr = refused_at_start(&d, &script);
     assert!(
         stderr.contains("cannot make a user namespace for the tasks")
             && stderr.contains("chroot")
@@ -316,4 +307,50 @@ fn a_running_tasks_block_stays_claimed_when_its_daemon_is_killed() {
     assert_eq!(two.record("c").id_block, block(0x7002_0000));
     assert!(one.shutdown().unwrap().success(), "{}", one.daemon_log());
     assert!(two.shutdown().unwrap().success(), "{}", two.daemon_log());
+}
+
+/// A state directory on a filesystem that cannot be idmapped (overlayfs here; tmpfs before
+/// Linux 6.3, NFS) makes the daemon refuse to start, naming the kernel and the choices,
+/// instead of failing every sandboxed start.
+#[test]
+fn a_state_directory_that_cannot_be_idmapped_refuses_the_start() {
+    if !require_root("a_state_directory_that_cannot_be_idmapped_refuses_the_start") {
+        return;
+    }
+    let d = Daemon::prepare("ids-noidmap");
+    let base = d.scratch.dir.join("ovl");
+    for sub in ["lower", "upper", "work"] {
+        std::fs::create_dir_all(base.join(sub)).unwrap();
+    }
+    let state = d.state();
+    std::fs::create_dir_all(&state).unwrap();
+    // The state directory an overlay, in a mount namespace of the test's own.
+    let script = format!(
+        "mount -t overlay overlay -o lowerdir={b}/lower,upperdir={b}/upper,workdir={b}/work {s} && exec \"$@\"",
+        b = base.display(),
+        s = state.display()
+    );
+    let stderr = refused_at_start(&d, &script);
+    assert!(
+        stderr.contains("cannot idmap keel's state directory")
+            && stderr.contains("ext4")
+            && stderr.contains("user_namespaces: Off"),
+        "{stderr}"
+    );
+}
+
+/// `d`'s daemon started by `script` (sh, the daemon's command line as its arguments) in a
+/// mount namespace of the test's own: it must exit at once with an error; its stderr.
+fn refused_at_start(d: &Daemon, script: &str) -> String {
+    let daemon = d.daemon_command();
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "sh", "-c", script, "sh"])
+        .arg(daemon.get_program())
+        .args(daemon.get_args())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert!(!out.status.success(), "the daemon started: {stderr}");
+    stderr
 }

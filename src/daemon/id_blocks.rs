@@ -528,28 +528,53 @@ pub(crate) fn open_claims(
 pub(crate) fn check_at_start(
     user_namespaces: &UserNamespaces,
     config_path: &Path,
+    state_dir: &Path,
 ) -> Result<(), String> {
     let probe = HostProbe::system();
     for warning in check_host(user_namespaces, &probe, config_path)? {
         log::warn!("{warning}");
     }
     // What the settings cannot tell (a chroot'ed daemon, a seccomp profile of a container
-    // engine, a missing CAP_SETUID): make one, with the range's first block, now — rather
-    // than have every sandboxed start fail and spend its task's restarts.
+    // engine, a missing CAP_SETUID, a state directory that cannot be idmapped): make one, with
+    // the range's first block, and an idmapped mount of the state directory with it, now —
+    // rather than have every sandboxed start fail and spend its task's restarts.
     // (A daemon that is not root refuses sandboxed starts with its own message.)
     if let (UserNamespaces::On(range), true) = (user_namespaces, probe.privileged) {
-        crate::sys::userns::create(range.first_id, ID_BLOCK_SIZE).map_err(|e| {
+        let off = format!(
+            "or set user_namespaces: Off in {} (which weakens every sandbox: docs/operations.md)",
+            config_path.display()
+        );
+        let userns = crate::sys::userns::create(range.first_id, ID_BLOCK_SIZE).map_err(|e| {
             format!(
                 "cannot make a user namespace for the tasks (host ids {}…): {e} — keel needs \
                  CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID and must not be started chroot(2)ed \
-                 (a container engine's pivot_root is fine); or set user_namespaces: Off in {} \
-                 (which weakens every sandbox: docs/operations.md)",
+                 (a container engine's pivot_root is fine); {off}",
                 range.first_id,
-                config_path.display()
             )
         })?;
+        use std::os::fd::AsFd;
+        let idmapped = crate::sys::mount::open_no_symlinks(state_dir).and_then(|dir| {
+            crate::sys::mount::idmapped_clone(dir.as_fd(), userns.as_fd(), false, true)
+        });
+        if let Err(e) = idmapped {
+            return Err(format!(
+                "cannot idmap keel's state directory {} ({e}): the tasks' own files are shown \
+                 to them through idmapped mounts, which its filesystem does not support on this \
+                 kernel ({}; tmpfs needs Linux 6.3, NFS and overlayfs have none) — put the state \
+                 directory on ext4, xfs or btrfs (or tmpfs on Linux ≥ 6.3), {off}",
+                state_dir.display(),
+                kernel_release(),
+            ));
+        }
     }
     Ok(())
+}
+
+/// The running kernel's release (uname -r), for a message.
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| format!("Linux {}", r.trim()))
+        .unwrap_or_else(|_| "this kernel".to_string())
 }
 
 pub mod claims;

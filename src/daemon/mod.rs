@@ -168,8 +168,12 @@ impl Daemon {
         let journal = Journal::open(&dirs.events_path())?;
         let (settings, layout) = Settings::load(&dirs, options.config_path, options.cgroup_name)?;
         // The tasks' host ids must be no one else's, and the kernel must let us use them.
-        id_blocks::check_at_start(&settings.config.user_namespaces, &settings.config_path)
-            .map_err(DaemonError::Config)?;
+        id_blocks::check_at_start(
+            &settings.config.user_namespaces,
+            &settings.config_path,
+            &dirs.root,
+        )
+        .map_err(DaemonError::Config)?;
         // No two live tasks of the host, whatever their daemon, share a block.
         let id_claims = id_blocks::open_claims(&settings.config.user_namespaces)
             .map_err(DaemonError::Config)?;

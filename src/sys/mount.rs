@@ -370,8 +370,28 @@ pub fn move_mount_to(mount: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
             libc::MOVE_MOUNT_F_EMPTY_PATH,
         ),
     };
+    raw_move_mount(mount, (to_dir, &to_path), flags)
+}
+
+/// move_mount(2) of the detached mount `mount` onto the directory or file `target` (an O_PATH
+/// descriptor: no path is resolved again).
+pub fn move_mount_onto(mount: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
+    raw_move_mount(
+        mount,
+        (target.as_raw_fd(), c""),
+        libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+}
+
+/// move_mount(2) of `mount` (`MOVE_MOUNT_F_EMPTY_PATH`) to `to` (a directory descriptor or
+/// AT_FDCWD, and a path), with `flags`.
+fn raw_move_mount(
+    mount: BorrowedFd<'_>,
+    (to_dir, to_path): (RawFd, &std::ffi::CStr),
+    flags: libc::c_uint,
+) -> io::Result<()> {
     let empty = c"";
-    // SAFETY: a live descriptor (and `to_dir`, a descriptor the caller holds open or
+    // SAFETY: a live descriptor (and `to_dir`, a descriptor the caller holds open, or
     // AT_FDCWD) and two NUL-terminated strings alive for the call.
     let rc = unsafe {
         libc::syscall(
@@ -381,27 +401,6 @@ pub fn move_mount_to(mount: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
             to_dir,
             to_path.as_ptr(),
             flags,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// move_mount(2) of the detached mount `mount` onto the directory or file `target` (an O_PATH
-/// descriptor: no path is resolved again).
-pub fn move_mount_onto(mount: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
-    let empty = c"";
-    // SAFETY: two live descriptors and NUL-terminated empty strings alive for the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            mount.as_raw_fd(),
-            empty.as_ptr(),
-            target.as_raw_fd(),
-            empty.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
         )
     };
     if rc < 0 {

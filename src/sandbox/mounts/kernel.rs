@@ -302,6 +302,20 @@ impl KernelMounter {
         Ok(())
     }
 
+    /// Bind `source` (with the mounts below it for `recursive`) at `target`: through a clone
+    /// idmapped with the task's user namespace when it is one of the task's own files.
+    fn bind_source(&mut self, source: &Path, target: &Path, recursive: bool) -> io::Result<()> {
+        let opened = sys::open_no_symlinks(source)?;
+        if let Some(userns) = self.idmap_for(source) {
+            let clone = sys::idmapped_clone(opened.as_fd(), userns, recursive, false)?;
+            return self.mount_on(target, Known::Mount, |at| {
+                sys::move_mount_to(clone.as_fd(), at)
+            });
+        }
+        let from = sys::fd_path(&opened);
+        self.mount_on(target, Known::Mount, |at| sys::bind(&from, at, recursive))
+    }
+
     /// The checkout's overlay with its base tree (`lower`) idmapped: the base tree's clone is
     /// attached at `target` first, and the overlay (`mount`, given the absolute path of that
     /// clone as its lower layer) mounted over it. The upper layer is not idmapped: overlayfs
@@ -395,28 +409,8 @@ impl Mounter for KernelMounter {
                 })
                 .map(drop)
             }
-            MountOp::BindRecursive { source, target } => {
-                let opened = sys::open_no_symlinks(source)?;
-                if let Some(userns) = self.idmap_for(source) {
-                    let clone = sys::idmapped_clone(opened.as_fd(), userns, true, false)?;
-                    return self.mount_on(target, Known::Mount, |at| {
-                        sys::move_mount_to(clone.as_fd(), at)
-                    });
-                }
-                let from = sys::fd_path(&opened);
-                self.mount_on(target, Known::Mount, |at| sys::bind(&from, at, true))
-            }
-            MountOp::Bind { source, target } => {
-                let opened = sys::open_no_symlinks(source)?;
-                if let Some(userns) = self.idmap_for(source) {
-                    let clone = sys::idmapped_clone(opened.as_fd(), userns, false, false)?;
-                    return self.mount_on(target, Known::Mount, |at| {
-                        sys::move_mount_to(clone.as_fd(), at)
-                    });
-                }
-                let from = sys::fd_path(&opened);
-                self.mount_on(target, Known::Mount, |at| sys::bind(&from, at, false))
-            }
+            MountOp::BindRecursive { source, target } => self.bind_source(source, target, true),
+            MountOp::Bind { source, target } => self.bind_source(source, target, false),
             MountOp::Overlay {
                 lower,
                 upper,

@@ -1,6 +1,17 @@
 use super::*;
 use std::os::unix::fs::MetadataExt;
 
+/// Root (CAP_CHOWN) here; without it, a skip — a failure under CI or KEEL_REQUIRE_PRIVILEGED.
+fn have_chown() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    assert!(
+        root || (std::env::var_os("CI").is_none()
+            && std::env::var_os("KEEL_REQUIRE_PRIVILEGED").is_none()),
+        "needs root (CAP_CHOWN)"
+    );
+    root
+}
+
 fn owner(path: &Path) -> (u32, u32) {
     let m = std::fs::symlink_metadata(path).unwrap();
     (m.uid(), m.gid())
@@ -10,12 +21,7 @@ fn owner(path: &Path) -> (u32, u32) {
 /// block at the same offsets; a second call changes nothing; the root goes last.
 #[test]
 fn a_layer_moves_into_the_block_once() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("CI").is_none()
-                && std::env::var_os("KEEL_REQUIRE_PRIVILEGED").is_none(),
-            "needs root (CAP_CHOWN)"
-        );
+    if !have_chown() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("keel-ownership-test-{}", std::process::id()));
@@ -57,12 +63,7 @@ fn a_layer_moves_into_the_block_once() {
 /// once; at the next start its top is in the block and nothing moves again.
 #[test]
 fn a_users_layer_moves_once() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("CI").is_none()
-                && std::env::var_os("KEEL_REQUIRE_PRIVILEGED").is_none(),
-            "needs root (CAP_CHOWN)"
-        );
+    if !have_chown() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("keel-ownership-user-{}", std::process::id()));
