@@ -145,11 +145,11 @@ fn main() {
     if raw.len() >= 4 && raw[1] == "shim" && raw[2] == "--spec" {
         keel::logger::init("shim");
         let spec = std::path::Path::new(&raw[3]);
-        let code = match keel::sandbox::launch::Handed::parse(&raw[4..]) {
+        let code = match keel::sandbox::protocol::Handed::parse(&raw[4..]) {
             Ok(handed) => keel::sandbox::shim::run(spec, handed),
             Err(message) => {
                 log::error!("{message}");
-                keel::sandbox::spec::SETUP_FAILURE
+                keel::sandbox::protocol::SETUP_FAILURE
             }
         };
         std::process::exit(code);

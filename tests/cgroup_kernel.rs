@@ -440,7 +440,6 @@ fn clone_into_cgroup_through_open_v2_dir() {
         cgroup_fd: Some(dir.as_raw_fd()),
         keep_as_fd3: None,
         nofile: None,
-        launch: None,
         signals_blocked: false,
     };
     let (pid, _pidfd) = keel::sys::spawn_with_pidfd(&request).unwrap();

@@ -40,7 +40,7 @@ impl Daemon {
                 format!("shim killed by {}", sig.as_str())
             }
             Some(nix::sys::wait::WaitStatus::Exited(_, code))
-                if code == crate::sandbox::launch::SPEC_NOT_WRITTEN =>
+                if code == crate::sandbox::protocol::SPEC_NOT_WRITTEN =>
             {
                 "the attempt's spec could not be written (run/shim.log says why); its agent was killed"
                     .to_string()

@@ -1,9 +1,11 @@
 //! Turning a decision to start into a running shim: the attempt's spec, its environment
 //! contract, and the clone3 call.
 
-use crate::sandbox::launch::{launch_for_exec, shim_argv, shim_env, shim_envp};
+use crate::sandbox::protocol::{shim_argv, shim_env, shim_envp};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
-use crate::sandbox::templates::{resolve_launch, SandboxTemplates};
+use crate::sandbox::start::clone::clone_shim;
+use crate::sandbox::start::daemon::{resolve_launch, TemplateCache};
+use crate::sandbox::templates::SandboxTemplates;
 use crate::state::{attempt_lock_path, take_attempt_lock, StateDir};
 use crate::unit::Unit;
 use std::ffi::CString;
@@ -152,7 +154,7 @@ pub fn last_progress_line(run_dir: &Path) -> Option<String> {
 }
 
 /// Spawn `keel shim --spec …` with a pidfd (its clone writes the spec: see
-/// [`launch_for_exec`]). The shim's own stderr goes to `run/shim.log`, never to the daemon: a
+/// [`crate::sandbox::start::clone::launch_for_exec`]). The shim's own stderr goes to `run/shim.log`, never to the daemon: a
 /// shim must outlive the daemon and its pipes.
 ///
 /// `id_claim`: the task's host-wide claim on its block of host ids
@@ -197,9 +199,15 @@ pub fn spawn_shim_program(
     prepare_sandbox_sources(&spec.run_dir)
         .map_err(|e| SpawnError::Open(spec.run_dir.display().to_string(), e))?;
     // The agent's start, resolved here on the host (its user, $HOME, the host's /); the
-    // shim's clone forks it before its own exec (crate::sandbox::launch).
-    let mut launch =
-        resolve_launch(spec, shim_env(), templates.as_deref_mut()).map_err(SpawnError::Launch)?;
+    // shim's clone forks it before its own exec (crate::sandbox::start::clone).
+    let mut launch = resolve_launch(
+        spec,
+        shim_env(),
+        templates
+            .as_deref_mut()
+            .map(|t| t as &mut dyn TemplateCache),
+    )
+    .map_err(|e| SpawnError::Launch(e.to_string()))?;
     // The task's user namespace, made by the daemon (`userns`: a descriptor the clone
     // inherits, or the spare is sent); without one, the shim's clone makes it.
     if let (Some(userns), Some(sandbox)) = (userns, launch.sandbox_mut()) {
@@ -275,14 +283,14 @@ pub fn spawn_shim_program(
         cgroup_fd: cgroup.map(|fd| fd.as_raw_fd()),
         keep_as_fd3: Some(lock.as_raw_fd()),
         nofile: super::ORIGINAL_NOFILE.get().copied(),
-        // The clone writes the spec itself, once the agent has started: off the agent's path
-        // (a temporary file and a rename: 0.1 ms on tmpfs, a millisecond or more on a slow
-        // disk), and never missing for the shim, which reads it after its exec.
-        launch: Some(&|| launch_for_exec(&launch, spec, &spec_path, id_claim_fd)),
-        signals_blocked: false,
+        // The clone runs keel's code before its exec: always so (crate::sandbox::start::clone).
+        signals_blocked: true,
     };
+    // The clone writes the spec itself, once the agent has started: off the agent's path
+    // (a temporary file and a rename: 0.1 ms on tmpfs, a millisecond or more on a slow
+    // disk), and never missing for the shim, which reads it after its exec.
     // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.
-    crate::sys::spawn_with_pidfd(&request).map_err(SpawnError::Clone)
+    clone_shim(&request, &launch, spec, &spec_path, id_claim_fd).map_err(SpawnError::Clone)
 }
 
 #[derive(Debug)]

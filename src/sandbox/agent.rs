@@ -1,7 +1,7 @@
 //! What the shim hands the agent and what it says when the agent cannot start: the agent's
 //! environment (the supervisor's own variables removed) and the spawn-failure message.
 
-use crate::sandbox::spec::SETUP_FAILURE;
+use crate::sandbox::protocol::SETUP_FAILURE;
 use crate::sys::process::{ExecFailure, ExecStage};
 use crate::sys::wait::AgentStatus;
 use nix::errno::Errno;

@@ -2,14 +2,14 @@
 
 pub mod agent;
 pub mod host_view;
-pub mod launch;
 pub mod logs;
 pub mod mounts;
 pub mod ownership;
-pub mod prepare;
 pub mod privileges;
+pub mod protocol;
 pub mod seccomp;
 pub mod shim;
 pub mod spare;
 pub mod spec;
+pub mod start;
 pub mod templates;

@@ -391,7 +391,7 @@ fn bring_loopback_up() -> io::Result<()> {
 
 /// The highest capability the kernel knows, and whether the kernel said so
 /// (`/proc/sys/kernel/cap_last_cap`, proc(5)) or it is a guess (40, CAP_CHECKPOINT_RESTORE).
-/// Read once per process (the kernel's constant): [`crate::sandbox::prepare`] reads it before
+/// Read once per process (the kernel's constant): [`crate::sandbox::start::daemon::prepare`] reads it before
 /// the agent's child exists, which then finds it here (its `/proc` is the sandbox's by then,
 /// and reading it there cost ~40 µs of every start).
 /// A failed read is not kept: the next call tries again.

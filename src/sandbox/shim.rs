@@ -21,15 +21,19 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::fmt::signal_name;
 use crate::sandbox::agent::{agent_env, spawn_failure};
-use crate::sandbox::launch::{start_agent, Handed, Handoff, Launch};
 use crate::sandbox::logs::LogWriter;
+use crate::sandbox::protocol::{
+    Handed, ATTEMPT_LOCK_FD, HANDOFF_OUTPUT_FD, HANDOFF_REPORT_FD, ID_CLAIM_FD, SETUP_FAILURE,
+};
 use crate::sandbox::spec::{
     exit_record_path, kill_request_signal, shim_record_path, AttemptSpec, ExitRecord, ShimRecord,
-    SETUP_FAILURE,
 };
+use crate::sandbox::start::clone::{start_agent, Handoff, StartError};
+use crate::sandbox::start::daemon::Launch;
 use crate::state::{now_ms, read_ron, write_ron};
-use crate::sys::process::{self, ExecPlan};
+use crate::sys::process::{self, ExecPlan, ForkedAgent};
 use crate::sys::wait::{reap_any, AgentStatus, Reaped};
+use std::os::fd::RawFd;
 
 /// Signals forwarded to the agent's process group as they are: the contract with the daemon,
 /// which refuses to send any other.
@@ -47,7 +51,7 @@ const PIPE_CAPACITY: i32 = 1024 * 1024;
 /// shim itself could not set up.
 ///
 /// `handed`: the agent the daemon's clone of this process already started (see
-/// [`crate::sandbox::launch`]); `None` to start it here.
+/// [`crate::sandbox::start::clone`]); `None` to start it here.
 pub fn run(spec_path: &Path, handed: Option<Handed>) -> i32 {
     install_logger();
     // Before anything else: a closed stderr (the daemon's end gone) must not kill us, and no
@@ -126,9 +130,9 @@ fn start<'a>(
     // The attempt lock the daemon handed over as fd 3 stays with the shim alone: close-on-exec,
     // so no agent (nor anything it daemonizes) can keep the lock after the shim is gone,
     // whatever the kernel's close_range support.
-    process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    process::set_cloexec(ATTEMPT_LOCK_FD);
     // So does the claim on the task's host ids (fd 6, when the daemon had one), if it is open.
-    process::set_cloexec(crate::sandbox::launch::ID_CLAIM_FD);
+    process::set_cloexec(ID_CLAIM_FD);
     // Our pid as the host sees it (the daemon records it): /proc here is the host's, and in a
     // PID namespace getpid() would say 1.
     let pid = process::host_pid();
@@ -157,13 +161,12 @@ fn start<'a>(
             ))
         })?;
     let handoff = match handed {
-        Some(Handed::Agent { pid, started_ms }) => {
-            Handed::take_over(pid, started_ms).map_err(fail)?
-        }
+        Some(Handed::Agent { pid, started_ms }) => take_over(pid, started_ms).map_err(fail)?,
         // Started on its own (`keel shim --spec`, tests): the same start, here.
         _ => Launch::new(spec, std::env::vars_os())
+            .map_err(StartError::Resolve)
             .and_then(|launch| start_agent(&launch))
-            .map_err(fail)?,
+            .map_err(|e| fail(e.to_string()))?,
     };
     let Handoff {
         agent,
@@ -466,6 +469,22 @@ fn setup_failure(spec: Option<&AttemptSpec>, message: String) -> i32 {
         );
     }
     SETUP_FAILURE
+}
+
+/// In the shim: the agent handed over by [`crate::sandbox::start::clone::launch_for_exec`]; its descriptors are this
+/// process's now (close-on-exec again).
+pub fn take_over(pid: i32, started_ms: u64) -> Result<Handoff, String> {
+    let adopt = |fd: RawFd| {
+        crate::sys::adopt_fd(fd).map_err(|e| format!("no handed-over descriptor {fd}: {e}"))
+    };
+    Ok(Handoff {
+        agent: ForkedAgent {
+            pid,
+            report: adopt(HANDOFF_REPORT_FD)?,
+        },
+        output: adopt(HANDOFF_OUTPUT_FD)?,
+        started_ms,
+    })
 }
 
 /// One line per event on stderr (`run/shim.log`), unless the binary installed a logger first.

@@ -24,52 +24,20 @@
 //! and exits; one that cannot take a start (gone, the message too large) is dropped and the
 //! start takes the usual path.
 
-use crate::sandbox::launch::{hand_over, shim_argv, start_agent, Launch};
 use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
-use crate::sandbox::prepare::{Prepared, PreparedParts};
+use crate::sandbox::protocol::{
+    receive_request, send_request, shim_argv, shim_envp, spare_argv, Assignment, Request,
+    ATTEMPT_LOCK_FD, MAX_MESSAGE, SETUP_FAILURE, SPARE_SOCKET_FD,
+};
 use crate::sandbox::spec::AttemptSpec;
-use crate::sandbox::spec::SETUP_FAILURE;
+use crate::sandbox::start::clone::{hand_over, start_agent, StartError};
+use crate::sandbox::start::daemon::{Launch, Prepared};
 use crate::sys::fds::{receive_with_fds, send_with_fds};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-/// The spare's end of its socket, from its spawn until its task comes.
-pub const SPARE_SOCKET_FD: RawFd = 3;
-/// The largest message a spare reads (an attempt's spec and sandbox: a few kB).
-const MAX_MESSAGE: usize = 256 * 1024;
-
-/// What the daemon asks of a spare.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-enum Request {
-    /// Copy the template (its namespace is the message's descriptor) for starts of its shape.
-    Prepare(AttemptOnTemplate),
-    /// Say whether the copy is made (`ready`), once the requests before are done. Only on
-    /// request: a reply left unread when the daemon closes its end would reset the
-    /// connection (unix(7)) under a start sent just before.
-    Ping,
-    /// Become this attempt's shim.
-    Assign(Box<Assignment>),
-}
-
-/// An attempt for a spare. Its descriptors, in order: the attempt lock, `run/shim.log`, then
-/// the task's v2 cgroup directory, the template's namespace and the task's claim on its host
-/// ids when the flags say so.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Assignment {
-    spec: AttemptSpec,
-    spec_path: PathBuf,
-    sandbox: PreparedParts,
-    cgroup: bool,
-    template: bool,
-    #[serde(default)]
-    id_claim: bool,
-    /// The task's user namespace, as the daemon made it, comes last.
-    #[serde(default)]
-    userns: bool,
-}
 
 /// `keel shim --spare`: wait for a task, then be its shim. Returns the process exit code.
 pub fn run_spare() -> i32 {
@@ -90,7 +58,7 @@ pub fn run_spare() -> i32 {
     let mut buffer = vec![0u8; MAX_MESSAGE];
     let mut prepared: Option<(AttemptOnTemplate, OwnedFd)> = None;
     loop {
-        let (request, fds) = match receive(socket.as_fd(), &mut buffer) {
+        let (request, fds) = match receive_request(socket.as_fd(), &mut buffer) {
             Ok(Some(received)) => received,
             // The daemon dropped this spare, or is gone.
             Ok(None) => return 0,
@@ -130,24 +98,6 @@ pub fn run_spare() -> i32 {
     }
 }
 
-fn receive(
-    socket: BorrowedFd<'_>,
-    buffer: &mut [u8],
-) -> io::Result<Option<(Request, Vec<OwnedFd>)>> {
-    let received = match receive_with_fds(socket, buffer) {
-        // The daemon closed its end with a reply unread: what it sent before is still here
-        // to read (the error is reported once).
-        Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => receive_with_fds(socket, buffer),
-        other => other,
-    };
-    let Some((bytes, fds)) = received? else {
-        return Ok(None);
-    };
-    let request = serde_json::from_slice(&buffer[..bytes])
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad request: {e}")))?;
-    Ok(Some((request, fds)))
-}
-
 /// The attempt's shim from here on: its descriptors where the daemon's clone has them, its
 /// cgroup joined, its agent started, its spec written, then `keel shim --spec …` exec'd with
 /// the agent handed over (or, should that exec fail, [`crate::sandbox::shim::run`] here).
@@ -179,11 +129,7 @@ fn become_shim(
     };
     let userns = if assignment.userns { fds.next() } else { None };
     let installed = shim_log.try_clone().and_then(|stderr| {
-        crate::sys::install_fds(vec![
-            (shim_log, 1),
-            (stderr, 2),
-            (lock, crate::sys::ATTEMPT_LOCK_FD),
-        ])
+        crate::sys::install_fds(vec![(shim_log, 1), (stderr, 2), (lock, ATTEMPT_LOCK_FD)])
     });
     crate::logger::stderr_replaced();
     if let Err(e) = installed {
@@ -207,10 +153,13 @@ fn become_shim(
         "in full"
     };
     let started = join_cgroup(cgroup.as_ref())
-        .and_then(|()| Launch::with_sandbox(&spec, std::env::vars_os(), Some(sandbox)))
+        .and_then(|()| {
+            Launch::with_sandbox(&spec, std::env::vars_os(), Some(sandbox))
+                .map_err(StartError::Resolve)
+        })
         .and_then(|launch| {
             // The lock is the shim's alone, never the agent's.
-            crate::sys::process::set_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+            crate::sys::process::set_cloexec(ATTEMPT_LOCK_FD);
             start_agent(&launch)
         });
     drop(cgroup);
@@ -223,7 +172,7 @@ fn become_shim(
     // Now the agent runs, the shim proper, as the daemon's clone execs it: `keel shim --spec
     // …` in `ps` like every other, on a fresh image. The lock goes with it as fd 3.
     // Signals stay blocked across the exec: those that came meanwhile wait for the shim.
-    crate::sys::process::clear_cloexec(crate::sys::ATTEMPT_LOCK_FD);
+    crate::sys::process::clear_cloexec(ATTEMPT_LOCK_FD);
     // The daemon opened files under this path: it has no NUL.
     let mut argv = shim_argv(&spec_path).unwrap_or_default();
     argv.extend(handed.to_args());
@@ -234,11 +183,11 @@ fn become_shim(
 }
 
 /// Join the task's v2 cgroup (`dir`): what `CLONE_INTO_CGROUP` does for the daemon's clone.
-fn join_cgroup(dir: Option<&OwnedFd>) -> Result<(), String> {
+fn join_cgroup(dir: Option<&OwnedFd>) -> Result<(), StartError> {
     let Some(dir) = dir else { return Ok(()) };
     // /proc is the host's here: "self" is this process, whatever its PID namespace.
     let procs = format!("/proc/self/fd/{}/cgroup.procs", dir.as_raw_fd());
-    std::fs::write(&procs, "0").map_err(|e| format!("cannot join the task's cgroup: {e}"))
+    std::fs::write(&procs, "0").map_err(StartError::JoinCgroup)
 }
 
 /// The daemon's handle of a spare shim (its child).
@@ -266,13 +215,8 @@ impl Spare {
         let (ours, theirs) = crate::sys::fds::seqpacket_pair()?;
         let devnull = std::fs::File::open("/dev/null")?;
         let program = CString::new(keel.as_os_str().as_encoded_bytes()).map_err(nul)?;
-        let argv = [
-            CString::new("keel").expect("no NUL"),
-            CString::new("shim").expect("no NUL"),
-            CString::new("--spare").expect("no NUL"),
-            CString::new(state.as_os_str().as_encoded_bytes()).map_err(nul)?,
-        ];
-        let envp = crate::sandbox::launch::shim_envp();
+        let argv = spare_argv(state).map_err(nul)?;
+        let envp = shim_envp();
         let request = crate::sys::SpawnRequest {
             program: &program,
             argv: &argv,
@@ -287,7 +231,6 @@ impl Spare {
             cgroup_fd: None,
             keep_as_fd3: Some(theirs.as_raw_fd()),
             nofile,
-            launch: None,
             signals_blocked: true,
         };
         let (pid, pidfd) = crate::sys::spawn_with_pidfd(&request)?;
@@ -373,21 +316,9 @@ impl Spare {
         Ok((self.pid, pidfd))
     }
 
+    /// A request too large for the spare is refused: the start takes the usual path.
     fn send(&self, request: &Request, fds: &[RawFd]) -> io::Result<()> {
-        let bytes = serde_json::to_vec(request).map_err(io::Error::other)?;
-        // The spare reads no more (a larger one would come cut, and the start be lost): the
-        // start takes the usual path.
-        if bytes.len() > MAX_MESSAGE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "a {} kB request, over {} kB",
-                    bytes.len() >> 10,
-                    MAX_MESSAGE >> 10
-                ),
-            ));
-        }
-        send_with_fds(self.socket.as_fd(), &bytes, fds)
+        send_request(self.socket.as_fd(), request, fds)
     }
 }
 

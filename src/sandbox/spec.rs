@@ -299,10 +299,6 @@ pub const FORWARDED_SIGNALS: [i32; 8] = [
     libc::SIGCONT,
 ];
 
-/// The shim's exit code when it could not start the agent for a reason of its own (as
-/// `docker run` uses 125): unreadable spec, no pipe, no log file.
-pub const SETUP_FAILURE: i32 = 125;
-
 /// The signal to send to the shim so that the agent receives `signal`.
 pub fn signal_for_shim(signal: i32) -> Option<i32> {
     if signal == libc::SIGKILL {

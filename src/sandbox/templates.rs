@@ -11,14 +11,11 @@
 //! key is read again only when the kernel reports a change ([`crate::sandbox::host_view`]).
 
 use crate::sandbox::host_view::{HostState, HostView};
-use crate::sandbox::launch::Launch;
 use crate::sandbox::mounts::template::{attempt_on_template, build_template, AttemptOnTemplate};
 use crate::sandbox::mounts::{self, RootEntry, SandboxLayout};
-use crate::sandbox::prepare::{prepare, Prepared};
 use crate::sandbox::spare::Spare;
-use crate::sandbox::spec::AttemptSpec;
+use crate::sandbox::start::daemon::{Prepared, TemplateCache};
 use std::collections::hash_map::DefaultHasher;
-use std::ffi::OsString;
 use std::hash::{Hash, Hasher};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -57,39 +54,6 @@ pub struct SandboxTemplates {
     spares_allowed: bool,
     /// The template of the last start on one: the next spare copies it.
     last: Option<AttemptOnTemplate>,
-}
-
-/// The attempt's start resolved on the host, as [`Launch::new`] does, its sandbox built on a
-/// copy of a template of its shape when `templates` has one (or can build one); `None`: the
-/// whole mount plan. The daemon's side of a start: `inherited` is the environment the agent's
-/// is made from.
-pub fn resolve_launch<I>(
-    spec: &AttemptSpec,
-    inherited: I,
-    templates: Option<&mut SandboxTemplates>,
-) -> Result<Launch, String>
-where
-    I: IntoIterator<Item = (OsString, OsString)>,
-{
-    let Some(templates) = templates else {
-        return Launch::new(spec, inherited);
-    };
-    let sandbox = match &spec.sandbox {
-        Some(sandbox) => {
-            let listing = || {
-                if templates.enabled() {
-                    templates.host_root()
-                } else {
-                    mounts::list_host_root()
-                }
-            };
-            let mut prepared = prepare(sandbox, listing).map_err(|e| format!("sandbox: {e}"))?;
-            templates.use_for(&mut prepared);
-            Some(prepared)
-        }
-        None => None,
-    };
-    Launch::with_sandbox(spec, inherited, sandbox)
 }
 
 /// Layouts whose verdict is remembered (a daemon's units come in a few shapes).
@@ -317,6 +281,20 @@ impl SandboxTemplates {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+impl TemplateCache for SandboxTemplates {
+    fn host_listing(&mut self) -> std::io::Result<Vec<RootEntry>> {
+        if self.enabled() {
+            self.host_root()
+        } else {
+            mounts::list_host_root()
+        }
+    }
+
+    fn put_on_template(&mut self, prepared: &mut Prepared) {
+        self.use_for(prepared)
     }
 }
 

@@ -1,12 +1,14 @@
 //! The few raw syscalls keel needs that neither std nor nix wrap: pidfds, clone3, locks,
-//! capabilities (`caps`), mounts (`mount`), a machine's PID 1 (`machine`), the shim's fork
-//! and exec (`process`), reaping (`wait`), the terminal's size (`term`), and libgit2's global settings (`git`).
+//! capabilities (`caps`), mounts (`mount`), a machine's PID 1 (`machine`), the agent's exec
+//! plan and report (`process`), the calls a child makes before its exec (`exec_child`; the
+//! sequence of those calls is its caller's), reaping (`wait`), the terminal's size (`term`), and libgit2's global settings (`git`).
 //!
 //! Every `unsafe` block of keel lives under `src/sys/`, each with a `// SAFETY:` line.
 //! Everything else in the crate goes through these functions or through nix.
 
 pub mod caps;
 pub mod child;
+pub mod exec_child;
 pub mod fds;
 pub mod git;
 pub mod machine;
@@ -18,6 +20,7 @@ pub mod userns;
 mod vfork;
 pub mod wait;
 
+use std::convert::Infallible;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -74,21 +77,33 @@ pub struct SpawnRequest<'a> {
     /// `(soft, hard)` RLIMIT_NOFILE for the child: the limit the daemon was started with, not
     /// the one it raised for itself (select(2) breaks above 1024; agents expect the usual).
     pub nofile: Option<(u64, u64)>,
-    /// Run in the child before its exec (see [`Launcher`]).
-    pub launch: Option<Launcher<'a>>,
     /// The child execs with every signal blocked (from before the clone on), so that none is
     /// lost before the program sets its own mask: a spare shim, whose signals wait for the
-    /// shim it becomes (crate::sandbox::spare). A launcher's child always execs so.
+    /// shim it becomes (crate::sandbox::spare).
     pub signals_blocked: bool,
 }
 
-/// Work done in the cloned child before it execs, with every signal blocked and every
-/// disposition back to default (the daemon's handlers must never run in the child: they would
-/// wake the daemon's loop with a signal that was not its own). It may allocate and use
-/// ordinary Rust: the daemon is single-threaded. It returns arguments to append to `argv`, and
-/// a pid whose process group is killed if the exec fails. The child execs with every signal
-/// still blocked: the program sets its own mask (pending signals are kept across execve(2)).
-pub type Launcher<'a> = &'a dyn Fn() -> (Vec<CString>, Option<i32>);
+impl SpawnRequest<'_> {
+    /// In the cloned child: stdin, stdout and stderr as asked, a new session (it must not
+    /// share the daemon's terminal or process group, so a Ctrl-C on a foreground daemon
+    /// reaches the daemon only), every inherited descriptor close-on-exec (those inherited
+    /// from whoever started the daemon — a shell's, systemd's — must not reach the program),
+    /// [`SpawnRequest::keep_as_fd3`] at fd 3 and the `nofile` limit. Async-signal-safe.
+    pub fn set_up_child(&self) -> Result<(), exec_child::Errno> {
+        use exec_child::{close_on_exec_from_3, keep_as, new_session, redirect_stdio, set_nofile};
+        redirect_stdio(self.stdin, self.stdout, self.stderr)?;
+        // Failing (already a leader) is harmless.
+        let _ = new_session();
+        close_on_exec_from_3();
+        if let Some(fd) = self.keep_as_fd3 {
+            keep_as(fd, ATTEMPT_LOCK_FD)?;
+        }
+        if let Some((soft, hard)) = self.nofile {
+            set_nofile(soft, hard);
+        }
+        Ok(())
+    }
+}
 
 /// The descriptor number on which a shim holds its attempt lock.
 pub const ATTEMPT_LOCK_FD: RawFd = 3;
@@ -103,25 +118,59 @@ pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = request.envp.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
+    clone3_pidfd(
+        request.extra_flags,
+        request.cgroup_fd,
+        request.signals_blocked,
+        // The child only calls async-signal-safe functions (dup2, setsid, sigprocmask,
+        // execve, _exit) on memory prepared above.
+        &mut || child_exec(request, &argv, &envp),
+    )
+}
 
+/// Run `child` in a process cloned with `clone3(CLONE_PIDFD | flags)` (a copy of this one:
+/// no `CLONE_VM`), in the cgroup `cgroup_fd` from its first instruction when given
+/// (`CLONE_INTO_CGROUP`), and every signal blocked across the call (and in the child) when
+/// `signals_blocked`. Returns the child's pid and a pidfd for the event loop. `child` never
+/// returns (it ends in execve(2) or _exit(2)); a panic in it ends the child (exit 127), never
+/// unwinds into this process's frames.
+///
+/// The caller must be single-threaded (the child is a copy of one thread: a lock another
+/// thread held stays held there).
+pub fn clone3_with_pidfd(
+    flags: u64,
+    cgroup_fd: Option<RawFd>,
+    signals_blocked: bool,
+    child: &mut dyn FnMut() -> Infallible,
+) -> io::Result<(i32, OwnedFd)> {
+    clone3_pidfd(flags, cgroup_fd, signals_blocked, &mut || {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *child));
+        fds::exit_now(127)
+    })
+}
+
+fn clone3_pidfd(
+    flags: u64,
+    cgroup_fd: Option<RawFd>,
+    signals_blocked: bool,
+    child: &mut dyn FnMut() -> Infallible,
+) -> io::Result<(i32, OwnedFd)> {
     let mut pidfd: libc::c_int = -1;
     let mut args: libc::clone_args = clone_args_zeroed();
-    args.flags = libc::CLONE_PIDFD as u64 | request.extra_flags;
+    args.flags = libc::CLONE_PIDFD as u64 | flags;
     args.pidfd = &mut pidfd as *mut libc::c_int as u64;
     args.exit_signal = libc::SIGCHLD as u64;
-    if let Some(fd) = request.cgroup_fd {
+    if let Some(fd) = cgroup_fd {
         args.flags |= CLONE_INTO_CGROUP;
         args.cgroup = fd as u64;
     }
-    // With a launcher, the child runs our code for a while: it starts with every signal
-    // blocked, so that none reaches a handler of ours before it resets them.
-    let restore = match request.launch.is_some() || request.signals_blocked {
+    let restore = match signals_blocked {
         true => Some(block_all_signals()?),
         false => None,
     };
     // SAFETY: clone3 without CLONE_VM behaves like fork: the child gets a copy of our address
-    // space. keel's daemon is single-threaded, and the child only calls async-signal-safe
-    // functions (dup2, setsid, sigprocmask, execve, _exit) on memory prepared above.
+    // space. keel's daemon is single-threaded (the caller's contract), and the child runs
+    // only `child`, which never returns.
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone3,
@@ -131,7 +180,8 @@ pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)
     };
     let clone_error = (pid < 0).then(io::Error::last_os_error);
     if pid == 0 {
-        child_exec(request, &argv, &envp);
+        // Never returns.
+        child();
     }
     if let Some(old) = restore {
         restore_signal_mask(&old);
@@ -148,72 +198,11 @@ fn child_exec(
     request: &SpawnRequest<'_>,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
-) -> ! {
+) -> Infallible {
     // We are the freshly cloned child: every call below is async-signal-safe and uses memory
     // built before the clone; on failure we _exit(127) without unwinding.
-    for (from, to) in [(request.stdin, 0), (request.stdout, 1), (request.stderr, 2)] {
-        // SAFETY: dup2 on descriptors the parent opened for us; no memory involved.
-        if unsafe { libc::dup2(from, to) } < 0 {
-            // SAFETY: _exit never returns and runs nothing of ours.
-            unsafe { libc::_exit(127) };
-        }
-    }
-    // SAFETY: setsid has no arguments; failing (already a leader) is harmless.
-    unsafe { libc::setsid() };
-    // Descriptors inherited without close-on-exec from whoever started the daemon (a shell's,
-    // systemd's) must not reach the shim and, through it, the agent. close_range(2).
-    // SAFETY: integer arguments only.
-    unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
-    if let Some(fd) = request.keep_as_fd3 {
-        let kept = if fd == ATTEMPT_LOCK_FD {
-            // dup2 onto itself would leave close-on-exec set: clear the flag instead.
-            // SAFETY: fcntl(F_SETFD) on a descriptor we own; integer arguments only.
-            unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }
-        } else {
-            // SAFETY: dup2 on a descriptor the parent opened for us; the new fd 3 has
-            // close-on-exec cleared, as dup2(2) documents.
-            unsafe { libc::dup2(fd, ATTEMPT_LOCK_FD) }
-        };
-        if kept < 0 {
-            // SAFETY: as above.
-            unsafe { libc::_exit(127) };
-        }
-    }
-    if let Some((soft, hard)) = request.nofile {
-        let limit = libc::rlimit {
-            rlim_cur: soft as libc::rlim_t,
-            rlim_max: hard as libc::rlim_t,
-        };
-        // SAFETY: setrlimit reads the struct on our stack; failure leaves the raised limit,
-        // which is harmless.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
-    }
-    if let Some(launch) = request.launch {
-        process::reset_signal_dispositions(libc::SIGRTMAX(), &[0; 8]);
-        // A panic must not unwind into the daemon's code (its destructors) in this child.
-        let launched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(launch));
-        let Ok((extra, agent)) = launched else {
-            // SAFETY: leave without running any of the parent's cleanup.
-            unsafe { libc::_exit(127) }
-        };
-        let mut argv: Vec<*const libc::c_char> = argv[..argv.len() - 1].to_vec();
-        argv.extend(extra.iter().map(|a| a.as_ptr()));
-        argv.push(std::ptr::null());
-        // SAFETY: as below; `argv` and `extra` are alive until execve returns.
-        unsafe { libc::execve(request.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
-        if let Some(agent) = agent {
-            // Nobody would supervise it (in a PID namespace our exit ends it anyway).
-            let _ = process::kill_process_group(agent, libc::SIGKILL);
-        }
-        // SAFETY: execve failed; leave without running any of the parent's cleanup.
-        unsafe { libc::_exit(127) }
+    if request.set_up_child().is_err() {
+        fds::exit_now(127);
     }
     if !request.signals_blocked {
         let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
@@ -225,8 +214,7 @@ fn child_exec(
     // SAFETY: program, argv and envp are NUL-terminated arrays of C strings built before the
     // clone and still alive (our copy of the parent's memory).
     unsafe { libc::execve(request.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
-    // SAFETY: execve failed; leave without running any of the parent's cleanup.
-    unsafe { libc::_exit(127) }
+    fds::exit_now(127)
 }
 
 /// Block every signal; returns the previous mask (for [`restore_signal_mask`]).

@@ -1,16 +1,17 @@
-//! The shim's process-level syscalls: fork/exec of the agent, reaping, signal masks and
-//! process-group signals.
+//! The shim's process-level syscalls: the agent's exec plan and the report of its exec,
+//! reaping, signal masks and process-group signals.
 //!
-//! Everything the forked child needs (argv, environment, PATH candidates, the working
-//! directory, a default `sigaction`) is prepared in an [`ExecPlan`] *before* the fork: between
-//! fork and exec the child only makes async-signal-safe calls on that memory and reports a
-//! failure to the parent through a close-on-exec pipe (stage + errno), as posix_spawn does.
+//! Everything the agent's child needs (argv, environment, PATH candidates, the working
+//! directory) is prepared in an [`ExecPlan`] *before* the fork: between fork and exec the
+//! child only makes async-signal-safe calls on that memory ([`super::exec_child`]) and
+//! reports a failure to the parent through a close-on-exec pipe (stage + errno), which
+//! [`await_exec`] reads.
 
 use super::wait::wait_for;
 use nix::sys::signal::SigSet;
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -54,7 +55,7 @@ impl ExecStage {
             ExecStage::Sandbox => "sandbox setup",
         }
     }
-    fn code(self) -> i32 {
+    pub(super) fn code(self) -> i32 {
         match self {
             ExecStage::Session => 1,
             ExecStage::DeathSignal => 2,
@@ -86,17 +87,12 @@ pub struct ExecFailure {
     pub message: Option<String>,
 }
 
-/// Work the agent's child does before `chdir` and `execve`: build the sandbox (unshare, mounts,
-/// pivot_root, privileges). It runs in the forked child of the single-threaded shim, so it may
-/// allocate and use ordinary Rust; an `Err` is reported to the shim and the child exits.
-pub type Prepare<'a> = &'a dyn Fn() -> Result<(), String>;
-
 /// An agent's argv, environment and working directory, ready to be used after a fork.
 pub struct ExecPlan {
-    argv: Vec<CString>,
-    envp: Vec<CString>,
-    candidates: Vec<CString>,
-    cwd: CString,
+    pub(super) argv: Vec<CString>,
+    pub(super) envp: Vec<CString>,
+    pub(super) candidates: Vec<CString>,
+    pub(super) cwd: CString,
 }
 
 impl ExecPlan {
@@ -179,60 +175,13 @@ pub fn exec_candidates(program: &[u8], path: Option<&[u8]>) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// An agent started by [`fork_agent`]: its child has exec'd or exited, and [`await_exec`]
+/// An agent started by a vfork-style child (`crate::sandbox::start::agent_child`, through
+/// [`super::exec_child`]): its child has exec'd or exited, and [`await_exec`]
 /// reads which from `report` (the read end of the child's close-on-exec pipe) — the shim, which
 /// takes the agent over after its own exec, reads it there.
 pub struct ForkedAgent {
     pub pid: i32,
     pub report: OwnedFd,
-}
-
-/// Start the agent's child, a vfork-style clone sharing our memory until its exec (see
-/// `sys::vfork`): a new session (pgid = its pid), death signal SIGKILL when its parent dies,
-/// default signal dispositions, stdin from `stdin`, stdout and stderr both to `output`; it runs
-/// `prepare` (the sandbox) with every signal blocked, then execs `plan` with an empty mask.
-/// Returns once the child has exec'd or failed; [`await_exec`] tells which.
-///
-/// The caller must be single-threaded. `stdin` and `output` must not be fds 0–2 (see
-/// [`ensure_stdio_open`]).
-pub fn fork_agent(
-    plan: &ExecPlan,
-    stdin: BorrowedFd<'_>,
-    output: BorrowedFd<'_>,
-    prepare: Option<Prepare<'_>>,
-) -> io::Result<ForkedAgent> {
-    // Everything the child touches is built here, before the fork.
-    let mut argv: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let mut envp: Vec<*const libc::c_char> = plan.envp.iter().map(|e| e.as_ptr()).collect();
-    envp.push(std::ptr::null());
-    let candidates: Vec<*const libc::c_char> = plan.candidates.iter().map(|c| c.as_ptr()).collect();
-    let child = ChildSetup {
-        argv: &argv,
-        envp: &envp,
-        candidates: &candidates,
-        cwd: plan.cwd.as_ptr(),
-        stdin: stdin.as_raw_fd(),
-        output: output.as_raw_fd(),
-        // SAFETY: getpid has no arguments and cannot fail. (std::process::id() is the same.)
-        parent: unsafe { libc::getpid() },
-        max_signal: libc::SIGRTMAX(),
-        default_action: [0; 8],
-        empty_mask: empty_sigset(),
-        prepare,
-    };
-    let (report_read, report_write) = pipe()?;
-
-    // SAFETY: the caller (the shim, or the daemon's clone3 child that becomes it) is
-    // single-threaded and suspended while the child runs (`vfork_exec`); the child runs only
-    // `child_exec`, which works on the memory prepared above (and `prepare`, documented to
-    // allocate) and never returns: it ends in execve or _exit.
-    let pid =
-        unsafe { super::vfork::vfork_exec(&mut || child_exec(&child, report_write.as_raw_fd())) }?;
-    Ok(ForkedAgent {
-        pid,
-        report: report_read,
-    })
 }
 
 /// Wait for the forked agent's exec: `Ok` once its report pipe closed without a word (the
@@ -276,107 +225,6 @@ pub fn await_exec(agent: ForkedAgent) -> Result<i32, ExecFailure> {
     })
 }
 
-/// The pre-built memory the forked child works from.
-struct ChildSetup<'a> {
-    argv: &'a [*const libc::c_char],
-    envp: &'a [*const libc::c_char],
-    candidates: &'a [*const libc::c_char],
-    cwd: *const libc::c_char,
-    stdin: RawFd,
-    output: RawFd,
-    parent: libc::pid_t,
-    max_signal: libc::c_int,
-    /// A kernel `struct sigaction` (not glibc's) that is all zero: SIG_DFL, no flags, empty
-    /// mask. Larger than the kernel's struct on every architecture.
-    default_action: [u64; 8],
-    empty_mask: libc::sigset_t,
-    prepare: Option<Prepare<'a>>,
-}
-
-fn child_exec(setup: &ChildSetup<'_>, report: RawFd) -> ! {
-    // SAFETY: (the whole function) we are the vfork-style child of a single-threaded process
-    // that is suspended until we exec or exit, started with every signal blocked. Every call
-    // below but `prepare` is async-signal-safe (rt_sigaction, sigprocmask, setsid, prctl,
-    // getppid, dup2, fcntl, chdir, syscall(close_range), execve, write, _exit) and only reads
-    // memory built before the clone. We never return or unwind: every path ends in execve or
-    // _exit.
-    unsafe {
-        let fail = |stage: ExecStage, errno: libc::c_int| child_fail(report, stage, errno);
-        let errno = || *libc::__errno_location();
-
-        // SIG_IGN survives exec: put every disposition back to default. Signals stay blocked
-        // until just before the exec: none may end us in the middle of `prepare`'s allocations
-        // in the parent's heap.
-        reset_signal_dispositions(setup.max_signal, &setup.default_action);
-
-        if libc::setsid() < 0 {
-            fail(ExecStage::Session, errno());
-        }
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) < 0
-        {
-            fail(ExecStage::DeathSignal, errno());
-        }
-        if libc::getppid() != setup.parent {
-            // The shim died before the death signal was armed.
-            libc::_exit(127);
-        }
-        let redirect = |fd: RawFd, target: RawFd| -> bool {
-            if fd == target {
-                libc::fcntl(fd, libc::F_SETFD, 0) >= 0
-            } else {
-                libc::dup2(fd, target) >= 0
-            }
-        };
-        if !redirect(setup.stdin, 0) || !redirect(setup.output, 1) || !redirect(setup.output, 2) {
-            fail(ExecStage::Stdio, errno());
-        }
-        if let Some(prepare) = setup.prepare {
-            // A panic must not unwind into the supervisor's code in this child.
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(prepare)) {
-                Ok(Ok(())) => {}
-                Ok(Err(message)) => child_fail_with(report, &message),
-                Err(_) => child_fail_with(report, "the sandbox set-up panicked"),
-            }
-        }
-        if libc::chdir(setup.cwd) < 0 {
-            fail(ExecStage::Chdir, errno());
-        }
-        // No fd of the shim (or leaked into it) reaches the agent. Best effort (Linux ≥ 5.11).
-        libc::syscall(
-            libc::SYS_close_range,
-            3 as libc::c_uint,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        );
-
-        // The agent starts with nothing blocked.
-        libc::sigprocmask(libc::SIG_SETMASK, &setup.empty_mask, std::ptr::null_mut());
-        // execvp's rules: skip candidates that do not exist; remember EACCES; stop on any
-        // other error (the file exists but cannot be run).
-        let mut saw_eacces = false;
-        let mut last = libc::ENOENT;
-        for &candidate in setup.candidates {
-            libc::execve(candidate, setup.argv.as_ptr(), setup.envp.as_ptr());
-            last = errno();
-            match last {
-                libc::EACCES => saw_eacces = true,
-                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
-                _ => break,
-            }
-        }
-        if saw_eacces && last != libc::ENOEXEC {
-            last = libc::EACCES;
-        }
-        fail(ExecStage::Exec, last)
-    }
-}
-
 /// Put every signal's disposition back to default (SIG_IGN and handlers survive a fork; SIG_IGN
 /// survives exec too). The raw syscall, because glibc's sigaction refuses its internal signals
 /// 32 and 33, which its posix_spawn leaves ignored in whatever it starts (a shim run by std's
@@ -405,35 +253,7 @@ pub fn reset_signal_dispositions(max_signal: libc::c_int, default_action: &[u64;
 /// Longest sandbox failure message passed from the child.
 pub(super) const MAX_REPORT_MESSAGE: u64 = 4096;
 
-/// Report a sandbox failure with its message and exit. Only called after `prepare`, which has
-/// already used ordinary (non-async-signal-safe) code: the shim is single-threaded.
-fn child_fail_with(report: RawFd, message: &str) -> ! {
-    let mut msg = Vec::with_capacity(8 + message.len());
-    msg.extend_from_slice(&ExecStage::Sandbox.code().to_ne_bytes());
-    msg.extend_from_slice(&0i32.to_ne_bytes());
-    msg.extend_from_slice(&message.as_bytes()[..message.len().min(MAX_REPORT_MESSAGE as usize)]);
-    // SAFETY: write(2) of a live buffer, then _exit(2), which never returns.
-    unsafe {
-        libc::write(report, msg.as_ptr().cast(), msg.len());
-        libc::_exit(127)
-    }
-}
-
-/// Report `stage` and `errno` to the parent and exit. Async-signal-safe.
-fn child_fail(report: RawFd, stage: ExecStage, errno: libc::c_int) -> ! {
-    let mut msg = [0u8; 8];
-    msg[..4].copy_from_slice(&stage.code().to_ne_bytes());
-    msg[4..].copy_from_slice(&errno.to_ne_bytes());
-    // SAFETY: write(2) and _exit(2) are async-signal-safe; `msg` is a live stack buffer. A
-    // short or failed write leaves the parent with "exec succeeded", and the reaper then
-    // reports exit 127.
-    unsafe {
-        libc::write(report, msg.as_ptr().cast(), msg.len());
-        libc::_exit(127)
-    }
-}
-
-fn empty_sigset() -> libc::sigset_t {
+pub(super) fn empty_sigset() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it fully.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -531,6 +351,26 @@ pub fn exec_as_is(program: &std::ffi::CStr, argv: &[std::ffi::CString]) -> io::E
     // SAFETY: `program` and every argument are NUL-terminated C strings that outlive the
     // call; the array ends with a NULL pointer as execv(3) requires.
     unsafe { libc::execv(program.as_ptr(), pointers.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// execve(2) of `program` with `argv` and `envp`, its signal mask and descriptors as they are.
+/// Returns only on failure. (It allocates the pointer arrays: for a forked copy that has run
+/// ordinary code already, not a child sharing its parent's memory.)
+pub fn exec_with_env(
+    program: &std::ffi::CStr,
+    argv: &[std::ffi::CString],
+    envp: &[std::ffi::CString],
+) -> io::Error {
+    let pointers = |strings: &[std::ffi::CString]| {
+        let mut pointers: Vec<*const libc::c_char> = strings.iter().map(|a| a.as_ptr()).collect();
+        pointers.push(std::ptr::null());
+        pointers
+    };
+    let (argv, envp) = (pointers(argv), pointers(envp));
+    // SAFETY: `program` and every string are NUL-terminated and outlive the call; both arrays
+    // end with a NULL pointer as execve(2) requires.
+    unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
     io::Error::last_os_error()
 }
 

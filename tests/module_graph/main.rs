@@ -6,8 +6,8 @@
 //! module it names, through `pub use` re-exports (`super::TaskCgroup`, which `cgroup`
 //! re-exports from `cgroup::task`, names `cgroup::task`). Each reference is lifted to the pair
 //! of siblings it crosses: one from `daemon::lifecycle` to `fmt` is the edge `daemon → fmt`
-//! among the crate's top-level modules; one from `sandbox::shim` to `sandbox::launch::Handed`
-//! the edge `shim → launch` among the children of `sandbox`. References between a module and
+//! among the crate's top-level modules; one from `sandbox::shim` to `sandbox::protocol::Handed`
+//! the edge `shim → protocol` among the children of `sandbox`. References between a module and
 //! its ancestors are allowed (a child may use its parent and the parent its child). Any circle
 //! among siblings fails the test, which names the modules caught in it, one cycle through
 //! them and the references behind each edge. Comments and string literals are not code and
@@ -17,6 +17,7 @@ mod conventions;
 mod cycles;
 mod scan;
 mod self_tests;
+mod start_path;
 mod tokens;
 
 use cycles::circles;

@@ -17,7 +17,7 @@
 //!   across attempts and backoff, and closes it once the task is removed. A block whose range
 //!   anyone holds is skipped at allocation ([`super::block_for_start`]).
 //! - **The attempt's shim, while its processes use the ids.** The shim inherits that same
-//!   description (fd [`crate::sandbox::launch::ID_CLAIM_FD`], through the daemon's clone or a
+//!   description (fd [`crate::sandbox::protocol::ID_CLAIM_FD`], through the daemon's clone or a
 //!   spare's `SCM_RIGHTS`) and keeps it open until it exits. The shim is PID 1 of the task's PID
 //!   namespace: every process of the task dies with it. So a daemon that dies (SIGKILL, OOM)
 //!   leaves each running task's claim held by its shim; never by the agent (the descriptor is

@@ -1,31 +1,5 @@
 use super::*;
 
-fn args(list: &[&str]) -> Vec<OsString> {
-    list.iter().map(OsString::from).collect()
-}
-
-#[test]
-fn shim_arguments_parse_or_say_what_is_wrong() {
-    assert_eq!(Handed::parse(&[]), Ok(None));
-    assert_eq!(
-        Handed::parse(&args(&["--agent", "2", "--started-ms", "17"])),
-        Ok(Some(Handed::Agent {
-            pid: 2,
-            started_ms: 17
-        }))
-    );
-    assert_eq!(
-        Handed::parse(&args(&["--launch-error", "no pipe"])),
-        Ok(Some(Handed::LaunchError("no pipe".into())))
-    );
-    assert!(Handed::parse(&args(&["--agent", "x", "--started-ms", "1"]))
-        .unwrap_err()
-        .contains("bad --agent"));
-    assert!(Handed::parse(&args(&["--agent", "2"]))
-        .unwrap_err()
-        .contains("unexpected"));
-}
-
 #[test]
 fn the_exec_arguments_carry_the_agent_or_the_error() {
     // A launch whose cgroup cannot be joined fails before any fork.
@@ -63,4 +37,29 @@ fn the_exec_arguments_carry_the_agent_or_the_error() {
         extra[1].to_str().unwrap().contains("cannot join"),
         "{extra:?}"
     );
+}
+
+#[test]
+fn start_errors_name_the_step_the_ids_and_what_to_change() {
+    let refused = StartError::UserNamespace {
+        block: IdBlock {
+            first: 100_000,
+            count: 65_536,
+        },
+        error: std::io::Error::from_raw_os_error(libc::ENOSPC),
+    };
+    let text = refused.to_string();
+    assert!(
+        text.starts_with("cannot create the task's user namespace (host ids 100000–165535)"),
+        "{text}"
+    );
+    assert!(text.contains("user.max_user_namespaces"), "{text}");
+    let upper = StartError::UpperLayer {
+        path: "/state/tasks/t/checkout/upper".into(),
+        first: 100_000,
+        error: std::io::Error::from_raw_os_error(libc::EROFS),
+    };
+    let text = upper.to_string();
+    assert!(text.contains("/state/tasks/t/checkout/upper"), "{text}");
+    assert!(text.contains("(100000…)"), "{text}");
 }

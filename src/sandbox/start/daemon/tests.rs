@@ -9,3 +9,21 @@ fn home_is_roots_or_the_users_existing_home() {
     assert_eq!(home_for(Some(1001), passwd), Path::new("/root"));
     assert_eq!(home_for(Some(4242), passwd), Path::new("/root"));
 }
+
+#[test]
+fn a_user_outside_the_tasks_ids_is_refused_with_the_ids_to_choose() {
+    let block = IdBlock {
+        first: 200_000,
+        count: 65_536,
+    };
+    assert_eq!(host_ids(block, (1000, 1000)).unwrap(), (201_000, 201_000));
+    let text = host_ids(block, (70_000, 0)).unwrap_err().to_string();
+    assert!(
+        text.starts_with("sandbox: sandbox.user 70000:0 is outside the task's user namespace"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0–65535") && text.contains("below 65536"),
+        "{text}"
+    );
+}

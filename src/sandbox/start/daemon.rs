@@ -1,18 +1,131 @@
-//! The sandbox from the shim's side: before the fork, resolve the user and `$HOME` (on the
-//! host's view, where `/etc/passwd` is), give the task's own directories to that user, and list
-//! the host's `/`; after the fork, in the agent's child, [`Prepared::enter`] unshares the
-//! mount, IPC and UTS (and network) namespaces, builds the mounts, drops privileges and
-//! installs the seccomp filter, in that order.
+//! The daemon's part of a start: everything the agent's start needs, resolved on the host
+//! before any fork ([`Launch`]). The user and `$HOME` (from the texts of `/etc/passwd` and
+//! `/etc/group`, never NSS), the task's own directories given to that user, the listing of the
+//! host's `/`, the privilege plan and the seccomp filter ([`prepare`], giving the sandbox as
+//! [`Prepared`]), a template of the sandbox's shape when the daemon keeps one
+//! ([`resolve_launch`]), and the agent's argv, environment and PATH candidates
+//! ([`crate::sys::process::ExecPlan`]).
+//!
+//! Run by the daemon for each start; a shim started on its own (`keel shim --spec`) runs it
+//! too, and a spare shim rebuilds the [`Prepared`] the daemon sent it
+//! ([`Prepared::from_parts`]). What the children do with it is the next files':
+//! [`super::clone`] (the process that becomes the shim) and [`super::agent_child`].
 
-use crate::sandbox::mounts::template::{AttemptOnTemplate, EnterError};
-use crate::sandbox::mounts::{self, Idmap, KernelMounter, RootEntry, SandboxLayout};
+use crate::sandbox::agent::agent_env;
+use crate::sandbox::mounts::template::AttemptOnTemplate;
+use crate::sandbox::mounts::{self, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
-use crate::sandbox::spec::{CheckoutFiles, IdBlock, SandboxSpec};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use crate::sandbox::protocol::PreparedParts;
+use crate::sandbox::spec::{AttemptSpec, CheckoutFiles, IdBlock, SandboxSpec};
+use crate::sys::process::ExecPlan;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
+/// Everything the agent's start needs, resolved on the host before any fork: its argv,
+/// environment and working directory, and its sandbox (user, `$HOME`, the host's `/`).
+pub struct Launch {
+    pub(super) plan: ExecPlan,
+    pub(super) sandbox: Option<Prepared>,
+    pub(super) v1_procs: Vec<PathBuf>,
+}
+
+impl Launch {
+    /// `inherited`: the environment the agent's is made from (the supervisor's own variables
+    /// are removed); the sandbox is the whole mount plan (the daemon's starts may be built on a
+    /// template: [`resolve_launch`]). Errors say what to fix (an
+    /// unknown user, a program path with a NUL).
+    pub fn new<I>(spec: &AttemptSpec, inherited: I) -> Result<Launch, ResolveError>
+    where
+        I: IntoIterator<Item = (OsString, OsString)>,
+    {
+        let sandbox = match &spec.sandbox {
+            Some(sandbox) => Some(prepare(sandbox, crate::sandbox::mounts::list_host_root)?),
+            None => None,
+        };
+        Launch::with_sandbox(spec, inherited, sandbox)
+    }
+
+    /// [`Launch::new`] with the sandbox resolved already (a spare shim gets it from the
+    /// daemon: [`crate::sandbox::spare`]).
+    pub fn with_sandbox<I>(
+        spec: &AttemptSpec,
+        inherited: I,
+        sandbox: Option<Prepared>,
+    ) -> Result<Launch, ResolveError>
+    where
+        I: IntoIterator<Item = (OsString, OsString)>,
+    {
+        let mut spec_env = spec.env.clone();
+        if let Some(sandbox) = &sandbox {
+            // Before the unit's variables: a HOME the unit sets itself wins.
+            spec_env.insert(0, ("HOME".into(), sandbox.home.display().to_string()));
+        }
+        let env = agent_env(inherited, &spec_env);
+        let plan = ExecPlan::new(&spec.argv, &env, &spec.cwd).map_err(ResolveError::Command)?;
+        Ok(Launch {
+            plan,
+            sandbox,
+            v1_procs: spec.cgroup_v1_procs.clone(),
+        })
+    }
+}
+
+impl Launch {
+    /// The descriptor of the sandbox template this start uses, if any.
+    pub fn template_fd(&self) -> Option<RawFd> {
+        self.sandbox.as_ref().and_then(|s| s.template_fd())
+    }
+
+    /// The resolved sandbox, if the attempt has one.
+    pub fn sandbox(&self) -> Option<&Prepared> {
+        self.sandbox.as_ref()
+    }
+
+    /// The resolved sandbox, to hand it the task's user namespace.
+    pub fn sandbox_mut(&mut self) -> Option<&mut Prepared> {
+        self.sandbox.as_mut()
+    }
+}
+
+/// The daemon's sandbox templates, as a start sees them ([`resolve_launch`]): the daemon's
+/// `crate::sandbox::templates::SandboxTemplates`.
+pub trait TemplateCache {
+    /// The listing of the host's `/` (the templates', kept while `/` does not change).
+    fn host_listing(&mut self) -> std::io::Result<Vec<RootEntry>>;
+    /// Put `prepared` on a template of its shape when there is one (built now if need be).
+    fn put_on_template(&mut self, prepared: &mut Prepared);
+}
+
+/// The attempt's start resolved on the host, as [`Launch::new`] does, its sandbox built on a
+/// copy of a template of its shape when `templates` has one (or can build one); `None`: the
+/// whole mount plan. The daemon's side of a start: `inherited` is the environment the agent's
+/// is made from.
+pub fn resolve_launch<I>(
+    spec: &AttemptSpec,
+    inherited: I,
+    templates: Option<&mut dyn TemplateCache>,
+) -> Result<Launch, ResolveError>
+where
+    I: IntoIterator<Item = (OsString, OsString)>,
+{
+    let Some(templates) = templates else {
+        return Launch::new(spec, inherited);
+    };
+    let sandbox = match &spec.sandbox {
+        Some(sandbox) => {
+            let listing = || templates.host_listing();
+            let mut prepared = prepare(sandbox, listing)?;
+            templates.put_on_template(&mut prepared);
+            Some(prepared)
+        }
+        None => None,
+    };
+    Launch::with_sandbox(spec, inherited, sandbox)
+}
+
 /// The namespace an attempt on a template starts from.
-enum TemplateNs {
+pub(super) enum TemplateNs {
     /// The template itself: the agent's child joins and copies it.
     Template(OwnedFd),
     /// A copy a spare shim made ahead, `/proc` and `/dev/pts` mounted: joined as it is
@@ -20,37 +133,23 @@ enum TemplateNs {
     PreparedCopy(OwnedFd),
 }
 
-/// [`Prepared`] without its descriptors, as the daemon hands it to a spare shim
-/// ([`crate::sandbox::spare`]).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PreparedParts {
-    layout: SandboxLayout,
-    host_root: Vec<RootEntry>,
-    privileges: PrivilegePlan,
-    network_none: bool,
-    template: Option<AttemptOnTemplate>,
-    home: PathBuf,
-    #[serde(default)]
-    id_block: Option<IdBlock>,
-}
-
 /// Everything the agent's child needs, computed before the fork.
 pub struct Prepared {
-    layout: SandboxLayout,
-    host_root: Vec<RootEntry>,
-    privileges: PrivilegePlan,
-    network_none: bool,
+    pub(super) layout: SandboxLayout,
+    pub(super) host_root: Vec<RootEntry>,
+    pub(super) privileges: PrivilegePlan,
+    pub(super) network_none: bool,
     /// The sandbox's shape as a copy of a template, and the namespace it starts from.
-    template: Option<(AttemptOnTemplate, TemplateNs)>,
+    pub(super) template: Option<(AttemptOnTemplate, TemplateNs)>,
     /// `$HOME` inside the sandbox.
     pub home: PathBuf,
     /// The host ids of the task's user namespace (`None`: the agent's ids are the host's).
-    id_block: Option<IdBlock>,
+    pub(super) id_block: Option<IdBlock>,
     /// That namespace, when the daemon made it (else the shim's clone makes it).
-    userns: Option<OwnedFd>,
+    pub(super) userns: Option<OwnedFd>,
     /// The seccomp filter, built here (once per process) rather than in the agent's child,
     /// which shares its parent's memory and should allocate little.
-    seccomp: &'static [crate::sys::seccomp::Instruction],
+    pub(super) seccomp: &'static [crate::sys::seccomp::Instruction],
 }
 
 /// Resolve the sandbox of `spec`. Errors say what to fix (an unknown user, a capability
@@ -60,9 +159,9 @@ pub struct Prepared {
 pub fn prepare(
     spec: &SandboxSpec,
     list_host_root: impl FnOnce() -> std::io::Result<Vec<RootEntry>>,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, ResolveError> {
     // Before anything is done for it: a writable path may not give the agent keel's state.
-    spec.check_writable()?;
+    spec.check_writable().map_err(ResolveError::Writable)?;
     // The user databases only matter for `sandbox.user` (root needs no lookup).
     let read = |path: &str| match &spec.user {
         Some(_) => std::fs::read_to_string(path).unwrap_or_default(),
@@ -76,7 +175,7 @@ pub fn prepare(
         &passwd,
         &group,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(ResolveError::Privileges)?;
     // Read here, on the host's /proc, for the child that drops the bounding set.
     privileges::last_cap();
     let home = home_for(privileges.user.map(|(uid, _)| uid), &passwd);
@@ -112,7 +211,7 @@ pub fn prepare(
         // own of: keep the host's resolver directory visible, read-only.
         readonly: mounts::resolv_conf_run_dir().into_iter().collect(),
     };
-    let host_root = list_host_root().map_err(|e| format!("cannot list the host's /: {e}"))?;
+    let host_root = list_host_root().map_err(ResolveError::ListHostRoot)?;
     Ok(Prepared {
         layout,
         host_root,
@@ -130,45 +229,6 @@ pub fn prepare(
 }
 
 impl Prepared {
-    /// In the agent's child: the sandbox built on the host's side, then the task's user
-    /// namespace `userns` joined and the sandbox's namespaces made in it, then the
-    /// privileges (which need the capabilities the mounts used, so they come last).
-    ///
-    /// With a user namespace, the mounts are made as the host's root in a mount namespace of
-    /// the host's (a copy of the template, or of the host's), the task's own files idmapped;
-    /// then [`enter_user_namespace`] copies that namespace into one the task's user namespace
-    /// owns — every mount of it locked together (mount_namespaces(7), "Restrictions on mount
-    /// namespaces"): the agent cannot unmount a hide to see what is under it, nor make a
-    /// read-only mount writable — with the IPC, UTS (and network) namespaces, all owned by
-    /// the task's user namespace. Without one, all of them are made with the mounts.
-    pub fn enter(&self, userns: Option<BorrowedFd<'_>>) -> Result<(), String> {
-        let others = match userns {
-            Some(_) => nix::sched::CloneFlags::empty(),
-            None => mounts::task_namespaces(self.network_none),
-        };
-        match &self.template {
-            Some((attempt, ns)) => match ns.enter(attempt, others, userns) {
-                Ok(()) => {}
-                // The host's view is still ours: the whole plan, as without a template.
-                Err(EnterError::Unjoined(_)) => self.build_in_full(others, userns)?,
-                Err(EnterError::Failed(message)) => return Err(message),
-            },
-            None => self.build_in_full(others, userns)?,
-        }
-        if let Some(userns) = userns {
-            enter_user_namespace(userns, self.network_none)?;
-        }
-        privileges::apply(&self.privileges).map_err(|e| e.to_string())?;
-        // Last: it needs no_new_privs (set just above) and denies the mount calls used before.
-        #[cfg(target_arch = "x86_64")]
-        crate::sys::seccomp::install_seccomp_filter(self.seccomp).map_err(|e| {
-            format!(
-                "cannot install the seccomp filter: {e} (a kernel without CONFIG_SECCOMP_FILTER?)"
-            )
-        })?;
-        Ok(())
-    }
-
     /// The checkout's overlay upper layer (host path), if the task has one.
     pub fn upper_layer(&self) -> Option<&Path> {
         match &self.layout.checkout.as_ref()?.files {
@@ -271,95 +331,17 @@ impl Prepared {
     pub fn on_prepared_copy(&self) -> bool {
         matches!(self.template, Some((_, TemplateNs::PreparedCopy(_))))
     }
-
-    /// The whole mount plan, in a mount namespace copied from the caller's (with the task's
-    /// `others` namespaces); the task's own files idmapped with `userns` when it has one.
-    fn build_in_full(
-        &self,
-        others: nix::sched::CloneFlags,
-        userns: Option<BorrowedFd<'_>>,
-    ) -> Result<(), String> {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS | others).map_err(|e| {
-            format!(
-                "cannot create the task's mount namespace{} (unshare: {e}): run keel as root — namespaces need CAP_SYS_ADMIN",
-                if others.is_empty() { "" } else { " and its IPC, UTS (and network) ones" }
-            )
-        })?;
-        let mut mounter = KernelMounter::new(&self.layout.new_root);
-        if let Some(userns) = userns {
-            let userns = userns
-                .try_clone_to_owned()
-                .map_err(|e| format!("cannot hold the task's user namespace: {e}"))?;
-            mounter = mounter.with_idmap(Idmap {
-                userns,
-                own: self.own_sources(),
-            });
-        }
-        mounts::build(&self.layout, &self.host_root, &mut mounter).map_err(|e| e.to_string())
-    }
-
-    /// The host paths of the task's own files, bound idmapped: its work directory (or full
-    /// checkout) and git directory, its checkpoint directory and progress file, and the
-    /// unit's `sandbox.writable` paths (shared by the operator: the agent's root writes
-    /// there as the host's root did before user namespaces).
-    fn own_sources(&self) -> Vec<PathBuf> {
-        let layout = &self.layout;
-        let mut own = vec![
-            layout.work_source.clone(),
-            layout.checkpoint_source.clone(),
-            layout.progress_file.clone(),
-        ];
-        own.extend(layout.writable.iter().cloned());
-        if let Some(checkout) = &layout.checkout {
-            own.push(checkout.git_dir.clone());
-            // Read-only (the plan's read-only pass, locked in the user namespace): owned by
-            // the agent's root there, as they were by uid 0 before, so that objects of a
-            // repository made under umask 077 stay readable.
-            own.extend(checkout.objects.iter().cloned());
-            if let CheckoutFiles::Bind(files) = &checkout.files {
-                own.push(files.clone());
-            }
-        }
-        own
-    }
-}
-
-/// In the agent's child, its sandbox built: join the task's user namespace as its root, and
-/// make the sandbox's mount namespace (a copy of the one built, every mount locked), IPC and
-/// UTS namespaces (and network, for `network: None`) in it.
-fn enter_user_namespace(userns: BorrowedFd<'_>, network_none: bool) -> Result<(), String> {
-    crate::sys::userns::enter(userns)
-        .map_err(|e| format!("cannot join the task's user namespace: {e}"))?;
-    let flags = nix::sched::CloneFlags::CLONE_NEWNS | mounts::task_namespaces(network_none);
-    nix::sched::unshare(flags).map_err(|e| {
-        format!("cannot create the task's namespaces in its user namespace (unshare: {e})")
-    })
 }
 
 /// The host's ids of `(uid, gid)` inside the task's user namespace (`block`).
-fn host_ids(block: IdBlock, (uid, gid): (u32, u32)) -> Result<(u32, u32), String> {
+fn host_ids(block: IdBlock, (uid, gid): (u32, u32)) -> Result<(u32, u32), ResolveError> {
     match (block.host_id(uid), block.host_id(gid)) {
         (Some(u), Some(g)) => Ok((u, g)),
-        _ => Err(format!(
-            "sandbox.user {uid}:{gid} is outside the task's user namespace, which maps ids \
-             0–{}: choose a uid and gid below {}",
-            block.count - 1,
-            block.count
-        )),
-    }
-}
-
-impl TemplateNs {
-    fn enter(
-        &self,
-        attempt: &AttemptOnTemplate,
-        others: nix::sched::CloneFlags,
-        userns: Option<BorrowedFd<'_>>,
-    ) -> Result<(), EnterError> {
-        match self {
-            TemplateNs::Template(ns) => attempt.enter(ns.as_fd(), others, userns),
-            TemplateNs::PreparedCopy(ns) => attempt.enter_prepared(ns.as_fd(), others, userns),
-        }
+        _ => Err(ResolveError::OutsideUserNamespace {
+            uid,
+            gid,
+            count: block.count,
+        }),
     }
 }
 
@@ -386,9 +368,62 @@ fn home_for(uid: Option<u32>, passwd: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/root"))
 }
 
-fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
-    nix::unistd::chown(path, Some(uid.into()), Some(gid.into()))
-        .map_err(|e| format!("cannot give {} to uid {uid}: {e}", path.display()))
+fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), ResolveError> {
+    nix::unistd::chown(path, Some(uid.into()), Some(gid.into())).map_err(|error| {
+        ResolveError::GiveToUser {
+            path: path.to_path_buf(),
+            uid,
+            error,
+        }
+    })
+}
+
+/// A start that could not be resolved, for a reason the unit's author (or the operator) can
+/// fix: recorded as the attempt's spawn failure. The message names the step and what to do.
+#[derive(Debug)]
+pub enum ResolveError {
+    /// A `sandbox.writable` path that would give the agent keel's state (the check's text).
+    Writable(String),
+    /// `sandbox.user` or `sandbox.capabilities` (an unknown user, a capability name).
+    Privileges(privileges::PrivilegeError),
+    /// `sandbox.user` outside the ids the task's user namespace maps (`count` of them).
+    OutsideUserNamespace {
+        uid: u32,
+        gid: u32,
+        count: u32,
+    },
+    /// One of the task's own directories could not be given to the agent's user.
+    GiveToUser {
+        path: PathBuf,
+        uid: u32,
+        error: nix::errno::Errno,
+    },
+    ListHostRoot(std::io::Error),
+    /// The agent's command line, environment or working directory (a NUL byte, an empty
+    /// command: the plan's text).
+    Command(String),
+}
+
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResolveError::Writable(message) => write!(f, "sandbox: {message}"),
+            ResolveError::Privileges(e) => write!(f, "sandbox: {e}"),
+            ResolveError::OutsideUserNamespace { uid, gid, count } => write!(
+                f,
+                "sandbox: sandbox.user {uid}:{gid} is outside the task's user namespace, which \
+                 maps ids 0–{}: choose a uid and gid below {count}",
+                count - 1
+            ),
+            ResolveError::GiveToUser { path, uid, error } => write!(
+                f,
+                "sandbox: cannot give {} to uid {uid}: {error}",
+                path.display()
+            ),
+            ResolveError::ListHostRoot(e) => write!(f, "sandbox: cannot list the host's /: {e}"),
+            ResolveError::Command(message) => write!(f, "cannot start the agent: {message}"),
+        }
+    }
 }
 
 #[cfg(test)]

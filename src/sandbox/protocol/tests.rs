@@ -1,0 +1,35 @@
+use super::*;
+
+fn args(list: &[&str]) -> Vec<OsString> {
+    list.iter().map(OsString::from).collect()
+}
+
+#[test]
+fn shim_arguments_parse_or_say_what_is_wrong() {
+    assert_eq!(Handed::parse(&[]), Ok(None));
+    assert_eq!(
+        Handed::parse(&args(&["--agent", "2", "--started-ms", "17"])),
+        Ok(Some(Handed::Agent {
+            pid: 2,
+            started_ms: 17
+        }))
+    );
+    assert_eq!(
+        Handed::parse(&args(&["--launch-error", "no pipe"])),
+        Ok(Some(Handed::LaunchError("no pipe".into())))
+    );
+    assert!(Handed::parse(&args(&["--agent", "x", "--started-ms", "1"]))
+        .unwrap_err()
+        .contains("bad --agent"));
+    assert!(Handed::parse(&args(&["--agent", "2"]))
+        .unwrap_err()
+        .contains("unexpected"));
+}
+
+#[test]
+fn the_spares_command_line_names_its_state_directory() {
+    let argv = spare_argv(Path::new("/var/lib/keel")).unwrap();
+    let text: Vec<&str> = argv.iter().map(|a| a.to_str().unwrap()).collect();
+    assert_eq!(text, ["keel", "shim", "--spare", "/var/lib/keel"]);
+    assert!(spare_argv(Path::new("a\0b")).is_err());
+}
