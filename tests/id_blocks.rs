@@ -354,3 +354,40 @@ fn refused_at_start(d: &Daemon, script: &str) -> String {
     assert!(!out.status.success(), "the daemon started: {stderr}");
     stderr
 }
+
+/// A daemon started with SIGCHLD ignored (a parent's disposition survives execve) still makes
+/// its tasks' user namespaces — their maker must stay a zombie until its maps are written —
+/// and runs a sandboxed task to its end.
+#[test]
+fn a_daemon_started_with_sigchld_ignored_makes_user_namespaces() {
+    if !require_root("a_daemon_started_with_sigchld_ignored_makes_user_namespaces") {
+        return;
+    }
+    let mut d = Daemon::prepare("ids-sigign");
+    let daemon = d.daemon_command();
+    let log = std::fs::File::create(d.scratch.dir.join("daemon.log")).unwrap();
+    // bash (dash's trap does not hand an ignored SIGCHLD on to what it execs).
+    let child = std::process::Command::new("bash")
+        .args(["-c", "trap '' CHLD; exec \"$@\"", "bash"])
+        .arg(daemon.get_program())
+        .args(daemon.get_args())
+        .stdin(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    d.child = Some(child);
+    let socket = d.state().join("keel.sock");
+    wait_until(Duration::from_secs(20), "the daemon's socket", || {
+        socket.exists() || d.child.as_mut().unwrap().try_wait().unwrap().is_some()
+    });
+    assert!(
+        socket.exists(),
+        "the daemon did not start: {}",
+        d.daemon_log()
+    );
+    d.write_unit(
+        "t",
+        r#"Unit(command: ["/bin/sh", "-c", "grep -q 1879048192 /proc/self/uid_map"], restart: Never)"#,
+    );
+    d.wait_state("t", "succeeded", Duration::from_secs(30));
+}

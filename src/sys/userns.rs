@@ -28,16 +28,41 @@ const CHILD_STACK_BYTES: usize = 128 << 10;
 pub fn create(first: u32, count: u32) -> io::Result<OwnedFd> {
     let stack = super::vfork::Stack::new(CHILD_STACK_BYTES)?;
     let old_mask = super::block_all_signals()?;
-    let made = as_owner(first, || spawn_exited(&stack));
+    // The child must stay a zombie until its maps are written: not reaped by the kernel, as
+    // it would be under an ignored SIGCHLD (or SA_NOCLDWAIT) the caller inherited.
+    let old_sigchld = default_sigchld();
+    let made = as_owner(first, || spawn_exited(&stack)).and_then(|(pid, ns)| {
+        // The child has exited; until it is reaped its /proc entries still name its
+        // namespace, and its maps are written through them.
+        let mapped = write_maps(pid, first, count);
+        let reaped = super::wait::wait_for(pid);
+        mapped?;
+        reaped?;
+        Ok(ns)
+    });
+    restore_sigchld(old_sigchld);
     super::restore_signal_mask(&old_mask);
-    let (pid, ns) = made?;
-    // The child has exited; until it is reaped its /proc entries still name its namespace,
-    // and its maps are written through them.
-    let mapped = write_maps(pid, first, count);
-    let reaped = super::wait::wait_for(pid);
-    mapped?;
-    reaped?;
-    Ok(ns)
+    made
+}
+
+/// SIGCHLD's disposition set to the default; the one before, to restore.
+fn default_sigchld() -> Option<libc::sigaction> {
+    let mut old = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: an all-zero sigaction is SIG_DFL with no flags and an empty mask.
+    let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: `dfl` and `old` are valid for the call; the kernel fills `old`.
+    if unsafe { libc::sigaction(libc::SIGCHLD, &dfl, old.as_mut_ptr()) } < 0 {
+        return None;
+    }
+    // SAFETY: sigaction succeeded, so it wrote `old`.
+    Some(unsafe { old.assume_init() })
+}
+
+fn restore_sigchld(old: Option<libc::sigaction>) {
+    if let Some(old) = old {
+        // SAFETY: `old` is the action sigaction returned above.
+        unsafe { libc::sigaction(libc::SIGCHLD, &old, std::ptr::null_mut()) };
+    }
 }
 
 /// Run `make` with the effective uid and gid `owner` (the real and saved ones stay root's,
@@ -60,25 +85,30 @@ fn as_owner<T>(owner: u32, make: impl FnOnce() -> io::Result<T>) -> io::Result<T
     if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, no_fixup, 0, 0, 0) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    // All three ids; the capabilities stay, so the way back is open.
-    // SAFETY: integer arguments.
-    let switched = unsafe { libc::setresgid(owner, owner, owner) } == 0
+    // The effective ids only (a namespace's owner is its creator's euid): the real and saved
+    // ones stay root's, so that no process of `owner`'s could signal this one meanwhile.
+    let keep = libc::uid_t::MAX;
+    // SAFETY: integer arguments; -1 (uid_t::MAX) leaves an id as it is.
+    let switched = unsafe { libc::setresgid(keep, owner, keep) } == 0
         // SAFETY: as above.
-        && unsafe { libc::setresuid(owner, owner, owner) } == 0;
+        && unsafe { libc::setresuid(keep, owner, keep) } == 0;
     let made = if switched {
         make()
     } else {
         Err(io::Error::last_os_error())
     };
-    // SAFETY: integer arguments: back to the host's root (CAP_SETUID and CAP_SETGID kept).
-    let back = unsafe { libc::setresuid(0, 0, 0) } == 0
+    // SAFETY: integer arguments: back to the host's root (the saved uid is still 0).
+    let back = unsafe { libc::setresuid(keep, 0, keep) } == 0
         // SAFETY: as above.
-        && unsafe { libc::setresgid(0, 0, 0) } == 0
-        // SAFETY: prctl with integer arguments: the securebits and dumpable flag as they were.
-        && unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) } == 0
+        && unsafe { libc::setresgid(keep, 0, keep) } == 0
+        // SAFETY: prctl with integer arguments: the securebits as they were.
+        && unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) } == 0;
+    // The dumpable flag as it was, where prctl takes it back (0 or 1; 2, set by the kernel
+    // under fs.suid_dumpable=2, cannot be set: it stays what the id change made it).
+    if dumpable == 0 || dumpable == 1 {
         // SAFETY: as above.
-        && unsafe { libc::prctl(libc::PR_SET_DUMPABLE, dumpable as libc::c_ulong, 0, 0, 0) }
-            == 0;
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, dumpable as libc::c_ulong, 0, 0, 0) };
+    }
     if !back {
         // This process would go on as another user: it must not.
         eprintln!(
@@ -137,14 +167,23 @@ fn proc_pid(pid: libc::pid_t) -> io::Result<libc::pid_t> {
 fn spawn_exited(stack: &super::vfork::Stack) -> io::Result<(libc::pid_t, OwnedFd)> {
     extern "C" fn open_own_then_exit(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` points at the caller's `opened`, alive while the caller is suspended
-        // (CLONE_VFORK); the path is a NUL-terminated literal. open may set errno in the
-        // caller's thread-local storage (shared): harmless, the result is read from `opened`.
-        // _exit ends the child without running anything of the caller's.
+        // (CLONE_VFORK); the path is a NUL-terminated literal. syscall(2), not libc's open,
+        // which is a cancellation point and may touch the caller's thread state (shared
+        // here); a failure's errno (the caller's, through the shared thread pointer, which
+        // it does not read meanwhile) is passed back as -errno. _exit ends the child without
+        // running anything of the caller's.
         unsafe {
-            *(arg as *mut libc::c_int) = libc::open(
+            let fd = libc::syscall(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
                 c"/proc/self/ns/user".as_ptr(),
                 libc::O_RDONLY | libc::O_CLOEXEC,
             );
+            *(arg as *mut libc::c_int) = if fd < 0 {
+                -*libc::__errno_location()
+            } else {
+                fd as libc::c_int
+            };
             libc::_exit(0)
         }
     }
@@ -169,8 +208,10 @@ fn spawn_exited(stack: &super::vfork::Stack) -> io::Result<(libc::pid_t, OwnedFd
     }
     if opened < 0 {
         let _ = super::wait::wait_for(pid);
-        return Err(io::Error::other(
-            "the new user namespace's child could not open its /proc/self/ns/user",
+        let why = io::Error::from_raw_os_error(-opened);
+        return Err(io::Error::new(
+            why.kind(),
+            format!("the new user namespace's child could not open its /proc/self/ns/user: {why}"),
         ));
     }
     // SAFETY: the child opened this descriptor in the table it shared with us; nothing else
