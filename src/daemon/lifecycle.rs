@@ -137,6 +137,9 @@ impl Daemon {
                 return;
             }
         };
+        // Held in memory at once (persisted with the decision below): a start that waits for
+        // its cgroup keeps the block it just claimed rather than give it back at every retry.
+        task.record.id_block = id_block;
         // The attempt's cgroup, before the decision: one still emptying defers the start.
         let slice = match slices::prepare_slice(&self.slices, unit, &unit_def) {
             Ok(slice) => Ok(slice),
