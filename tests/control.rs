@@ -64,6 +64,7 @@ fn a_second_daemon_on_the_same_state_refuses_naming_the_first() {
     let out = std::process::Command::new(keel_bin())
         .args(["daemon", "--state"])
         .arg(d.state())
+        .env("KEEL_ID_CLAIMS_DIR", d.scratch.dir.join("id-claims"))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -19,6 +19,8 @@ fn init_in_pid_namespace_with(scratch: &Scratch, companion: &[&str]) -> KillOnDr
     let child = Command::new("unshare")
         // The test drives the daemon from outside its PID namespace, as a container's host.
         .env("KEEL_ACCEPT_OUTSIDE_CLIENTS", "1")
+        // Claims on blocks of host ids of its own, as tests/common gives every daemon.
+        .env("KEEL_ID_CLAIMS_DIR", scratch.dir.join("id-claims"))
         .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
         .arg(keel_bin())
         .arg("init")

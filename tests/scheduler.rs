@@ -188,6 +188,7 @@ fn a_malformed_keel_ron_stops_the_daemon_with_file_line_col() {
         .arg("daemon")
         .arg("--units")
         .arg(d.units())
+        .env("KEEL_ID_CLAIMS_DIR", d.scratch.dir.join("id-claims"))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -195,6 +195,7 @@ fn a_wrong_units_directory_is_refused_and_unseen_units_are_not_forgotten() {
         .arg(d.state())
         .arg("--units")
         .arg(d.scratch.dir.join("unitz"))
+        .env("KEEL_ID_CLAIMS_DIR", d.scratch.dir.join("id-claims"))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
