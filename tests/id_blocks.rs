@@ -347,6 +347,7 @@ fn refused_at_start(d: &Daemon, script: &str) -> String {
         .args(["--mount", "sh", "-c", script, "sh"])
         .arg(daemon.get_program())
         .args(daemon.get_args())
+        .envs(d.daemon_envs())
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -371,6 +372,7 @@ fn a_daemon_started_with_sigchld_ignored_makes_user_namespaces() {
         .args(["-c", "trap '' CHLD; exec \"$@\"", "bash"])
         .arg(daemon.get_program())
         .args(daemon.get_args())
+        .envs(d.daemon_envs())
         .stdin(std::process::Stdio::null())
         .stderr(log)
         .spawn()

@@ -219,6 +219,7 @@ fn a_client_outside_the_daemons_pid_namespace_is_refused_unless_let_in() {
             .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
             .arg(daemon.get_program())
             .args(daemon.get_args())
+            .envs(d.daemon_envs())
             .stdin(Stdio::null())
             .stderr(std::fs::File::create(d.scratch.dir.join("daemon.log")).unwrap());
         if let_in {

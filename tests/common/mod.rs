@@ -141,7 +141,15 @@ impl Daemon {
         self.state().join("tasks").join(unit)
     }
 
-    /// Start `keel daemon` and wait until it answers.
+    /// The variables [`Daemon::daemon_command`] sets, for a command that runs the daemon's
+    /// program and arguments under a wrapper (`unshare`, `sh -c`).
+    pub fn daemon_envs(&self) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        self.daemon_command()
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
+            .collect()
+    }
+
     /// `keel daemon` on this fixture's state, units and cgroup tree.
     pub fn daemon_command(&self) -> Command {
         let mut cmd = Command::new(keel_bin());
