@@ -547,9 +547,10 @@ pub(crate) fn check_at_start(
         let userns = crate::sys::userns::create(range.first_id, ID_BLOCK_SIZE).map_err(|e| {
             format!(
                 "cannot make a user namespace for the tasks (host ids {}…): {e} — keel needs \
-                 CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID and must not be started chroot(2)ed \
-                 (a container engine's pivot_root is fine); {off}",
+                 {} and must not be started chroot(2)ed (a container engine's pivot_root is \
+                 fine); {off}",
                 range.first_id,
+                crate::sys::userns::CAPABILITIES_NEEDED,
             )
         })?;
         use std::os::fd::AsFd;

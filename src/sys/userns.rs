@@ -16,6 +16,9 @@
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+/// What [`create`] needs of its caller, for the messages that refuse it.
+pub const CAPABILITIES_NEEDED: &str = "CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID and CAP_SETPCAP";
+
 /// The child's stack: it makes one system call.
 const CHILD_STACK_BYTES: usize = 128 << 10;
 

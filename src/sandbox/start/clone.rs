@@ -152,13 +152,14 @@ fn give_upper_layer_to_block(sandbox: &Prepared) -> Result<(), StartError> {
 }
 
 /// What to change when the kernel refuses a user namespace.
-fn userns_hint(e: &std::io::Error) -> &'static str {
+fn userns_hint(e: &std::io::Error) -> String {
     match e.raw_os_error() {
         Some(libc::ENOSPC) => {
             " — the limit of user namespaces is reached: raise `sysctl user.max_user_namespaces`"
+                .to_string()
         }
-        Some(libc::EPERM) => " — keel needs CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID",
-        _ => "",
+        Some(libc::EPERM) => format!(" — keel needs {}", crate::sys::userns::CAPABILITIES_NEEDED),
+        _ => String::new(),
     }
 }
 
