@@ -231,6 +231,7 @@ pub(super) fn detailed() -> TaskInfo {
             on_stall: "Restart".into(),
             stall_at_ms: 388_000,
             no_progress_at_ms: None,
+            progress_reads: 12,
         }),
         cpu_limit: Some(2.0),
         memory_limit_bytes: Some(2 << 30),
