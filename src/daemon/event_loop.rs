@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Instant;
 
 mod refused;
-pub(crate) use refused::{note as polled_note, Fallback, POLL_EVERY};
+pub(crate) use refused::{note as polled_note, refusal, Fallback, POLL_EVERY};
 
 pub(crate) const SIGNALS: Token = Token(0);
 pub(crate) const INOTIFY: Token = Token(1);
@@ -181,7 +181,7 @@ impl EventLoop {
                 .register(&mut SourceFd(&fd), token, interest),
         };
         if let Err(e) = registered {
-            let fallback = Fallback::new(format!("epoll: {e}"), Instant::now());
+            let fallback = Fallback::new(refusal("epoll", &e), Instant::now());
             log::warn!(
                 "{name}: cannot watch its {what} ({}): checking it every {}s instead, and \
                  watching again when the kernel allows",
@@ -257,7 +257,7 @@ impl EventLoop {
                     log::info!("{name}: its {} is watched again", refused.what);
                     self.refused.remove(&token);
                 }
-                Err(e) => refused.fallback.refused_again(format!("epoll: {e}"), now),
+                Err(e) => refused.fallback.refused_again(refusal("epoll", &e), now),
             }
         }
         tokens

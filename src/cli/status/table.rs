@@ -178,8 +178,9 @@ pub(super) fn note(task: &TaskInfo, now: u64, colour: bool) -> String {
     if task.liveness.as_deref() == Some("no-progress") {
         parts.push(paint("no progress", Tone::Warn, colour));
     }
-    if let Some(watch) = &task.watch {
-        parts.push(paint(&format!("watch: {watch}"), Tone::Warn, colour));
+    if task.watch.is_some() {
+        // What is polled and why: `keel status UNIT`.
+        parts.push(paint("watch: polling", Tone::Warn, colour));
     }
     if !task.kept_branches.is_empty() {
         parts.push(paint(

@@ -19,6 +19,17 @@ pub(crate) fn retry_delay(failures: u32) -> Duration {
     (RETRY_FIRST * 2u32.pow(doublings)).min(RETRY_MAX)
 }
 
+/// The words for a refusal by `by` (`epoll`, `inotify`): `epoll: No space left on device`
+/// (std's ` (os error 28)` dropped).
+pub(crate) fn refusal(by: &str, e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let words = match text.find(" (os error ") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    format!("{by}: {words}")
+}
+
 /// A watch the kernel refused: why, how many times, and when to try again.
 #[derive(Debug, Clone)]
 pub(crate) struct Fallback {

@@ -229,7 +229,8 @@ impl Watches {
         let (wd, polled) = match self.add_watch(&progress) {
             Ok(wd) => (Some(wd), None),
             Err(e) => {
-                let fallback = Fallback::new(format!("inotify: {e}"), Instant::now());
+                let fallback =
+                    Fallback::new(super::event_loop::refusal("inotify", &e), Instant::now());
                 log::warn!(
                     "{unit}: cannot watch its progress file {} ({}; raise \
                      fs.inotify.max_user_watches?): looking at it every {}s instead, and \

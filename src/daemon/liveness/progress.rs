@@ -172,7 +172,7 @@ impl Watches {
                     }
                     Err(e) => {
                         if let Some((fallback, _)) = watch.polled.as_mut() {
-                            fallback.refused_again(format!("inotify: {e}"), now);
+                            fallback.refused_again(event_loop::refusal("inotify", &e), now);
                         }
                     }
                 }

@@ -156,7 +156,7 @@ impl Daemon {
                 }
             }
             Err(e) => {
-                let why = format!("epoll: {e}");
+                let why = crate::daemon::event_loop::refusal("epoll", &e);
                 match self.liveness.resume_refused.as_mut() {
                     Some(fallback) => fallback.refused_again(why, now),
                     None => {

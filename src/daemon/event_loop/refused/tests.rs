@@ -26,3 +26,11 @@ fn a_fallback_is_due_for_a_retry_only_at_its_time_and_backs_off() {
         "shim exit: polled every 1s (epoll: Too many open files)"
     );
 }
+
+#[test]
+fn a_refusal_is_said_in_the_kernels_words() {
+    let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
+    assert_eq!(refusal("epoll", &e), "epoll: No space left on device");
+    let other = std::io::Error::other("cannot");
+    assert_eq!(refusal("inotify", &other), "inotify: cannot");
+}
