@@ -71,6 +71,9 @@ pub(crate) struct Watches {
     /// The loop refused the descriptor back at the end of a window: the queue is read on the
     /// window's timer alone until it takes it again.
     pub resume_refused: Option<Fallback>,
+    /// How many watched progress files are looked at on a timer (`Watch::polled`): the loop
+    /// asks at every round.
+    polled_count: usize,
 }
 
 struct Watch {
@@ -124,6 +127,7 @@ impl Watches {
             drained_at: mono_ms(),
             paused: false,
             resume_refused: None,
+            polled_count: 0,
         })
     }
 
@@ -135,6 +139,9 @@ impl Watches {
         let Some(watch) = self.tasks.remove(unit) else {
             return;
         };
+        if watch.polled.is_some() {
+            self.polled_count -= 1;
+        }
         if let Some(wd) = watch.wd {
             self.by_wd.remove(&wd);
             let _ = self.inotify.rm_watch(wd);
@@ -276,6 +283,7 @@ impl Watches {
         if let Some(wd) = wd {
             self.by_wd.insert(wd, unit.to_string());
         }
+        self.polled_count += usize::from(watch.polled.is_some());
         self.tasks.insert(unit.to_string(), watch);
         if settings.cpu {
             self.sample_cpu(unit, slices, now);

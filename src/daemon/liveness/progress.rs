@@ -141,7 +141,7 @@ impl Watches {
 
     /// Whether any progress file is looked at on a timer.
     pub fn has_refused(&self) -> bool {
-        self.tasks.values().any(|w| w.polled.is_some())
+        self.polled_count > 0
     }
 
     /// The timer of refused watches: try again to watch the files whose retry is due (said in
@@ -182,8 +182,8 @@ impl Watches {
                 written.push(unit.clone());
             }
             if let Some(watch) = self.tasks.get_mut(&unit) {
-                if watch.wd.is_some() {
-                    watch.polled = None;
+                if watch.wd.is_some() && watch.polled.take().is_some() {
+                    self.polled_count -= 1;
                 }
             }
         }
