@@ -270,3 +270,29 @@ fn a_client_the_daemon_cannot_accept_waits_and_is_answered_once_it_can() {
         d.daemon_log()
     );
 }
+
+#[test]
+fn an_oom_kill_is_seen_while_the_oom_watch_is_refused() {
+    if !require_root("refused oom watch") {
+        return;
+    }
+    let d = refusing_daemon("refuse-oom", "oom", None);
+    // The shell survives its child's OOM kill and sleeps on: only the timer's read of the
+    // counter can tell (no exit follows).
+    d.write_unit(
+        "survivor",
+        r#"Unit(command: ["/bin/sh", "-c", "tail /dev/zero; echo survived > /work/after; exec sleep 60"], restart: Never, resources: Resources(memory: "48M"))"#,
+    );
+    let task = d.wait_state("survivor", "running", PATIENCE);
+    assert!(
+        watch_note(&task).contains(&format!("OOM kills: polled every 1s ({ENOSPC})")),
+        "{task}"
+    );
+    wait_for(PATIENCE, "the child's OOM kill journaled", || {
+        (d.task_dir("survivor").join("work/after").exists()
+            && d.events(Some("survivor"))
+                .iter()
+                .any(|e| e["event"] == "oom-kill"))
+        .then_some(())
+    });
+}
