@@ -52,8 +52,8 @@ fn a_write_storm_is_read_a_few_times_a_second_and_liveness_still_works() {
     // A storm of a few seconds, and of enough writes to tell reads per write from reads per
     // second (however fast this machine writes).
     wait_for(
-        Duration::from_secs(120),
-        "the storm's 20,000th write",
+        Duration::from_secs(240),
+        "the storm's 10,000th write",
         || {
             (last_written(&d) >= 10_000 && started.elapsed() >= Duration::from_secs(3))
                 .then_some(())
