@@ -296,3 +296,48 @@ fn an_oom_kill_is_seen_while_the_oom_watch_is_refused() {
         .then_some(())
     });
 }
+
+#[test]
+fn progress_events_the_loop_will_not_take_back_are_read_on_a_timer_until_it_does() {
+    if !require_root("refused progress events") {
+        return;
+    }
+    let d = refusing_daemon("refuse-events", "events", Some("refuse"));
+    // Heartbeats with new content every 300 ms, until /work/quiet exists.
+    d.write_unit(
+        "beats",
+        &format!(
+            r#"Unit(
+            command: ["/bin/sh", "-c", "i=0; while [ ! -e /work/quiet ]; do echo beat $i > $KEEL_PROGRESS; i=$((i+1)); sleep 0.3; done; exec sleep 600"],
+            liveness: Liveness(heartbeat_timeout: "2s", startup_grace: "0s", on_stall: Report, signals: [Heartbeat]),
+            {SMALL},
+        )"#
+        ),
+    );
+    // The first heartbeat's read ends with the descriptor out of the loop; the loop refuses it
+    // back at the window's end.
+    let task = wait_task(&d, "beats", "the note", |t| !t["watch"].is_null());
+    assert!(
+        watch_note(&task).contains(&format!("progress events: read every 250ms ({ENOSPC})")),
+        "{task}"
+    );
+    holds_throughout(Duration::from_secs(5), "beats stays running", || {
+        d.task("beats").unwrap()["state"] == "running"
+    });
+    let seen = d.task("beats").unwrap();
+    let changed = seen["progress_changed_ms"].as_u64().unwrap_or(0);
+    assert!(
+        changed + 2_000 >= common::wait::unix_now_ms(),
+        "progress seen lately: {seen}"
+    );
+    std::fs::remove_file(d.scratch.dir.join("refuse")).unwrap();
+    wait_task(&d, "beats", "the note gone", |t| t["watch"].is_null());
+    assert!(
+        d.daemon_log()
+            .contains("progress files' events are watched again"),
+        "{}",
+        d.daemon_log()
+    );
+    std::fs::write(d.task_dir("beats").join("work/quiet"), "").unwrap();
+    wait_task(&d, "beats", "stalled", |t| t["state"] == "stalled");
+}

@@ -271,6 +271,9 @@ impl EventLoop {
 
     /// Watch a paused descriptor again; if it became readable meanwhile, the next wait says so.
     pub fn resume_fixed(&self, fd: RawFd, token: Token) -> std::io::Result<()> {
+        if let Some(e) = crate::state::refused_watch("events") {
+            return Err(e);
+        }
         self.register_fixed(fd, token)
     }
 

@@ -94,8 +94,9 @@ pub fn crash_point(name: &str) {
     std::process::abort();
 }
 
-/// Test hook: `KEEL_TEST_REFUSE_WATCH=shim,progress,oom,accept` makes those registrations
-/// fail with ENOSPC (`accept`: the control socket's accept, with EMFILE), as a kernel out of
+/// Test hook: `KEEL_TEST_REFUSE_WATCH=shim,progress,oom,events,accept` makes those
+/// registrations fail with ENOSPC (`events`: the progress files' inotify descriptor back in the
+/// loop after a window; `accept`: the control socket's accept, with EMFILE), as a kernel out of
 /// watches or a daemon out of descriptors would; with `KEEL_TEST_REFUSE_WATCH_WHILE=PATH`, only
 /// while PATH exists, so that a test can end the refusal and see the watch recovered. `kind`
 /// names the registration; `Some(error)` when it is to be refused. Only for tests.
