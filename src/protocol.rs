@@ -138,6 +138,11 @@ pub struct TaskInfo {
     /// When the progress file's content last changed during this attempt (unix ms).
     #[serde(default)]
     pub progress_changed_ms: Option<u64>,
+    /// A source of the live attempt the kernel refused to watch, checked on a timer instead
+    /// until it can be watched again (`shim exit: polled every 1s (epoll: No space left on
+    /// device)`).
+    #[serde(default)]
+    pub watch: Option<String>,
     /// Branches of this task's checkout kept in the main repository because a harvest could
     /// not fast-forward (`<branch>@<attempt>`): work waiting for a person to merge it.
     #[serde(default)]
@@ -232,6 +237,10 @@ pub struct LivenessInfo {
     /// When it is judged without progress if the progress file does not change.
     #[serde(default)]
     pub no_progress_at_ms: Option<u64>,
+    /// How many times keel read the progress file during this attempt (a few a second at
+    /// most, whatever the agent's write rate).
+    #[serde(default)]
+    pub progress_reads: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,5 +1,7 @@
 //! The loop's sources and timers: the mio poll, the signal pipe, the token of every registered
-//! descriptor (shims' pidfds, OOM watches, clients) and the deadline queue.
+//! descriptor (shims' pidfds, OOM watches, clients) and the deadline queue. A registration
+//! the kernel refuses (ENOSPC, EMFILE) keeps its token: the source is then checked on a timer
+//! and registered again when the kernel allows (`refused.rs`).
 
 use super::task::LiveShim;
 use super::timers::Timers;
@@ -11,11 +13,26 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Instant;
 
+mod refused;
+pub(crate) use refused::{note as polled_note, refusal, Fallback, POLL_EVERY};
+
 pub(crate) const SIGNALS: Token = Token(0);
 pub(crate) const INOTIFY: Token = Token(1);
 pub(crate) const LISTENER: Token = Token(2);
 pub(crate) const LIVENESS: Token = Token(3);
 const FIRST_DYNAMIC_TOKEN: usize = 16;
+/// What a shim's pidfd tells, and what a slice's OOM watch tells (the log, `keel status`).
+pub(crate) const SHIM_EXIT: &str = "shim exit";
+pub(crate) const OOM_KILLS: &str = "OOM kills";
+
+/// The test hook's name for a registration (`KEEL_TEST_REFUSE_WATCH`).
+fn hook_kind(what: &str) -> &'static str {
+    match what {
+        SHIM_EXIT => "shim",
+        OOM_KILLS => "oom",
+        _ => "other",
+    }
+}
 
 /// What a dynamic token stands for.
 pub(crate) enum Source {
@@ -32,6 +49,20 @@ pub(crate) struct EventLoop {
     pub timers: Timers,
     /// When the current round began (after the poll returned): `keel health`'s loop age.
     pub last_tick: Instant,
+    /// Registered tokens whose descriptor the kernel refused to watch: checked on a timer.
+    refused: HashMap<Token, RefusedSource>,
+    /// The timer that checks refused sources ([`super::timers::Timer::WatchFallback`]) is
+    /// in the queue.
+    pub fallback_armed: bool,
+}
+
+/// A descriptor the kernel refused to watch, and what to register it for once it allows.
+struct RefusedSource {
+    fd: RawFd,
+    interest: Interest,
+    /// What the descriptor tells, for the log and `keel status` (`shim exit`, `OOM kills`).
+    what: &'static str,
+    fallback: Fallback,
 }
 
 impl EventLoop {
@@ -70,6 +101,8 @@ impl EventLoop {
             next_token: FIRST_DYNAMIC_TOKEN,
             timers: Timers::default(),
             last_tick: Instant::now(),
+            refused: HashMap::new(),
+            fallback_armed: false,
         })
     }
 
@@ -118,34 +151,130 @@ impl EventLoop {
     pub fn unwatch(&mut self, source: &mut impl mio::event::Source, token: Token) {
         let _ = self.poll.registry().deregister(source);
         self.sources.remove(&token);
+        self.refused.remove(&token);
     }
 
     /// Forget a token whose source is gone already.
     pub fn forget(&mut self, token: Token) {
         self.sources.remove(&token);
+        self.refused.remove(&token);
+    }
+
+    /// Watch the descriptor `fd` (`what` it tells: `shim exit`, `OOM kills`) under a new
+    /// token that stands for `source`. Refused by the kernel, the token is kept all the same:
+    /// the source is then checked on a timer ([`EventLoop::refused_due`]) and registered again
+    /// when the kernel allows. Said once in the log.
+    pub fn watch_fd(
+        &mut self,
+        fd: RawFd,
+        interest: Interest,
+        source: Source,
+        what: &'static str,
+        name: &str,
+    ) -> Token {
+        let token = self.new_token();
+        let registered = match crate::state::refused_watch(hook_kind(what)) {
+            Some(e) => Err(e),
+            None => self
+                .poll
+                .registry()
+                .register(&mut SourceFd(&fd), token, interest),
+        };
+        if let Err(e) = registered {
+            let fallback = Fallback::new(refusal("epoll", &e), Instant::now());
+            log::warn!(
+                "{name}: cannot watch its {what} ({}): checking it every {}s instead, and \
+                 watching again when the kernel allows",
+                fallback.why,
+                POLL_EVERY.as_secs()
+            );
+            self.refused.insert(
+                token,
+                RefusedSource {
+                    fd,
+                    interest,
+                    what,
+                    fallback,
+                },
+            );
+        }
+        self.sources.insert(token, source);
+        token
     }
 
     /// Watch a new shim's pidfd: readable when the shim has ended.
     pub fn watch_shim(&mut self, unit: &str, pid: i32, pidfd: OwnedFd) -> LiveShim {
         let fd = pidfd.as_raw_fd();
-        let what = Source::Shim(unit.to_string());
-        let token = match self.watch(&mut SourceFd(&fd), Interest::READABLE, what) {
-            Ok(token) => token,
-            Err(e) => {
-                // Kept as a token of its own all the same, as before: the shim's end is then
-                // noticed by the reaper and reconcile, not by its pidfd.
-                log::error!("{unit}: cannot watch shim {pid}: {e}");
-                let token = self.new_token();
-                self.sources.insert(token, Source::Shim(unit.to_string()));
-                token
-            }
-        };
+        let source = Source::Shim(unit.to_string());
+        let token = self.watch_fd(fd, Interest::READABLE, source, SHIM_EXIT, unit);
         LiveShim { pid, pidfd, token }
     }
 
     pub fn unwatch_shim(&mut self, shim: &LiveShim) {
         let fd = shim.pidfd.as_raw_fd();
         self.unwatch(&mut SourceFd(&fd), shim.token);
+    }
+
+    /// Whether any registered source is checked on a timer.
+    pub fn has_refused(&self) -> bool {
+        !self.refused.is_empty()
+    }
+
+    /// For `keel status`: how the source of `token` is watched, when not by the kernel
+    /// (`shim exit: polled every 1s (epoll: No space left on device)`).
+    pub fn refused_note(&self, token: Token) -> Option<String> {
+        let refused = self.refused.get(&token)?;
+        Some(refused::note(refused.what, &refused.fallback))
+    }
+
+    /// The timer of refused sources: try again to watch those whose retry is due (said in the
+    /// log when the kernel allows), and return every token that was refused, to be checked by
+    /// its owner now (a source watched again may have become ready before).
+    pub fn refused_due(&mut self) -> Vec<Token> {
+        let now = Instant::now();
+        let tokens: Vec<Token> = self.refused.keys().copied().collect();
+        for &token in &tokens {
+            let Some(refused) = self.refused.get_mut(&token) else {
+                continue;
+            };
+            if !refused.fallback.retry_due(now) {
+                continue;
+            }
+            let registered = match crate::state::refused_watch(hook_kind(refused.what)) {
+                Some(e) => Err(e),
+                None => self.poll.registry().register(
+                    &mut SourceFd(&refused.fd),
+                    token,
+                    refused.interest,
+                ),
+            };
+            match registered {
+                Ok(()) => {
+                    let name = match self.sources.get(&token) {
+                        Some(Source::Shim(unit) | Source::Oom(unit)) => unit.as_str(),
+                        _ => "",
+                    };
+                    log::info!("{name}: its {} is watched again", refused.what);
+                    self.refused.remove(&token);
+                }
+                Err(e) => refused.fallback.refused_again(refusal("epoll", &e), now),
+            }
+        }
+        tokens
+    }
+
+    /// Stop the events of a descriptor of a fixed token for a while (its readiness is kept by
+    /// the kernel: [`EventLoop::resume_fixed`] reports it).
+    pub fn pause_fixed(&self, fd: RawFd) {
+        let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+    }
+
+    /// Watch a paused descriptor again; if it became readable meanwhile, the next wait says so.
+    pub fn resume_fixed(&self, fd: RawFd, token: Token) -> std::io::Result<()> {
+        if let Some(e) = crate::state::refused_watch("events") {
+            return Err(e);
+        }
+        self.register_fixed(fd, token)
     }
 
     /// Sleep until an event or the earliest timer. False when the poll failed (a signal
@@ -161,4 +290,63 @@ impl EventLoop {
         self.last_tick = Instant::now();
         true
     }
+}
+
+impl super::Daemon {
+    /// A shim's pidfd or a slice's OOM watch is ready (an event, or found so on the timer of
+    /// refused watches).
+    pub(super) fn on_source_event(&mut self, token: Token) {
+        match self.events.source(token) {
+            Some(Source::Shim(unit)) => {
+                let unit = unit.clone();
+                self.on_shim_exit(&unit);
+            }
+            Some(Source::Oom(unit)) => {
+                let unit = unit.clone();
+                self.on_oom_event(&unit, true);
+            }
+            Some(Source::Client) | None => {}
+        }
+    }
+
+    /// While any watch is refused, its timer is in the queue ([`POLL_EVERY`]).
+    pub(super) fn arm_watch_fallback(&mut self) {
+        let refused = self.events.has_refused() || self.liveness.has_refused();
+        if refused && !self.events.fallback_armed {
+            self.events.fallback_armed = true;
+            (self.events.timers).add_after(POLL_EVERY, super::timers::Timer::WatchFallback);
+        }
+    }
+
+    /// The timer of refused watches: try watching again those whose retry is due, and look at
+    /// each source now — an ended shim (its pidfd readable) is settled, an OOM counter read,
+    /// a progress file's mtime compared.
+    pub(super) fn on_watch_fallback_due(&mut self) {
+        self.events.fallback_armed = false;
+        for token in self.events.refused_due() {
+            match self.events.source(token) {
+                Some(Source::Shim(unit)) => {
+                    let shim = self.tasks.get(unit).and_then(|t| t.shim.as_ref());
+                    if shim.is_some_and(|shim| ended(&shim.pidfd)) {
+                        let unit = unit.clone();
+                        self.on_shim_exit(&unit);
+                    }
+                }
+                // The counter is read whether or not the kernel's notification is pending.
+                Some(Source::Oom(unit)) => {
+                    let unit = unit.clone();
+                    self.on_oom_event(&unit, false);
+                }
+                Some(Source::Client) | None => {}
+            }
+        }
+        self.look_at_polled_progress();
+        self.arm_watch_fallback();
+    }
+}
+
+/// Whether the process of `pidfd` has ended (its pidfd is readable), without waiting.
+fn ended(pidfd: &OwnedFd) -> bool {
+    use std::os::fd::AsFd;
+    crate::sys::fds::wait_readable(pidfd.as_fd(), Some(std::time::Duration::ZERO))
 }

@@ -236,6 +236,7 @@ impl Daemon {
             self.answer_waiters();
             self.notify_status();
             self.store.sync();
+            self.arm_watch_fallback();
             if let Some(code) = self.finished_shutdown() {
                 return self.exit(code);
             }
@@ -295,15 +296,8 @@ impl Daemon {
             LIVENESS => self.on_liveness_event(),
             LISTENER => self.control.accept(&mut self.events),
             token => match self.events.source(token) {
-                Some(Source::Shim(unit)) => {
-                    let unit = unit.clone();
-                    self.on_shim_exit(&unit);
-                }
-                Some(Source::Oom(unit)) => {
-                    let unit = unit.clone();
-                    self.on_oom_event(&unit, true);
-                }
                 Some(Source::Client) => self.on_client_event(token, event),
+                Some(_) => self.on_source_event(token),
                 None => {}
             },
         }
@@ -383,6 +377,9 @@ impl Daemon {
             Timer::OomRecheck { unit } => self.on_oom_event(&unit, false),
             Timer::Liveness { unit, generation } => self.on_liveness_due(&unit, generation),
             Timer::Watchdog => self.on_watchdog_due(),
+            Timer::ProgressEvents => self.on_progress_events_due(),
+            Timer::WatchFallback => self.on_watch_fallback_due(),
+            Timer::AcceptRetry => self.control.accept_again(&mut self.events),
             Timer::ReplenishSpare => self
                 .sandboxing
                 .replenish_spare(self.shutdown.is_some(), self.tasks.any_shim()),

@@ -2,7 +2,7 @@
 //! the unit's limits, OOM events through the loop, the sweep that tears a slice down, and the
 //! figures `keel status` shows. The cgroup files themselves are written by [`crate::cgroup`].
 
-use super::event_loop::{EventLoop, Source};
+use super::event_loop::{EventLoop, Source, OOM_KILLS};
 use super::record::{LastExit, TaskState};
 use super::store::Store;
 use super::task::{CpuSample, OomWatched};
@@ -178,15 +178,9 @@ pub(crate) fn watch_oom(task: &mut Task, slices: &Slices, events: &mut EventLoop
             return;
         }
     };
-    let fd = watch.as_raw_fd();
-    let what = Source::Oom(unit.to_string());
-    let token = match events.watch(&mut SourceFd(&fd), watch.interest(), what) {
-        Ok(token) => token,
-        Err(e) => {
-            log::warn!("{unit}: cannot watch for OOM kills: {e}");
-            return;
-        }
-    };
+    // Refused by the kernel, the watch is read on a timer instead (event_loop.rs).
+    let (fd, what) = (watch.as_raw_fd(), Source::Oom(unit.to_string()));
+    let token = events.watch_fd(fd, watch.interest(), what, OOM_KILLS, unit);
     task.oom = Some(OomWatched { watch, token });
 }
 

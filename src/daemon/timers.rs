@@ -34,6 +34,13 @@ pub enum Timer {
     Liveness { unit: String, generation: u64 },
     /// Time to tell systemd's watchdog the loop is alive.
     Watchdog,
+    /// The progress files' events may be read again (a window of
+    /// `liveness::PROGRESS_EVENTS_WINDOW` after the last read).
+    ProgressEvents,
+    /// Look at the sources whose watch the kernel refused; try watching them again.
+    WatchFallback,
+    /// The control socket's accept failed for want of descriptors: try again.
+    AcceptRetry,
     /// A sandboxed start took (or found no) spare shim: make the next one, now that the
     /// start is done with the CPU.
     ReplenishSpare,

@@ -94,6 +94,30 @@ pub fn crash_point(name: &str) {
     std::process::abort();
 }
 
+/// Test hook: `KEEL_TEST_REFUSE_WATCH=shim,progress,oom,events,accept` makes those
+/// registrations fail with ENOSPC (`events`: the progress files' inotify descriptor back in the
+/// loop after a window; `accept`: the control socket's accept, with EMFILE), as a kernel out of
+/// watches or a daemon out of descriptors would; with `KEEL_TEST_REFUSE_WATCH_WHILE=PATH`, only
+/// while PATH exists, so that a test can end the refusal and see the watch recovered. `kind`
+/// names the registration; `Some(error)` when it is to be refused. Only for tests.
+pub fn refused_watch(kind: &str) -> Option<std::io::Error> {
+    let kinds = std::env::var("KEEL_TEST_REFUSE_WATCH").ok()?;
+    if !kinds.split(',').any(|k| k.trim() == kind) {
+        return None;
+    }
+    if let Some(path) = std::env::var_os("KEEL_TEST_REFUSE_WATCH_WHILE") {
+        if !Path::new(&path).exists() {
+            return None;
+        }
+    }
+    let errno = if kind == "accept" {
+        libc::EMFILE
+    } else {
+        libc::ENOSPC
+    };
+    Some(std::io::Error::from_raw_os_error(errno))
+}
+
 /// A fresh scratch directory for a test of this module.
 #[cfg(test)]
 fn scratch_dir(name: &str) -> PathBuf {

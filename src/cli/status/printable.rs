@@ -60,14 +60,22 @@ fn task(task: &mut TaskInfo) {
         last_activity_kind,
         liveness,
         progress_changed_ms: _,
+        watch,
         kept_branches,
         detail,
     } = task;
     texts([unit, state]);
     texts(
-        [last_exit, reason, progress, last_activity_kind, liveness]
-            .into_iter()
-            .flatten(),
+        [
+            last_exit,
+            reason,
+            progress,
+            last_activity_kind,
+            liveness,
+            watch,
+        ]
+        .into_iter()
+        .flatten(),
     );
     texts(kept_branches.iter_mut());
     if let Some(d) = detail {
@@ -130,6 +138,7 @@ fn detail(d: &mut TaskDetail) {
         on_stall,
         stall_at_ms: _,
         no_progress_at_ms: _,
+        progress_reads: _,
     }) = liveness
     {
         texts([verdict, on_stall]);

@@ -67,6 +67,7 @@ pub fn tone(task: &TaskInfo) -> Tone {
         || matches!(task.state.as_str(), "backoff" | "stopping")
         || task.liveness.as_deref() == Some("no-progress")
         || task.unit_file_missing
+        || task.watch.is_some()
         || !task.kept_branches.is_empty()
         || task.restarts >= RESTART_LOOP
     {
@@ -176,6 +177,10 @@ pub(super) fn note(task: &TaskInfo, now: u64, colour: bool) -> String {
     }
     if task.liveness.as_deref() == Some("no-progress") {
         parts.push(paint("no progress", Tone::Warn, colour));
+    }
+    if task.watch.is_some() {
+        // What is polled and why: `keel status UNIT`.
+        parts.push(paint("watch: polling", Tone::Warn, colour));
     }
     if !task.kept_branches.is_empty() {
         parts.push(paint(

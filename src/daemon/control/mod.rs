@@ -35,6 +35,8 @@ const MAX_REQUEST_BYTES: usize = 4 << 20;
 /// A client has this long to send its request, and again to read its answer: an idle
 /// connection must not hold a descriptor forever.
 const CLIENT_DEADLINE: Duration = Duration::from_secs(10);
+/// An accept refused for want of descriptors is tried again this much later.
+const ACCEPT_RETRY: Duration = Duration::from_secs(1);
 /// More simultaneous clients than this are answered with an error and closed.
 const MAX_CLIENTS: usize = 256;
 
@@ -56,6 +58,10 @@ pub(crate) struct Control {
     /// The cgroup2 mounts, to look at the keel trees a client's cgroup names.
     cgroup_mounts: peers::CgroupMounts,
     refusals: peers::RefusalLog,
+    /// An accept failed for want of descriptors (EMFILE, ENFILE): retried from a timer
+    /// (armed), said once in the log until it works again.
+    accept_refused: bool,
+    accept_retry_armed: bool,
 }
 
 impl Control {
@@ -80,6 +86,8 @@ impl Control {
             identity,
             cgroup_mounts: peers::CgroupMounts::read(),
             refusals: peers::RefusalLog::default(),
+            accept_refused: false,
+            accept_retry_armed: false,
         })
     }
 }
@@ -123,7 +131,11 @@ impl Control {
     /// Take every pending connection: a deadline for its request, or a refusal.
     pub fn accept(&mut self, events: &mut EventLoop) {
         loop {
-            match self.listener.accept() {
+            let accepted = match crate::state::refused_watch("accept") {
+                Some(e) => Err(e),
+                None => self.listener.accept(),
+            };
+            match accepted {
                 Ok((mut stream, _)) => {
                     let (pid, refusal) = if self.clients.len() >= MAX_CLIENTS {
                         let why = format!(
@@ -148,9 +160,18 @@ impl Control {
                         let _ = stream.write_all(format!("{line}\n").as_bytes());
                         continue;
                     }
-                    let Ok(token) = events.watch(&mut stream, Interest::READABLE, Source::Client)
-                    else {
-                        continue;
+                    let token = match events.watch(&mut stream, Interest::READABLE, Source::Client)
+                    {
+                        Ok(token) => token,
+                        Err(e) => {
+                            // Told, not dropped in silence: the client can try again.
+                            log::warn!("control socket: cannot watch a client: {e}");
+                            let message = format!("the daemon cannot watch this connection: {e}");
+                            let line = serde_json::to_string(&Response::Error { message })
+                                .unwrap_or_default();
+                            let _ = stream.write_all(format!("{line}\n").as_bytes());
+                            continue;
+                        }
                     };
                     events
                         .timers
@@ -167,12 +188,38 @@ impl Control {
                     );
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    // The connection waits in the backlog, and no new event comes for it:
+                    // accepted again from a timer once descriptors are free.
+                    if !self.accept_refused {
+                        log::warn!(
+                            "control socket accept: {e}: clients wait; accepting again every \
+                             {}s",
+                            ACCEPT_RETRY.as_secs()
+                        );
+                        self.accept_refused = true;
+                    }
+                    if !self.accept_retry_armed {
+                        self.accept_retry_armed = true;
+                        events.timers.add_after(ACCEPT_RETRY, Timer::AcceptRetry);
+                    }
+                    return;
+                }
                 Err(e) => {
                     log::warn!("control socket accept: {e}");
                     break;
                 }
             }
         }
+        if std::mem::take(&mut self.accept_refused) {
+            log::info!("control socket: accepting clients again");
+        }
+    }
+
+    /// The timer of an accept refused for want of descriptors: accept what waits.
+    pub fn accept_again(&mut self, events: &mut EventLoop) {
+        self.accept_retry_armed = false;
+        self.accept(events);
     }
 
     /// Whether the client on `stream` may talk to the daemon (and its pid, for the log).

@@ -82,6 +82,7 @@ impl Daemon {
                 .and_then(|l| l.last_activity.map(|a| a.1.to_string())),
             liveness: live.as_ref().map(|l| l.verdict.to_string()),
             progress_changed_ms: live.and_then(|l| l.progress_changed_ms),
+            watch: self.watch_note(t),
             kept_branches: checkouts::kept_branches(t, &self.store.dirs),
             detail: None,
         }
@@ -163,7 +164,21 @@ impl Daemon {
             on_stall: format!("{:?}", view.on_stall),
             stall_at_ms: view.stall_at_ms,
             no_progress_at_ms: view.no_progress_at_ms,
+            progress_reads: view.progress_reads,
         })
+    }
+
+    /// What of the live attempt is checked on a timer because the kernel refused its watch.
+    fn watch_note(&self, t: &Task) -> Option<String> {
+        let shim = t.shim.as_ref().map(|s| s.token);
+        let oom = t.oom.as_ref().map(|o| o.token);
+        let notes: Vec<String> = [shim, oom]
+            .into_iter()
+            .flatten()
+            .filter_map(|token| self.events.refused_note(token))
+            .chain(self.liveness.note(&t.name))
+            .collect();
+        (!notes.is_empty()).then(|| notes.join("; "))
     }
 }
 

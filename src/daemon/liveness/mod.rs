@@ -1,11 +1,17 @@
 //! The daemon's side of liveness: what it observes of each live attempt ([`Watches`], this
 //! file) and what it does about the verdicts of [`crate::liveness`] (`verdicts.rs`). Nothing
-//! here polls:
+//! here polls, unless the kernel refuses a watch:
 //!
 //! - heartbeats and progress: inotify on the task's progress file (the host side of the bind
 //!   mount at `/run/keel/progress`). A write (IN_MODIFY, or IN_ATTRIB that moved the mtime:
 //!   `touch`) is a heartbeat; a change of its content (length + hash of its last 4 KiB) is
-//!   progress.
+//!   progress. What an agent's writes cost keel is bounded (`progress.rs`): after the queue
+//!   is read, the inotify descriptor leaves the loop for [`PROGRESS_EVENTS_WINDOW`] (the
+//!   kernel merges a storm's identical events meanwhile), so each progress file is read at
+//!   most a few times a second whatever the write rate; a heartbeat still counts at the
+//!   file's mtime (within the window), not when it was read. A progress file inotify refuses
+//!   to watch (ENOSPC on `max_user_watches`) is looked at every second instead (its mtime),
+//!   and watched again when the kernel allows.
 //! - output: the mtime of `run/output.log` (or `output.log.1` just after a rotation), read when
 //!   a deadline is due and for `keel status`: exact, without a wake-up per write of the shim.
 //! - CPU: the slice's `usage_usec`, read when a deadline is due and at heartbeats (at most
@@ -22,10 +28,12 @@
 //! watched is held against it. The progress file's size and mtime tell whether the agent uses
 //! the progress protocol at all.
 
+mod progress;
 mod verdicts;
 
 pub(crate) use verdicts::check_liveness;
 
+use super::event_loop::Fallback;
 use super::record::Ending;
 use super::record::{LastExit, StallStop, TaskRecord, TaskState};
 use super::slices::{self, Slices};
@@ -36,8 +44,8 @@ use crate::sandbox::spec;
 use crate::state::now_ms;
 use crate::state::StateDir;
 use crate::unit::OnStall;
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use std::collections::{BTreeMap, HashMap};
+use nix::sys::inotify::{InitFlags, Inotify, WatchDescriptor};
+use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -46,12 +54,26 @@ use std::time::{Duration, Instant, SystemTime};
 const CPU_SAMPLE_GAP: Ms = 250;
 /// Only the tail of the progress file is compared: agents may append to it for days.
 const FINGERPRINT_TAIL: u64 = 4096;
+/// After the progress files' events are read, the next are read this much later at the
+/// earliest: each progress file is read at most ~4 times a second, whatever the write rate.
+pub(crate) const PROGRESS_EVENTS_WINDOW: Duration = Duration::from_millis(250);
 
 /// inotify on every watched progress file, and what is known of each live attempt.
 pub(crate) struct Watches {
     inotify: Inotify,
     tasks: HashMap<String, Watch>,
     by_wd: HashMap<WatchDescriptor, String>,
+    /// When the inotify queue was last read (monotonic): the events read next came after.
+    drained_at: Ms,
+    /// The inotify descriptor is out of the loop until the window ends
+    /// ([`PROGRESS_EVENTS_WINDOW`]): its events wait in the kernel's queue.
+    pub paused: bool,
+    /// The loop refused the descriptor back at the end of a window: the queue is read on the
+    /// window's timer alone until it takes it again.
+    pub resume_refused: Option<Fallback>,
+    /// How many watched progress files are looked at on a timer (`Watch::polled`): the loop
+    /// asks at every round.
+    polled_count: usize,
 }
 
 struct Watch {
@@ -69,6 +91,12 @@ struct Watch {
     verdict: Verdict,
     /// The instant the timer is set for (earlier timers in the queue are stale).
     armed: Option<Ms>,
+    /// How many times the progress file was read (fingerprinted) during this attempt: what
+    /// the agent's writes cost keel, shown by `keel status UNIT --json`.
+    reads: u64,
+    /// inotify refused to watch the file: it is looked at on a timer instead (since when it
+    /// was last looked at, monotonic), and watched again when the kernel allows.
+    polled: Option<(Fallback, Ms)>,
 }
 
 /// What `keel status` shows of a live attempt's liveness.
@@ -85,6 +113,8 @@ pub(crate) struct LivenessView {
     /// When the verdict turns stalled / no-progress if nothing more is seen (unix ms).
     pub stall_at_ms: u64,
     pub no_progress_at_ms: Option<u64>,
+    /// Reads of the progress file during this attempt.
+    pub progress_reads: u64,
 }
 
 impl Watches {
@@ -94,6 +124,10 @@ impl Watches {
             inotify,
             tasks: HashMap::new(),
             by_wd: HashMap::new(),
+            drained_at: mono_ms(),
+            paused: false,
+            resume_refused: None,
+            polled_count: 0,
         })
     }
 
@@ -105,6 +139,9 @@ impl Watches {
         let Some(watch) = self.tasks.remove(unit) else {
             return;
         };
+        if watch.polled.is_some() {
+            self.polled_count -= 1;
+        }
         if let Some(wd) = watch.wd {
             self.by_wd.remove(&wd);
             let _ = self.inotify.rm_watch(wd);
@@ -196,15 +233,20 @@ impl Watches {
         let (now, now_wall) = (mono_ms(), now_ms());
         let started_wall = task.record.started_ms.unwrap_or(now_wall);
         let progress = spec::progress_path(&dirs.run_dir(unit));
-        let flags = AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_ATTRIB;
-        let wd = match self.inotify.add_watch(&progress, flags) {
-            Ok(wd) => Some(wd),
+        let (wd, polled) = match self.add_watch(&progress) {
+            Ok(wd) => (Some(wd), None),
             Err(e) => {
+                let fallback =
+                    Fallback::new(super::event_loop::refusal("inotify", &e), Instant::now());
                 log::warn!(
-                    "{unit}: heartbeats will not be seen: inotify on {}: {e} (raise fs.inotify.max_user_watches?)",
-                    progress.display()
+                    "{unit}: cannot watch its progress file {} ({}; raise \
+                     fs.inotify.max_user_watches?): looking at it every {}s instead, and \
+                     watching again when the kernel allows",
+                    progress.display(),
+                    fallback.why,
+                    super::event_loop::POLL_EVERY.as_secs()
                 );
-                None
+                (None, Some((fallback, now)))
             }
         };
         let meta = std::fs::metadata(&progress).ok();
@@ -235,93 +277,17 @@ impl Watches {
             cpu: None,
             verdict: Verdict::Running,
             armed: None,
+            reads: 1,
+            polled,
         };
         if let Some(wd) = wd {
             self.by_wd.insert(wd, unit.to_string());
         }
+        self.polled_count += usize::from(watch.polled.is_some());
         self.tasks.insert(unit.to_string(), watch);
         if settings.cpu {
             self.sample_cpu(unit, slices, now);
         }
-    }
-
-    /// Read the inotify events: the units whose progress file was written, and whether a
-    /// write (IN_MODIFY) was among its events.
-    pub fn drain_events(&mut self) -> BTreeMap<String, bool> {
-        let mut touched: BTreeMap<String, bool> = BTreeMap::new();
-        while let Ok(events) = self.inotify.read_events() {
-            if events.is_empty() {
-                break;
-            }
-            for event in events {
-                if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                    // Events were lost: look at every progress file (a write moved its mtime).
-                    log::warn!("inotify queue overflow: checking every progress file");
-                    for unit in self.tasks.keys() {
-                        touched.entry(unit.clone()).or_default();
-                    }
-                    continue;
-                }
-                if event.mask.contains(AddWatchFlags::IN_IGNORED) {
-                    // The file is gone (or we removed the watch): nothing more comes from it.
-                    if let Some(unit) = self.by_wd.remove(&event.wd) {
-                        if let Some(watch) = self.tasks.get_mut(&unit) {
-                            if watch.wd == Some(event.wd) {
-                                watch.wd = None;
-                                log::warn!("{unit}: progress file removed: heartbeats are no longer seen this attempt");
-                            }
-                        }
-                    }
-                    continue;
-                }
-                if let Some(unit) = self.by_wd.get(&event.wd) {
-                    *touched.entry(unit.clone()).or_default() |=
-                        event.mask.contains(AddWatchFlags::IN_MODIFY);
-                }
-            }
-        }
-        touched
-    }
-
-    /// The progress file of `unit` was written: a heartbeat, maybe progress. False when the
-    /// unit is not watched (nothing to judge).
-    pub fn progress_written(
-        &mut self,
-        unit: &str,
-        modified: bool,
-        dirs: &StateDir,
-        slices: &Slices,
-    ) -> bool {
-        let now = mono_ms();
-        let path = spec::progress_path(&dirs.run_dir(unit));
-        let Some(watch) = self.tasks.get_mut(unit) else {
-            return false;
-        };
-        let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
-        // A chown or chmod is not a write; `touch` is (it moves the mtime).
-        if !modified && mtime == watch.progress_mtime {
-            return false;
-        }
-        watch.progress_mtime = mtime;
-        watch.evidence.heartbeat = Some(now);
-        let fingerprint = fingerprint(&path);
-        // Empty is the instant between `>`'s truncation and its write (a rewrite with the same
-        // words must not look like two changes), never a progress message: not compared.
-        let emptied = fingerprint.is_some_and(|(len, _)| len == 0);
-        if !emptied && fingerprint != watch.fingerprint {
-            watch.fingerprint = fingerprint;
-            watch.evidence.progress = Some(now);
-        }
-        let sample = watch.settings.cpu
-            && watch
-                .cpu
-                .is_none_or(|(_, at)| now.saturating_sub(at) >= CPU_SAMPLE_GAP);
-        if sample {
-            // The CPU baseline moves with the heartbeats: after the last one, only what the
-            // task uses from then on can keep it `running`.
-            self.sample_cpu(unit, slices, now);
-        }
-        true
     }
 
     /// The task's timer fired: sample the evidence that is read rather than watched (output,
@@ -457,6 +423,7 @@ impl Watches {
             on_stall: watch.on_stall,
             stall_at_ms: wall(judged.stall_at),
             no_progress_at_ms: judged.no_progress_at.map(wall),
+            progress_reads: watch.reads,
         })
     }
 }

@@ -3,10 +3,11 @@
 //! [`super::Watches`].
 
 use super::Watches;
+use crate::daemon::event_loop::Fallback;
 use crate::daemon::record::{Intent, StallStop, TaskState};
 use crate::daemon::stopping::{stop, Stop};
 use crate::daemon::store::Store;
-use crate::daemon::timers::Timers;
+use crate::daemon::timers::{Timer, Timers};
 use crate::daemon::{Daemon, Task};
 use crate::liveness::Verdict;
 use crate::unit::OnStall;
@@ -113,25 +114,88 @@ fn note_state(task: &mut Task, to: TaskState, detail: &str, store: &mut Store) {
 }
 
 impl Daemon {
-    /// Progress files were written: heartbeats (and maybe progress) for their tasks.
+    /// Progress files were written (the inotify descriptor is readable): heartbeats, maybe
+    /// progress. Then the descriptor leaves the loop until the window ends
+    /// ([`super::PROGRESS_EVENTS_WINDOW`]): a storm of writes costs one read of the queue and
+    /// of each file per window, whatever its rate.
     pub(crate) fn on_liveness_event(&mut self) {
-        for (unit, modified) in self.liveness.drain_events() {
-            if self
-                .liveness
-                .progress_written(&unit, modified, &self.store.dirs, &self.slices)
-            {
+        if self.read_progress_events() && !self.liveness.paused {
+            self.events.pause_fixed(self.liveness.raw_fd());
+            self.liveness.paused = true;
+            (self.events.timers).add_after(super::PROGRESS_EVENTS_WINDOW, Timer::ProgressEvents);
+        }
+    }
+
+    /// Read the progress files' queued events and judge the tasks written. True when there
+    /// were any.
+    fn read_progress_events(&mut self) -> bool {
+        let drained = self.liveness.drain_events();
+        for (unit, modified) in drained.touched {
+            let (dirs, slices) = (&self.store.dirs, &self.slices);
+            if (self.liveness).progress_written(&unit, modified, drained.after, dirs, slices) {
                 self.judge_liveness(&unit);
+            }
+        }
+        drained.any
+    }
+
+    /// The window is over: the inotify descriptor goes back into the loop (what was queued
+    /// meanwhile is reported at once). Refused, the queue is read on this timer instead.
+    pub(crate) fn on_progress_events_due(&mut self) {
+        if !self.liveness.paused {
+            return;
+        }
+        let now = std::time::Instant::now();
+        match (self.events)
+            .resume_fixed(self.liveness.raw_fd(), crate::daemon::event_loop::LIVENESS)
+        {
+            Ok(()) => {
+                self.liveness.paused = false;
+                if self.liveness.resume_refused.take().is_some() {
+                    log::info!("progress files' events are watched again");
+                }
+            }
+            Err(e) => {
+                let why = crate::daemon::event_loop::refusal("epoll", &e);
+                match self.liveness.resume_refused.as_mut() {
+                    Some(fallback) => fallback.refused_again(why, now),
+                    None => {
+                        log::warn!(
+                            "cannot watch the progress files' events ({why}): reading them \
+                             every {}ms instead",
+                            super::PROGRESS_EVENTS_WINDOW.as_millis()
+                        );
+                        self.liveness.resume_refused = Some(Fallback::new(why, now));
+                    }
+                }
+                self.read_progress_events();
+                (self.events.timers)
+                    .add_after(super::PROGRESS_EVENTS_WINDOW, Timer::ProgressEvents);
             }
         }
     }
 
-    /// The task's timer: look at the sampled evidence, judge, act, arm the next one.
+    /// The task's timer: look at the sampled evidence, judge, act, arm the next one. Writes
+    /// not read yet (the window's, or a file looked at on a timer) are read first: a verdict
+    /// never misses a heartbeat that came before it.
     pub(crate) fn on_liveness_due(&mut self, unit: &str, generation: u64) {
+        if self.liveness.paused {
+            self.read_progress_events();
+        }
+        let (dirs, slices) = (&self.store.dirs, &self.slices);
+        self.liveness.look_at_polled(unit, dirs, slices);
         if self
             .liveness
             .timer_due(unit, generation, &self.store.dirs, &self.slices)
         {
             self.judge_liveness(unit);
+        }
+    }
+
+    /// The timer of refused watches, for progress files: those written are judged.
+    pub(crate) fn look_at_polled_progress(&mut self) {
+        for unit in (self.liveness).refused_due(&self.store.dirs, &self.slices) {
+            self.judge_liveness(&unit);
         }
     }
 

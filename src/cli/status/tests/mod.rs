@@ -231,6 +231,7 @@ pub(super) fn detailed() -> TaskInfo {
             on_stall: "Restart".into(),
             stall_at_ms: 388_000,
             no_progress_at_ms: None,
+            progress_reads: 12,
         }),
         cpu_limit: Some(2.0),
         memory_limit_bytes: Some(2 << 30),
@@ -299,3 +300,22 @@ fn a_task_never_started_says_so_and_a_table_without_detail_stays_a_table() {
 }
 
 mod escaping;
+
+#[test]
+fn a_source_checked_on_a_timer_is_worth_a_look_and_its_note_says_why() {
+    let mut t = task("worker", "running");
+    assert_eq!(tone(&t), Tone::Good);
+    t.watch = Some("shim exit: polled every 1s (epoll: No space left on device)".into());
+    assert_eq!(tone(&t), Tone::Warn);
+    assert_eq!(note(&t, 100_000, false), "watch: polling");
+    let mut full = detailed();
+    full.watch = t.watch.clone();
+    let plain = render(&report(vec![full]), 100_000, false);
+    assert!(
+        plain
+            .lines()
+            .any(|l| l
+                == "  watch        shim exit: polled every 1s (epoll: No space left on device)"),
+        "{plain}"
+    );
+}
