@@ -57,6 +57,11 @@ pub(crate) struct Identity {
     /// it through a shared state directory. Off by default: another keel's sandbox is
     /// outside too, and nothing of it can be read.
     pub accept_outside: bool,
+    /// Rootless: the user namespace the daemon was started in, before it made its own
+    /// ([`crate::sys::own_userns`]). Its user's shell is there, and is let in as the daemon's
+    /// own namespace is; its tasks are in the daemon's (and refused by their PID namespace
+    /// and cgroup).
+    pub started_in: Option<NsId>,
 }
 
 /// The variable that lets clients outside the daemon's PID namespace in.
@@ -144,7 +149,8 @@ pub(crate) fn judge(
         Ok(theirs) => theirs,
         Err(why) => return refuse(format!("cannot read the client's namespaces: {why}")),
     };
-    if theirs.user != own.namespaces.user {
+    let started_in = own.started_in.is_some_and(|ns| ns == theirs.user);
+    if theirs.user != own.namespaces.user && !started_in {
         return refuse(format!(
             "the client is in user namespace {}, not the daemon's {}: run keel in the \
              daemon's namespaces",
@@ -219,6 +225,7 @@ impl Identity {
                 .and_then(|text| v2_path(&text).map(str::to_string)),
             proc_is_own,
             accept_outside: std::env::var_os(ACCEPT_OUTSIDE).is_some_and(|v| v == "1"),
+            started_in: crate::sys::own_userns::started_in().map(|(dev, ino)| NsId { dev, ino }),
         })
     }
 }

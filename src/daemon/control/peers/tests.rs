@@ -25,6 +25,7 @@ fn daemon() -> Identity {
         cgroup: Some("/keel/supervisor".into()),
         proc_is_own: true,
         accept_outside: false,
+        started_in: None,
     }
 }
 
@@ -90,6 +91,46 @@ fn another_user_namespace_is_refused() {
         why.starts_with("refused: the client is in user namespace [4026532999]"),
         "{why}"
     );
+}
+
+#[test]
+fn a_rootless_daemon_lets_in_the_namespace_it_was_started_in_and_no_other() {
+    // The daemon made its own user namespace (OTHER) from the host's, where its user's
+    // shell is; a second one (a task's of another keel) stays out.
+    let own = Identity {
+        namespaces: Namespaces {
+            user: OTHER,
+            pid: HOST_PID,
+        },
+        started_in: Some(HOST_USER),
+        ..daemon()
+    };
+    assert_eq!(verdict(&own, &client("/user.slice")), Ok(()));
+    let mut inside = client("/user.slice");
+    inside.namespaces = Ok(Namespaces {
+        user: OTHER,
+        pid: HOST_PID,
+    });
+    assert_eq!(verdict(&own, &inside), Ok(()));
+    let mut third = client("/user.slice");
+    third.namespaces = Ok(Namespaces {
+        user: NsId {
+            dev: 4,
+            ino: 4026533111,
+        },
+        pid: HOST_PID,
+    });
+    let why = verdict(&own, &third).unwrap_err();
+    assert!(why.contains("user namespace [4026533111]"), "{why}");
+    // Its own tasks share its user namespace but not its PID namespace.
+    inside.namespaces = Ok(Namespaces {
+        user: OTHER,
+        pid: NsId {
+            dev: 4,
+            ino: 4026533222,
+        },
+    });
+    assert!(verdict(&own, &inside).is_err());
 }
 
 #[test]
