@@ -40,6 +40,7 @@ fn client(cgroup: &str) -> PeerFacts {
         cgroups: Ok(format!(
             "12:pids:/user.slice\n1:name=systemd:/user.slice\n0::{cgroup}\n"
         )),
+        pid_levels: Some(1),
         alive_after_read: Some(true),
     }
 }
@@ -131,6 +132,32 @@ fn a_rootless_daemon_lets_in_the_namespace_it_was_started_in_and_no_other() {
         },
     });
     assert!(verdict(&own, &inside).is_err());
+
+    // The kernel lets it read no namespace of its user's shell (another user namespace):
+    // in its own PID namespace, the shell is let in; a level below (a sandbox), refused.
+    let mut shell = client("/user.slice");
+    shell.namespaces = Err("Permission denied (os error 13)".into());
+    assert_eq!(verdict(&own, &shell), Ok(()));
+    shell.pid_levels = Some(2);
+    let why = verdict(&own, &shell).unwrap_err();
+    assert!(why.contains("not in the daemon's PID namespace"), "{why}");
+    shell.pid_levels = None;
+    assert!(verdict(&own, &shell).is_err());
+    // Inside a keel tree all the same: refused by its cgroup.
+    let mut agent = client("/keel/tasks/t");
+    agent.namespaces = Err("Permission denied (os error 13)".into());
+    assert!(verdict(&own, &agent).is_err());
+    // A root daemon never lets an unreadable client in.
+    shell.pid_levels = Some(1);
+    assert!(verdict(&daemon(), &shell).is_err());
+}
+
+#[test]
+fn pid_levels_count_the_nspid_line() {
+    assert_eq!(pid_levels("Name:\tsh\nNSpid:\t4242\n"), Some(1));
+    assert_eq!(pid_levels("NSpid:\t4242\t7\t1\n"), Some(3));
+    assert_eq!(pid_levels("Name:\tsh\n"), None);
+    assert_eq!(pid_levels("NSpid:\n"), None);
 }
 
 #[test]
