@@ -403,6 +403,7 @@ fn sandbox_layout(dirs: &StateDir, unit: &str, prepared: &Prepared) -> SandboxLa
         hidden: vec![dirs.root.clone()],
         writable: vec![],
         readonly: vec![],
+        in_user_namespace: false,
     }
 }
 

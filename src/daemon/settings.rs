@@ -29,14 +29,17 @@ impl Settings {
         let config_path = config_path.unwrap_or_else(|| dirs.root.join(crate::config::CONFIG_FILE));
         let cgroup_name = cgroup_name.unwrap_or_else(|| default_cgroup_name(&dirs.root));
         let layout = crate::cgroup::detect(&cgroup_name);
-        refuse_without_delegation(&layout)?;
+        let rootless = refuse_without_delegation(&layout)?;
         let (quota, memory_limit) = layout.as_ref().map_or((None, None), |l| {
             (l.base_cpu_quota(), l.base_memory_limit())
         });
         let host = HostCapacity::detect(quota, memory_limit).map_err(super::setup(
             "read the host's CPUs and memory (/proc/meminfo)",
         ))?;
-        let config = load_at_start(dirs, &config_path, &host)?;
+        let mut config = load_at_start(dirs, &config_path, &host)?;
+        if rootless {
+            become_root_of_own_user_namespace(&mut config)?;
+        }
         let settings = Settings {
             config,
             config_path,
@@ -74,12 +77,13 @@ impl Settings {
 
 /// A daemon that is not root must start in a cgroup v2 subtree delegated to its user, or it
 /// could start no task while it runs (its cgroup is fixed at its start): it refuses to start,
-/// naming what to set up ([`crate::cgroup::delegation`]). Root is not judged.
-fn refuse_without_delegation(layout: &Result<Layout, CgroupError>) -> Result<(), DaemonError> {
+/// naming what to set up ([`crate::cgroup::delegation`]). Root is not judged. `Ok(true)`: not
+/// root, and delegated.
+fn refuse_without_delegation(layout: &Result<Layout, CgroupError>) -> Result<bool, DaemonError> {
     use crate::cgroup::delegation;
     let uid = nix::unistd::geteuid().as_raw();
     if uid == 0 {
-        return Ok(());
+        return Ok(false);
     }
     let access = layout
         .as_ref()
@@ -94,6 +98,27 @@ fn refuse_without_delegation(layout: &Result<Layout, CgroupError>) -> Result<(),
             .map(|a| a.base.display().to_string())
             .unwrap_or_default()
     );
+    Ok(true)
+}
+
+/// Rootless: the daemon becomes root of a user namespace of its own
+/// ([`crate::sys::own_userns`]), in which its tasks' namespaces are made. That namespace maps
+/// the user's own id only, so tasks get no block of ids of their own: `user_namespaces` is
+/// `Off` whatever `keel.ron` says, and every task's processes are the daemon's user on the
+/// host (docs/operations.md, "Rootless").
+fn become_root_of_own_user_namespace(config: &mut Config) -> Result<(), DaemonError> {
+    let (uid, gid) = crate::sys::own_userns::become_root_of_own().map_err(|e| {
+        DaemonError::Config(format!(
+            "cannot make a user namespace of its own as uid {} (unshare/uid_map: {e}): allow              unprivileged user namespaces (sysctl user.max_user_namespaces > 0;              kernel.unprivileged_userns_clone=1 on Debian before 11;              kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for keel on              Ubuntu 23.10 and later), or run keel as root",
+            nix::unistd::geteuid()
+        ))
+    })?;
+    if config.user_namespaces != crate::config::UserNamespaces::Off {
+        log::info!(
+            "rootless: tasks run in the daemon's own user namespace (uid 0 inside is uid {uid}, gid 0 is gid {gid} on the host), with no block of ids of their own (user_namespaces: Off)"
+        );
+        config.user_namespaces = crate::config::UserNamespaces::Off;
+    }
     Ok(())
 }
 

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 pub use crate::sys::mount::MountAttrs;
 pub use error::SandboxError;
 pub use kernel::{Idmap, KernelMounter};
-pub use overlay::{overlay_data, overlay_path_problem};
+pub use overlay::{overlay_data, overlay_data_in, overlay_path_problem};
 
 pub use crate::sandbox::spec::{CheckoutFiles, CheckoutMounts};
 
@@ -79,6 +79,11 @@ pub struct SandboxLayout {
     /// Host paths bound read-only at the same path even where keel mounts its own (`/run`,
     /// `$HOME`): [`resolv_conf_run_dir`] for one.
     pub readonly: Vec<PathBuf>,
+    /// The sandbox is built in a user namespace other than the host's (a daemon that is not
+    /// root: [`crate::sys::own_userns`]; a user-namespaced container): the host's mounts are
+    /// locked in its mount namespace, so `/sys` is bound with its submounts (the host's
+    /// cgroup tree hidden under an empty tmpfs), and overlayfs needs `userxattr`.
+    pub in_user_namespace: bool,
 }
 
 /// One entry of the host's `/`.
@@ -137,6 +142,8 @@ pub enum MountOp {
         upper: PathBuf,
         work: PathBuf,
         target: PathBuf,
+        /// Mounted in a user namespace other than the host's ([`overlay_data_in`]).
+        in_user_namespace: bool,
     },
     /// A fresh procfs (of the caller's PID namespace), `nosuid,nodev,noexec`.
     Proc { target: PathBuf },
@@ -261,13 +268,15 @@ impl fmt::Display for MountOp {
                 upper,
                 work,
                 target,
+                in_user_namespace,
             } => write!(
                 f,
-                "overlay       {} lower={} upper={} work={}",
+                "overlay       {} lower={} upper={} work={}{}",
                 target.display(),
                 lower.display(),
                 upper.display(),
-                work.display()
+                work.display(),
+                if *in_user_namespace { " userxattr" } else { "" }
             ),
             MountOp::Proc { target } => write!(f, "proc          {}", target.display()),
             MountOp::Devpts { target } => write!(

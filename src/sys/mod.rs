@@ -13,6 +13,7 @@ pub mod fds;
 pub mod git;
 pub mod machine;
 pub mod mount;
+pub mod own_userns;
 pub mod process;
 pub mod seccomp;
 pub mod term;

@@ -57,6 +57,11 @@ pub(crate) struct Identity {
     /// it through a shared state directory. Off by default: another keel's sandbox is
     /// outside too, and nothing of it can be read.
     pub accept_outside: bool,
+    /// Rootless: the user namespace the daemon was started in, before it made its own
+    /// ([`crate::sys::own_userns`]). Its user's shell is there, and is let in as the daemon's
+    /// own namespace is; its tasks are in the daemon's (and refused by their PID namespace
+    /// and cgroup).
+    pub started_in: Option<NsId>,
 }
 
 /// The variable that lets clients outside the daemon's PID namespace in.
@@ -70,6 +75,10 @@ pub(crate) struct PeerFacts {
     pub uid: u32,
     /// Its namespaces, or why they could not be read.
     pub namespaces: Result<Namespaces, String>,
+    /// How many PID namespaces, from the daemon's down, it has a pid in (the `NSpid` line of
+    /// `/proc/<pid>/status`, readable whatever its user namespace): 1 when it is in the
+    /// daemon's own.
+    pub pid_levels: Option<usize>,
     /// The text of `/proc/<pid>/cgroup`, or why it could not be read.
     pub cgroups: Result<String, String>,
     /// Whether the client was still alive once all this was read (its pidfd, `SO_PEERPIDFD`):
@@ -140,23 +149,37 @@ pub(crate) fn judge(
                 .to_string(),
         );
     }
-    let theirs = match &peer.namespaces {
-        Ok(theirs) => theirs,
+    match &peer.namespaces {
+        Ok(theirs) => {
+            let started_in = own.started_in.is_some_and(|ns| ns == theirs.user);
+            if theirs.user != own.namespaces.user && !started_in {
+                return refuse(format!(
+                    "the client is in user namespace {}, not the daemon's {}: run keel in the \
+                     daemon's namespaces",
+                    theirs.user, own.namespaces.user
+                ));
+            }
+            if theirs.pid != own.namespaces.pid {
+                return refuse(format!(
+                    "the client is in PID namespace {}, not the daemon's {} (a keel sandbox?): \
+                     run keel in the daemon's namespaces",
+                    theirs.pid, own.namespaces.pid
+                ));
+            }
+        }
+        // Rootless: no process may read the namespaces of one in another user namespace
+        // (the kernel's ptrace check wants the same namespace or CAP_SYS_PTRACE over the
+        // other), the user's own shell in the one the daemon was started in included. Its
+        // uid is the daemon's (above), its cgroup is judged below, and `NSpid` says it is in
+        // the daemon's PID namespace, where no keel sandbox is.
+        Err(_) if own.started_in.is_some() && peer.pid_levels == Some(1) => {}
+        Err(why) if own.started_in.is_some() => {
+            return refuse(format!(
+                "the client's namespaces cannot be read ({why}) and it is not in the daemon's \
+                 PID namespace (a sandbox?): run keel in the daemon's namespaces"
+            ))
+        }
         Err(why) => return refuse(format!("cannot read the client's namespaces: {why}")),
-    };
-    if theirs.user != own.namespaces.user {
-        return refuse(format!(
-            "the client is in user namespace {}, not the daemon's {}: run keel in the \
-             daemon's namespaces",
-            theirs.user, own.namespaces.user
-        ));
-    }
-    if theirs.pid != own.namespaces.pid {
-        return refuse(format!(
-            "the client is in PID namespace {}, not the daemon's {} (a keel sandbox?): run \
-             keel in the daemon's namespaces",
-            theirs.pid, own.namespaces.pid
-        ));
     }
     let text = match &peer.cgroups {
         Ok(text) => text,
@@ -219,6 +242,7 @@ impl Identity {
                 .and_then(|text| v2_path(&text).map(str::to_string)),
             proc_is_own,
             accept_outside: std::env::var_os(ACCEPT_OUTSIDE).is_some_and(|v| v == "1"),
+            started_in: crate::sys::own_userns::started_in().map(|(dev, ino)| NsId { dev, ino }),
         })
     }
 }
@@ -240,13 +264,16 @@ impl PeerFacts {
     /// Read what `/proc` says of the client `pid` (0: none visible) with uid `uid`, then
     /// whether it is still alive, through `pidfd` (`SO_PEERPIDFD`'s answer).
     pub fn read(pid: i32, uid: u32, pidfd: std::io::Result<OwnedFd>) -> PeerFacts {
-        let (namespaces, cgroups) = if pid > 0 {
+        let (namespaces, cgroups, pid_levels) = if pid > 0 {
             (
                 namespaces_of(&pid.to_string()).map_err(|e| e.to_string()),
                 std::fs::read_to_string(format!("/proc/{pid}/cgroup")).map_err(|e| e.to_string()),
+                std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .ok()
+                    .and_then(|status| pid_levels(&status)),
             )
         } else {
-            (Err("no pid".into()), Err("no pid".into()))
+            (Err("no pid".into()), Err("no pid".into()), None)
         };
         let alive_after_read = match pidfd {
             // Signal 0 checks existence (a zombie still holds its pid); EPERM is alive too.
@@ -262,9 +289,16 @@ impl PeerFacts {
             uid,
             namespaces,
             cgroups,
+            pid_levels,
             alive_after_read,
         }
     }
+}
+
+/// The number of pids on the `NSpid:` line of a `/proc/<pid>/status` text (proc(5)).
+pub(crate) fn pid_levels(status: &str) -> Option<usize> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    Some(line.split_whitespace().count()).filter(|n| *n > 0)
 }
 
 /// The cgroup2 mounts this daemon sees, to look at a tree a client's cgroup names.

@@ -74,6 +74,7 @@ fn layout(hidden: Vec<PathBuf>, writable: Vec<PathBuf>) -> SandboxLayout {
         hidden,
         writable,
         readonly: Vec::new(),
+        in_user_namespace: false,
     }
 }
 

@@ -416,15 +416,18 @@ impl Mounter for KernelMounter {
                 upper,
                 work,
                 target,
+                in_user_namespace,
             } => {
-                let data = super::overlay_data(lower, upper, work)
+                let in_user_namespace = *in_user_namespace;
+                let data = super::overlay_data_in(lower, upper, work, in_user_namespace)
                     .map_err(|problem| io::Error::new(io::ErrorKind::InvalidInput, problem))?;
                 let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
                 if let Some(idmap) = &self.idmap {
                     return self.idmapped_overlay(target, lower, idmap.userns.try_clone()?, |at| {
-                        let data = super::overlay_data(at, upper, work).map_err(|problem| {
-                            io::Error::new(io::ErrorKind::InvalidInput, problem)
-                        })?;
+                        let data = super::overlay_data_in(at, upper, work, in_user_namespace)
+                            .map_err(|problem| {
+                                io::Error::new(io::ErrorKind::InvalidInput, problem)
+                            })?;
                         sys::mount_fs("overlay", at, "overlay", flags, Some(&data))
                     });
                 }

@@ -311,6 +311,15 @@ impl<'a> Planner<'a> {
             match &entry.kind {
                 // /sys without its submounts: the host's cgroup tree (other tasks' figures) and
                 // tracefs stay out of sight, and a dozen mounts fewer make every start faster.
+                // In a user namespace (rootless) a mount cannot be bound without the locked
+                // ones below it (mount_namespaces(7)): there, the cgroup tree is hidden.
+                RootEntryKind::Dir if entry.name == "sys" && self.layout.in_user_namespace => {
+                    self.bind(&step, &at, &at, true, false);
+                    let cgroups = at.join("fs/cgroup");
+                    let target = self.host(&cgroups);
+                    self.push(&Step::Hidden(cgroups.clone()), MountOp::Hide { target });
+                    self.mounted(&cgroups, Layer::Opaque);
+                }
                 RootEntryKind::Dir => self.bind(&step, &at, &at, entry.name != "sys", false),
                 RootEntryKind::File => self.bind(&step, &at, &at, false, true),
                 RootEntryKind::Symlink(target) => {

@@ -178,6 +178,14 @@ pub fn prepare(
     .map_err(ResolveError::Privileges)?;
     // Read here, on the host's /proc, for the child that drops the bounding set.
     privileges::last_cap();
+    // A daemon in a user namespace of its own (rootless) builds the sandbox there: the
+    // agent's uid must be one that namespace maps.
+    let in_user_namespace = !crate::sys::own_userns::in_initial_user_namespace();
+    if let (true, None, Some((uid, gid))) = (in_user_namespace, spec.id_block, privileges.user) {
+        if !crate::sys::own_userns::maps_own(uid, gid) {
+            return Err(ResolveError::UnmappedUser { uid, gid });
+        }
+    }
     let home = home_for(privileges.user.map(|(uid, _)| uid), &passwd);
     // `$HOME` is a tmpfs the host side mounts: owned by the agent's ids as the host knows them.
     let home_owner = match spec.id_block {
@@ -210,6 +218,7 @@ pub fn prepare(
         // /etc/resolv.conf may point into /run (systemd-resolved), which the sandbox has its
         // own of: keep the host's resolver directory visible, read-only.
         readonly: mounts::resolv_conf_run_dir().into_iter().collect(),
+        in_user_namespace,
     };
     let host_root = list_host_root().map_err(ResolveError::ListHostRoot)?;
     Ok(Prepared {
@@ -399,6 +408,12 @@ pub enum ResolveError {
         error: nix::errno::Errno,
     },
     ListHostRoot(std::io::Error),
+    /// `sandbox.user` is not mapped in the user namespace the daemon runs in (rootless: only
+    /// the daemon's own uid is, as 0).
+    UnmappedUser {
+        uid: u32,
+        gid: u32,
+    },
     /// The agent's command line, environment or working directory (a NUL byte, an empty
     /// command: the plan's text).
     Command(String),
@@ -421,6 +436,10 @@ impl std::fmt::Display for ResolveError {
                 path.display()
             ),
             ResolveError::ListHostRoot(e) => write!(f, "sandbox: cannot list the host's /: {e}"),
+            ResolveError::UnmappedUser { uid, gid } => write!(
+                f,
+                "sandbox: sandbox.user {uid}:{gid} is not mapped in the daemon's user namespace (a daemon that is not root maps only its own uid, as 0, into its tasks): remove sandbox.user, or run keel as root"
+            ),
             ResolveError::Command(message) => write!(f, "cannot start the agent: {message}"),
         }
     }

@@ -25,6 +25,7 @@ fn daemon() -> Identity {
         cgroup: Some("/keel/supervisor".into()),
         proc_is_own: true,
         accept_outside: false,
+        started_in: None,
     }
 }
 
@@ -39,6 +40,7 @@ fn client(cgroup: &str) -> PeerFacts {
         cgroups: Ok(format!(
             "12:pids:/user.slice\n1:name=systemd:/user.slice\n0::{cgroup}\n"
         )),
+        pid_levels: Some(1),
         alive_after_read: Some(true),
     }
 }
@@ -90,6 +92,72 @@ fn another_user_namespace_is_refused() {
         why.starts_with("refused: the client is in user namespace [4026532999]"),
         "{why}"
     );
+}
+
+#[test]
+fn a_rootless_daemon_lets_in_the_namespace_it_was_started_in_and_no_other() {
+    // The daemon made its own user namespace (OTHER) from the host's, where its user's
+    // shell is; a second one (a task's of another keel) stays out.
+    let own = Identity {
+        namespaces: Namespaces {
+            user: OTHER,
+            pid: HOST_PID,
+        },
+        started_in: Some(HOST_USER),
+        ..daemon()
+    };
+    assert_eq!(verdict(&own, &client("/user.slice")), Ok(()));
+    let mut inside = client("/user.slice");
+    inside.namespaces = Ok(Namespaces {
+        user: OTHER,
+        pid: HOST_PID,
+    });
+    assert_eq!(verdict(&own, &inside), Ok(()));
+    let mut third = client("/user.slice");
+    third.namespaces = Ok(Namespaces {
+        user: NsId {
+            dev: 4,
+            ino: 4026533111,
+        },
+        pid: HOST_PID,
+    });
+    let why = verdict(&own, &third).unwrap_err();
+    assert!(why.contains("user namespace [4026533111]"), "{why}");
+    // Its own tasks share its user namespace but not its PID namespace.
+    inside.namespaces = Ok(Namespaces {
+        user: OTHER,
+        pid: NsId {
+            dev: 4,
+            ino: 4026533222,
+        },
+    });
+    assert!(verdict(&own, &inside).is_err());
+
+    // The kernel lets it read no namespace of its user's shell (another user namespace):
+    // in its own PID namespace, the shell is let in; a level below (a sandbox), refused.
+    let mut shell = client("/user.slice");
+    shell.namespaces = Err("Permission denied (os error 13)".into());
+    assert_eq!(verdict(&own, &shell), Ok(()));
+    shell.pid_levels = Some(2);
+    let why = verdict(&own, &shell).unwrap_err();
+    assert!(why.contains("not in the daemon's PID namespace"), "{why}");
+    shell.pid_levels = None;
+    assert!(verdict(&own, &shell).is_err());
+    // Inside a keel tree all the same: refused by its cgroup.
+    let mut agent = client("/keel/tasks/t");
+    agent.namespaces = Err("Permission denied (os error 13)".into());
+    assert!(verdict(&own, &agent).is_err());
+    // A root daemon never lets an unreadable client in.
+    shell.pid_levels = Some(1);
+    assert!(verdict(&daemon(), &shell).is_err());
+}
+
+#[test]
+fn pid_levels_count_the_nspid_line() {
+    assert_eq!(pid_levels("Name:\tsh\nNSpid:\t4242\n"), Some(1));
+    assert_eq!(pid_levels("NSpid:\t4242\t7\t1\n"), Some(3));
+    assert_eq!(pid_levels("Name:\tsh\n"), None);
+    assert_eq!(pid_levels("NSpid:\n"), None);
 }
 
 #[test]

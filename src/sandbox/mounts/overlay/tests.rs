@@ -4,16 +4,25 @@ use std::os::unix::ffi::OsStrExt;
 
 #[test]
 fn data_names_the_three_layers_and_the_options() {
-    let data = overlay_data(
-        Path::new("/var/lib/keel/bases/ab-12/tree"),
-        Path::new("/var/lib/keel/tasks/t/checkout/upper"),
-        Path::new("/var/lib/keel/tasks/t/checkout/ovl-work"),
-    )
-    .unwrap();
+    let layers = |in_user_namespace| {
+        overlay_data_in(
+            Path::new("/var/lib/keel/bases/ab-12/tree"),
+            Path::new("/var/lib/keel/tasks/t/checkout/upper"),
+            Path::new("/var/lib/keel/tasks/t/checkout/ovl-work"),
+            in_user_namespace,
+        )
+        .unwrap()
+    };
     assert_eq!(
-        data,
+        layers(false),
         "lowerdir=/var/lib/keel/bases/ab-12/tree,upperdir=/var/lib/keel/tasks/t/checkout/upper,\
              workdir=/var/lib/keel/tasks/t/checkout/ovl-work,redirect_dir=on,index=off"
+    );
+    // In a user namespace: no trusted xattrs, so no redirects.
+    assert_eq!(
+        layers(true),
+        "lowerdir=/var/lib/keel/bases/ab-12/tree,upperdir=/var/lib/keel/tasks/t/checkout/upper,\
+             workdir=/var/lib/keel/tasks/t/checkout/ovl-work,userxattr,index=off"
     );
 }
 

@@ -36,6 +36,7 @@ impl Planner<'_> {
                     upper: upper.clone(),
                     work: work.clone(),
                     target: self.host(at),
+                    in_user_namespace: layout.in_user_namespace,
                 };
                 self.push(&step, op);
                 // Nothing of it may be created by the plan (it would land in the task's

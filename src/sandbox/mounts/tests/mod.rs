@@ -50,6 +50,7 @@ pub(super) fn layout() -> SandboxLayout {
         hidden: vec![p("/var/lib/keel")],
         writable: vec![],
         readonly: vec![],
+        in_user_namespace: false,
     }
 }
 
@@ -67,6 +68,29 @@ pub(super) fn index_of(ops: &[MountOp], wanted: impl Fn(&MountOp) -> bool) -> us
 
 pub(super) fn pivot_index(ops: &[MountOp]) -> usize {
     index_of(ops, |op| matches!(op, MountOp::PivotRoot { .. }))
+}
+
+#[test]
+fn in_a_user_namespace_sys_is_bound_whole_and_its_cgroup_tree_hidden() {
+    let in_userns = SandboxLayout {
+        in_user_namespace: true,
+        ..layout()
+    };
+    let ops = printed(&plan(&in_userns, &host()));
+    let sys = ops
+        .iter()
+        .position(|op| op == "rbind         /sys -> <root>/sys");
+    let sys = sys.unwrap_or_else(|| panic!("/sys not bound whole:\n{}", ops.join("\n")));
+    assert_eq!(ops[sys + 1], "hide          <root>/sys/fs/cgroup");
+    assert!(!ops
+        .iter()
+        .any(|op| op == "bind          /sys -> <root>/sys"));
+    // As root, /sys alone, and nothing hidden under it.
+    let root = printed(&plan(&layout(), &host()));
+    assert!(root
+        .iter()
+        .any(|op| op == "bind          /sys -> <root>/sys"));
+    assert!(!root.iter().any(|op| op.contains("sys/fs/cgroup")));
 }
 
 #[test]
