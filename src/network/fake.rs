@@ -1,0 +1,147 @@
+//! The fake addresses of a sandbox's listed names.
+//!
+//! The sandbox's resolver answers a listed name with an address of a private range that means
+//! nothing outside (198.18.0.0/15, reserved for benchmarking by RFC 2544, as fake-address DNS
+//! servers use it); inside the task's network namespace that range is routed to `lo`, where
+//! keel captures the connection, and the address it went to names the destination. Each name
+//! keeps its address for the whole attempt (a client that cached it still reaches that name),
+//! and no address is given to two names. `host.keel.internal` has the range's first address.
+
+use super::policy::Destination;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+/// The first address of the range: the network's own, never handed out.
+pub const RANGE_START: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
+/// The range's prefix length (198.18.0.0/15: 131,072 addresses).
+pub const RANGE_PREFIX: u8 = 15;
+/// `host.keel.internal`.
+pub const HOST_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// The sandbox's resolver (its `/etc/resolv.conf` names it).
+pub const RESOLVER_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+/// Names get addresses from here on.
+const FIRST_NAME_ADDRESS: u32 = 3;
+
+/// The names given an address in this attempt, both ways.
+#[derive(Debug, Default)]
+pub struct FakeAddresses {
+    by_name: HashMap<String, Ipv4Addr>,
+    by_address: HashMap<Ipv4Addr, String>,
+    /// At most this many names (the range's size, or less for a test).
+    capacity: Option<usize>,
+}
+
+impl FakeAddresses {
+    pub fn new() -> FakeAddresses {
+        FakeAddresses::default()
+    }
+
+    /// A table that holds at most `capacity` names.
+    pub fn with_capacity(capacity: usize) -> FakeAddresses {
+        FakeAddresses {
+            capacity: Some(capacity),
+            ..FakeAddresses::default()
+        }
+    }
+
+    fn range_size() -> u32 {
+        1u32 << (32 - u32::from(RANGE_PREFIX))
+    }
+
+    /// The address of `name` (lower case), given now if it has none. `None` when the range is
+    /// used up (the resolver then answers as for a name it cannot serve).
+    pub fn assign(&mut self, name: &str) -> Option<Ipv4Addr> {
+        if let Some(addr) = self.by_name.get(name) {
+            return Some(*addr);
+        }
+        // The last address of the range is its broadcast: never handed out.
+        let usable = (Self::range_size() - FIRST_NAME_ADDRESS - 1) as usize;
+        let limit = self.capacity.map_or(usable, |c| c.min(usable));
+        if self.by_name.len() >= limit {
+            return None;
+        }
+        let offset = FIRST_NAME_ADDRESS + self.by_name.len() as u32;
+        let addr = Ipv4Addr::from(u32::from(RANGE_START) + offset);
+        self.by_name.insert(name.to_string(), addr);
+        self.by_address.insert(addr, name.to_string());
+        Some(addr)
+    }
+
+    /// What a captured connection to `addr` was meant for: `None` for an address of the
+    /// range no name was given (a guess, or an address of an earlier attempt).
+    pub fn destination(&self, addr: Ipv4Addr) -> Option<Destination> {
+        if addr == HOST_ADDRESS {
+            return Some(Destination::Host);
+        }
+        self.by_address
+            .get(&addr)
+            .map(|name| Destination::Name(name.clone()))
+    }
+
+    /// Whether `addr` is of the fake range (so a connection to it is never sent out as is).
+    pub fn in_range(addr: Ipv4Addr) -> bool {
+        u32::from(addr) >> (32 - u32::from(RANGE_PREFIX))
+            == u32::from(RANGE_START) >> (32 - u32::from(RANGE_PREFIX))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_keeps_its_address_and_no_two_names_share_one() {
+        let mut fake = FakeAddresses::new();
+        let a = fake.assign("api.anthropic.com").unwrap();
+        let b = fake.assign("registry.npmjs.org").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(fake.assign("api.anthropic.com"), Some(a));
+        assert_eq!(
+            fake.destination(a),
+            Some(Destination::Name("api.anthropic.com".into()))
+        );
+        assert_eq!(fake.destination(HOST_ADDRESS), Some(Destination::Host));
+        assert!(FakeAddresses::in_range(a) && FakeAddresses::in_range(b));
+        assert!(a != HOST_ADDRESS && a != RESOLVER_ADDRESS && a != RANGE_START);
+        assert_eq!(fake.len(), 2);
+    }
+
+    #[test]
+    fn an_address_never_given_names_nothing() {
+        let fake = FakeAddresses::new();
+        assert_eq!(fake.destination(Ipv4Addr::new(198, 18, 3, 4)), None);
+        assert!(FakeAddresses::in_range(Ipv4Addr::new(198, 19, 255, 254)));
+        assert!(!FakeAddresses::in_range(Ipv4Addr::new(198, 20, 0, 1)));
+        assert!(!FakeAddresses::in_range(Ipv4Addr::new(198, 17, 255, 255)));
+    }
+
+    #[test]
+    fn a_full_table_gives_no_address_and_keeps_those_given() {
+        let mut fake = FakeAddresses::with_capacity(2);
+        let a = fake.assign("a.example").unwrap();
+        fake.assign("b.example").unwrap();
+        assert_eq!(fake.assign("c.example"), None);
+        assert_eq!(fake.assign("a.example"), Some(a));
+    }
+
+    #[test]
+    fn the_whole_range_is_handed_out_without_its_broadcast() {
+        let mut fake = FakeAddresses::new();
+        let mut last = None;
+        let mut n = 0u32;
+        while let Some(addr) = fake.assign(&format!("n{n}.example")) {
+            last = Some(addr);
+            n += 1;
+        }
+        assert_eq!(n, (1 << 17) - 4);
+        assert_eq!(last, Some(Ipv4Addr::new(198, 19, 255, 254)));
+    }
+}
