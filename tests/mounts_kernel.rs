@@ -51,6 +51,7 @@ fn layout(scratch: &Path) -> SandboxLayout {
         // Another: the bind must land where the sandbox will resolve it.
         writable: vec![scratch.join("shared")],
         readonly: vec![read_only_dir(scratch)],
+        in_user_namespace: false,
     }
 }
 
