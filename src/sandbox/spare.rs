@@ -33,6 +33,7 @@ use crate::sandbox::spec::AttemptSpec;
 use crate::sandbox::start::clone::{hand_over, start_agent, StartError};
 use crate::sandbox::start::daemon::{Launch, Prepared};
 use crate::sys::fds::{receive_with_fds, send_with_fds};
+use crate::sys::pidns::NamespaceId;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -198,6 +199,10 @@ pub struct Spare {
     socket: OwnedFd,
     /// It was asked to copy a template.
     copying: bool,
+    /// The user namespace that owns its PID namespace: only a start of the task with this
+    /// user namespace may take it (`None`: a PID namespace of the host's, for a task
+    /// without one).
+    user_namespace: Option<NamespaceId>,
 }
 
 impl Spare {
@@ -210,8 +215,16 @@ impl Spare {
         nofile: Option<(u64, u64)>,
         state: &Path,
         template: Option<(&AttemptOnTemplate, BorrowedFd<'_>)>,
+        userns: Option<BorrowedFd<'_>>,
     ) -> io::Result<Spare> {
         let nul = |_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path");
+        // PID 1 of a PID namespace of the task's user namespace (crate::sys::pidns), or,
+        // for a task without one, of a new one of the host's (CLONE_NEWPID), as the
+        // daemon's clone would be.
+        let user_namespace = userns.map(NamespaceId::of).transpose()?;
+        let pid_namespace = userns
+            .map(crate::sys::pidns::pid_namespace_in)
+            .transpose()?;
         let (ours, theirs) = crate::sys::fds::seqpacket_pair()?;
         let devnull = std::fs::File::open("/dev/null")?;
         let program = CString::new(keel.as_os_str().as_encoded_bytes()).map_err(nul)?;
@@ -227,7 +240,11 @@ impl Spare {
             // wrong before is the daemon's to log. A spare ends with its daemon, so it never
             // holds a pipe the daemon left.
             stderr: libc::STDERR_FILENO,
-            extra_flags: libc::CLONE_NEWPID as u64,
+            extra_flags: match pid_namespace {
+                Some(_) => 0,
+                None => libc::CLONE_NEWPID as u64,
+            },
+            pid_namespace: pid_namespace.as_ref().map(|ns| ns.as_fd()),
             cgroup_fd: None,
             keep_as_fd3: Some(theirs.as_raw_fd()),
             nofile,
@@ -239,6 +256,7 @@ impl Spare {
             pidfd: Some(pidfd),
             socket: ours,
             copying: false,
+            user_namespace,
         };
         if let Some((attempt, ns)) = template {
             spare.send(&Request::Prepare(attempt.clone()), &[ns.as_raw_fd()])?;
@@ -261,6 +279,17 @@ impl Spare {
 
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The user namespace owning the spare's PID namespace (`None`: the host's).
+    pub fn user_namespace(&self) -> Option<NamespaceId> {
+        self.user_namespace
+    }
+
+    /// Whether a start of the task whose user namespace is `task` (`None`: it has none) may
+    /// take this spare: its PID namespace must be owned by that very user namespace.
+    pub fn fits(&self, task: Option<NamespaceId>) -> bool {
+        fits(self.user_namespace, task)
     }
 
     /// Wait up to `timeout` for the spare to have made its copy: `Some("ready")`, or
@@ -336,3 +365,14 @@ impl Drop for Spare {
         }
     }
 }
+
+/// The spare-keying decision: a spare made for the user namespace `spare` serves a start of
+/// the task whose user namespace is `task`, and no other (`None` for both: neither has one;
+/// such a spare is as any before user namespaces). A PID namespace's owner is fixed when it
+/// is made, and the spare is its PID 1 before it knows its task.
+pub fn fits(spare: Option<NamespaceId>, task: Option<NamespaceId>) -> bool {
+    spare == task
+}
+
+#[cfg(test)]
+mod tests;

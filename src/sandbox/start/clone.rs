@@ -44,6 +44,7 @@ pub fn clone_shim(
     crate::sys::clone3_with_pidfd(
         request.extra_flags,
         request.cgroup_fd,
+        request.pid_namespace,
         true,
         &mut || -> Infallible { in_the_clone(request, launch, spec, spec_path, id_claim) },
     )
