@@ -205,10 +205,6 @@ impl SandboxTemplates {
     /// replaces it). (Its copy is used only if it is of this start's template:
     /// [`AttemptOnTemplate::can_use_copy_of`].)
     pub fn take_spare(&mut self, task: Option<NamespaceId>) -> Option<Spare> {
-        if !self.spare.as_ref()?.fits(task) {
-            log::debug!("the spare shim is another task's: starting the usual way");
-            return None;
-        }
         let spare = self.spare.take()?;
         if !spare.alive() {
             // Killed or crashed: the daemon's reaper has its status.
@@ -216,6 +212,14 @@ impl SandboxTemplates {
                 "spare shim {} ended before its start: starting the usual way",
                 spare.pid()
             );
+            return None;
+        }
+        if !spare.fits(task) {
+            log::debug!(
+                "spare shim {} is another task's: starting the usual way",
+                spare.pid()
+            );
+            self.spare = Some(spare);
             return None;
         }
         Some(spare)

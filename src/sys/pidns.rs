@@ -191,3 +191,6 @@ impl NamespaceId {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
