@@ -1,5 +1,6 @@
-//! Spare shims (src/sandbox/spare.rs): a sandboxed start prepared ahead takes the next start
-//! with the sandbox, PID namespace and cgroups of the usual path; a spare that cannot take a
+//! Spare shims (src/sandbox/spare.rs): a sandboxed start prepared ahead (for the task started
+//! last: its restart) takes that start with the sandbox, PID namespace and cgroups of the
+//! usual path; a spare that cannot take a
 //! start changes nothing, and none outlives its use: none while nothing runs, none after its
 //! daemon.
 

@@ -3,10 +3,21 @@
 //! Half of a sandboxed start happens before anything of the task's is done
 //! (docs/benchmarks.md): the daemon's clone3 copies its page tables (~0.3 ms here), and the agent's
 //! child joins the sandbox template, copies it and mounts `/proc` and `/dev/pts` (~0.25 ms).
-//! A spare is that part made while no start waits: `keel shim --spare STATE_DIR`, cloned with
-//! `CLONE_NEWPID` (PID 1 of the PID namespace its task will have) and exec'd, which copies the
-//! template of the daemon's last start into a mount namespace of its own and mounts that PID
-//! namespace's `/proc` and `/dev/pts` in it ([`AttemptOnTemplate::prepare_copy`]).
+//! A spare is that part made while no start waits: `keel shim --spare STATE_DIR`, cloned as
+//! PID 1 of the PID namespace its task will have and exec'd, which copies the template of the
+//! daemon's last start into a mount namespace of its own and mounts that PID namespace's
+//! `/proc` and `/dev/pts` in it ([`AttemptOnTemplate::prepare_copy`]).
+//!
+//! A task's PID namespace is owned by the task's user namespace (docs/sandbox.md), and a PID
+//! namespace's owner is fixed when it is made, before its PID 1 exists: so a spare is made
+//! for one user namespace ([`Spare::spawn`]'s `userns`: a PID namespace made in it by
+//! [`crate::sys::pidns::pid_namespace_in`], the spare cloned into it) and serves only starts
+//! of the task with that user namespace ([`fits`], by the namespaces' device and inode). The
+//! daemon makes it for the task it started last — the one start it knows can come is that
+//! task's restart — and a start of another task takes the usual path, leaving the spare; the
+//! next replenishment replaces it with one for the task then started last. A task without a
+//! user namespace (`user_namespaces: Off`) takes a spare made for none (`CLONE_NEWPID`, a PID
+//! namespace of the host's), whatever the task, as every start did before user namespaces.
 //!
 //! The daemon's next sandboxed start sends the spare the attempt over a `SOCK_SEQPACKET` pair:
 //! its spec and its sandbox as the daemon resolved it (JSON), and, as `SCM_RIGHTS`, the
@@ -18,9 +29,10 @@
 //!
 //! The daemon keeps at most one spare, made a moment after a sandboxed start while tasks run
 //! ([`crate::sandbox::templates::SandboxTemplates::replenish_spare`]) and dropped (killed)
-//! with the templates when none runs. The next sandboxed start takes it whatever its copy is
-//! of; a copy of another template, or of the host as it was before a change, is not used
-//! ([`AttemptOnTemplate::can_use_copy_of`]). A spare whose daemon is gone reads end-of-file
+//! with the templates when none runs, when its task is removed or its task's user namespace
+//! is made anew (`SandboxTemplates::user_namespace_gone`). The next sandboxed start of its
+//! task takes it whatever its copy is of; a copy of another template, or of the host as it
+//! was before a change, is not used ([`AttemptOnTemplate::can_use_copy_of`]). A spare whose daemon is gone reads end-of-file
 //! and exits; one that cannot take a start (gone, the message too large) is dropped and the
 //! start takes the usual path.
 
@@ -208,6 +220,8 @@ pub struct Spare {
 impl Spare {
     /// Spawn a spare from `keel` (this binary, or a benchmark's) with the daemon's original
     /// `nofile` limit, and ask it to copy `template` (a template's attempt and namespace).
+    /// `userns`: the user namespace of the task it is for, which owns its PID namespace
+    /// (`None`: for a task without one; a PID namespace of the host's).
     /// `state`: the daemon's state directory, in the spare's command line (`ps` then tells
     /// whose spare it is, and whose shim once it took a start).
     pub fn spawn(

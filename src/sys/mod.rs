@@ -135,7 +135,7 @@ pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)
 
 /// Run `child` in a process cloned with `clone3(CLONE_PIDFD | flags)` (a copy of this one:
 /// no `CLONE_VM`), in the cgroup `cgroup_fd` from its first instruction when given
-/// (`CLONE_INTO_CGROUP`), as PID 1 of `pid_namespace` when given ([`pidns::clone_into`]),
+/// (`CLONE_INTO_CGROUP`), as PID 1 of `pid_namespace` when given (`pidns::clone_into`),
 /// and every signal blocked across the call (and in the child) when `signals_blocked`. Returns the child's pid and a pidfd for the event loop. `child` never
 /// returns (it ends in execve(2) or _exit(2)); a panic in it ends the child (exit 127), never
 /// unwinds into this process's frames.

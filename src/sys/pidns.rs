@@ -8,7 +8,7 @@
 //! task's user namespace and unshares one, which exists without any process yet (its
 //! `pid_for_children` link cannot be opened then — proc(5) gives `ENOENT` until it has an
 //! init — but the pidfd ioctl `PIDFD_GET_PID_FOR_CHILDREN_NAMESPACE` hands it out). Then the
-//! caller clones the shim into it ([`clone_into`]): `setns(CLONE_NEWPID)` changes only the
+//! caller clones the shim into it (`clone_into`): `setns(CLONE_NEWPID)` changes only the
 //! calling thread's namespace for its next children (allowed in a multi-threaded process;
 //! it needs `CAP_SYS_ADMIN` over the namespace's owner and over the caller's own user
 //! namespace, which the host's root holds), so the next child is PID 1 of it, and the
@@ -26,7 +26,7 @@ const PIDFD_GET_PID_FOR_CHILDREN_NAMESPACE: libc::c_ulong = 0xFF06;
 const NS_GET_USERNS: libc::c_ulong = 0xb701;
 
 /// A new PID namespace owned by the user namespace `userns`, with no process yet, as a
-/// descriptor for [`clone_into`]. The caller must hold `CAP_SYS_ADMIN` over `userns` (the
+/// descriptor for `clone_into`. The caller must hold `CAP_SYS_ADMIN` over `userns` (the
 /// host's root does over every namespace below its own). Fails with `ENOTTY` before Linux
 /// 6.11 (no pidfd namespace ioctls).
 ///
