@@ -240,10 +240,10 @@ pub fn spawn_shim_program(
         .mode(crate::state::PRIVATE_FILE_MODE)
         .open(&shim_log_path)
         .map_err(|e| SpawnError::Open(shim_log_path.display().to_string(), e))?;
-    // A spare shim takes the start when there is one (crate::sandbox::spare): the same work,
-    // less of it on the agent's path.
     // The task's user namespace, when it has one: the owner of its PID namespace.
     let task_userns = launch.sandbox().and_then(|s| s.user_namespace());
+    // A spare shim takes the start when there is one made for the task (crate::sandbox::spare):
+    // the same work, less of it on the agent's path.
     let spare = match (&spec.sandbox, templates) {
         (Some(_), Some(templates)) => match task_userns.map(NamespaceId::of).transpose() {
             // Only a spare made for this task's user namespace (crate::sandbox::spare).
