@@ -44,8 +44,10 @@ fn ns_pids(pid: i32) -> Vec<i32> {
 
 /// What an attempt of `unit` looks like from the host, asserted: its agent's PID namespace
 /// owned by the agent's user namespace (not the host's); the shim PID 1 there, in the host's
-/// user namespace. Returns the attempt's PID namespace and the task's user namespace.
-fn assert_owned_by_the_task(d: &Daemon, unit: &str) -> (NamespaceId, NamespaceId) {
+/// user namespace. Returns the attempt's PID namespace — its identity, and a descriptor that
+/// keeps it (a namespace's inode number is reused once it is freed) — and the task's user
+/// namespace.
+fn assert_owned_by_the_task(d: &Daemon, unit: &str) -> ((NamespaceId, std::fs::File), NamespaceId) {
     let agent = agent_pid(d, unit);
     let shim = shim_pid(d, unit).unwrap();
     let host_userns = ns_id(std::process::id() as i32, "user");
@@ -59,7 +61,8 @@ fn assert_owned_by_the_task(d: &Daemon, unit: &str) -> (NamespaceId, NamespaceId
         task_userns,
         "{unit}: the agent's PID namespace is not owned by its user namespace"
     );
-    let pid_ns = ns_id(agent, "pid");
+    let held = std::fs::File::open(format!("/proc/{agent}/ns/pid")).unwrap();
+    let pid_ns = NamespaceId::of(held.as_fd()).unwrap();
     assert_ne!(pid_ns, ns_id(std::process::id() as i32, "pid"), "{unit}");
     assert_eq!(ns_id(shim, "pid"), pid_ns, "{unit}: the shim and its agent");
     let shim_pids = ns_pids(shim);
@@ -71,7 +74,7 @@ fn assert_owned_by_the_task(d: &Daemon, unit: &str) -> (NamespaceId, NamespaceId
         "{unit}: the shim left the host's user namespace"
     );
     assert_eq!(host_ids(shim, "Uid:"), vec![0, 0, 0, 0], "{unit}");
-    (pid_ns, task_userns)
+    ((pid_ns, held), task_userns)
 }
 
 const SLEEPER: &str = r#"Unit(command: ["/bin/sh", "-c", "exec sleep 120"], restart: Always, backoff: Backoff(initial: "100ms"))"#;
@@ -107,7 +110,7 @@ fn on_the_daemons_clone_the_pid_namespace_is_the_tasks() {
         userns_again, userns,
         "the task's user namespace, kept across attempts"
     );
-    assert_ne!(second, first, "two attempts in one PID namespace");
+    assert_ne!(second.0, first.0, "two attempts in one PID namespace");
     let log = std::fs::read_to_string(d.task_dir("sleeper").join("run/shim.log")).unwrap();
     assert!(!log.contains("spare"), "{log}");
     // Re-adopted by a restarted daemon: the same shim, its namespaces unchanged.
@@ -117,7 +120,7 @@ fn on_the_daemons_clone_the_pid_namespace_is_the_tasks() {
     let after = d.wait_state("sleeper", "running", Duration::from_secs(20));
     assert_eq!(after["pid"].as_i64().unwrap() as i32, shim, "{after}");
     assert_eq!(after["attempt"], 2, "{after}");
-    assert_eq!(assert_owned_by_the_task(&d, "sleeper").0, second);
+    assert_eq!(assert_owned_by_the_task(&d, "sleeper").0 .0, second.0);
     d.keel(&["stop", "sleeper"]);
     d.wait_state("sleeper", "stopped", Duration::from_secs(20));
 }
@@ -161,10 +164,15 @@ fn on_a_spare_the_pid_namespace_is_the_tasks() {
     wait_until(Duration::from_secs(20), "the spare's start", || {
         shim_log().contains("spare shim took attempt 2 of sleeper")
     });
-    assert_eq!(shim_pid(&d, "sleeper"), Some(spare));
+    // The spare is the attempt's shim (its record is written once it exec'd `keel shim`).
+    let task = d.task("sleeper").unwrap();
+    assert_eq!(task["pid"].as_i64(), Some(spare as i64), "{task}");
+    wait_until(Duration::from_secs(20), "the shim's record", || {
+        shim_pid(&d, "sleeper") == Some(spare)
+    });
     let (second, userns_again) = assert_owned_by_the_task(&d, "sleeper");
     assert_eq!(userns_again, userns);
-    assert_ne!(second, first);
+    assert_ne!(second.0, first.0, "two attempts in one PID namespace");
     d.keel(&["stop", "sleeper"]);
     d.keel(&["stop", "keep"]);
     d.wait_state("sleeper", "stopped", Duration::from_secs(20));

@@ -174,8 +174,9 @@ pub fn owner_of(ns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 }
 
 /// A namespace's identity: the device and inode of its nsfs file (ioctl_ns(2): two
-/// descriptors name the same namespace when both match). An inode is not reused while a
-/// descriptor of the namespace, or a namespace it owns, is alive.
+/// descriptors name the same namespace when both match). An inode number is reused once
+/// its namespace is freed, never while the namespace lives (a descriptor of it, a process
+/// in it, or a namespace it owns keeps it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NamespaceId {
     pub dev: u64,
