@@ -3,7 +3,7 @@
 
 use crate::sandbox::protocol::{shim_argv, shim_env, shim_envp};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
-use crate::sandbox::start::clone::clone_shim;
+use crate::sandbox::start::clone::{clone_shim, task_pid_namespace};
 use crate::sandbox::start::daemon::{resolve_launch, TemplateCache};
 use crate::sandbox::templates::SandboxTemplates;
 use crate::state::{attempt_lock_path, take_attempt_lock, StateDir};
@@ -308,24 +308,6 @@ pub fn spawn_shim_program(
     // disk), and never missing for the shim, which reads it after its exec.
     // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.
     clone_shim(&request, &launch, spec, &spec_path, id_claim_fd).map_err(SpawnError::Clone)
-}
-
-/// A PID namespace owned by the task's user namespace `userns`, for its shim to be PID 1 of.
-/// `None` where the kernel cannot make one so (before Linux 6.11: no pidfd ioctl to open it
-/// by), said once: the shim's clone then makes one of the host's, as before user namespaces.
-fn task_pid_namespace(userns: BorrowedFd<'_>) -> Option<OwnedFd> {
-    match crate::sys::pidns::pid_namespace_in(userns) {
-        Ok(ns) => Some(ns),
-        Err(e) => {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                log::warn!(
-                    "{e}: tasks' PID namespaces are the host's user namespace's (Linux 6.11 makes them the task's)"
-                )
-            });
-            None
-        }
-    }
 }
 
 #[derive(Debug)]

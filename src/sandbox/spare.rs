@@ -42,7 +42,7 @@ use crate::sandbox::protocol::{
     ATTEMPT_LOCK_FD, MAX_MESSAGE, SETUP_FAILURE, SPARE_SOCKET_FD,
 };
 use crate::sandbox::spec::AttemptSpec;
-use crate::sandbox::start::clone::{hand_over, start_agent, StartError};
+use crate::sandbox::start::clone::{hand_over, start_agent, task_pid_namespace, StartError};
 use crate::sandbox::start::daemon::{Launch, Prepared};
 use crate::sys::fds::{receive_with_fds, send_with_fds};
 use crate::sys::pidns::NamespaceId;
@@ -235,10 +235,10 @@ impl Spare {
         // PID 1 of a PID namespace of the task's user namespace (crate::sys::pidns), or,
         // for a task without one, of a new one of the host's (CLONE_NEWPID), as the
         // daemon's clone would be.
+        // Keyed by the task's user namespace even where the kernel cannot make its PID
+        // namespace so (the daemon's clone would then make one of the host's, as this does).
         let user_namespace = userns.map(NamespaceId::of).transpose()?;
-        let pid_namespace = userns
-            .map(crate::sys::pidns::pid_namespace_in)
-            .transpose()?;
+        let pid_namespace = userns.and_then(task_pid_namespace);
         let (ours, theirs) = crate::sys::fds::seqpacket_pair()?;
         let devnull = std::fs::File::open("/dev/null")?;
         let program = CString::new(keel.as_os_str().as_encoded_bytes()).map_err(nul)?;
