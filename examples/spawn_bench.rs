@@ -8,8 +8,9 @@
 //!     issue's baseline;
 //! (a') posix_spawn (std's Command: a vfork-style clone + exec + wait), the cheapest way a
 //!     program starts another here, for reference;
-//! (b) keel's sandboxed start, as a daemon with a task running does it: clone3(CLONE_PIDFD|
-//!     CLONE_NEWPID) of the shim from the daemon's image, which forks the agent's child before
+//! (b) keel's sandboxed start, as a daemon with a task running does it: clone3(CLONE_PIDFD)
+//!     of the shim from the daemon's image into a PID namespace of the task's user namespace
+//!     (or a spare shim made for it), which forks the agent's child before
 //!     it execs `keel shim` itself; the child copies the sandbox template (setns + unshare),
 //!     mounts the attempt's own parts, drops privileges, installs seccomp and execs;
 //! (g) (b) with the whole mount plan built for the attempt (no template: a daemon's first
@@ -127,7 +128,7 @@ fn main() {
         with_userns(&mut spec);
         // (b'') without it: what the user namespace costs.
         let no_userns_spec = attempt_spec(&dirs, &unit, &ctx);
-        spare_ready(&mut templates, &keel_bin);
+        spare_ready(&mut templates, &keel_bin, &no_userns_spec);
         no_userns.time(|| {
             run_shim(
                 &no_userns_spec,
@@ -139,7 +140,7 @@ fn main() {
             )
         });
         // As a daemon with a task running has it: a spare made after its last start.
-        spare_ready(&mut templates, &keel_bin);
+        spare_ready(&mut templates, &keel_bin, &spec);
         keel.time(|| {
             run_shim(
                 &spec,
@@ -162,7 +163,7 @@ fn main() {
             )
         });
         full.time(|| run_shim(&spec, &keel_bin, &dirs, None, None, &output_log));
-        spare_ready(&mut templates, &keel_bin);
+        spare_ready(&mut templates, &keel_bin, &spec);
         keel_cgroup.time(|| {
             slice.create(&limits).expect("create the task cgroup");
             let dir = slice.open_v2_dir().expect("open the task cgroup");
@@ -342,9 +343,15 @@ fn fork_exec(program: &std::ffi::CStr) -> String {
     out
 }
 
-/// Make the spare shim a daemon makes after a start, and wait until it has copied its template.
-fn spare_ready(templates: &mut SandboxTemplates, keel_bin: &Path) {
-    templates.replenish_spare(keel_bin, None);
+/// Make the spare shim a daemon makes after a start of the task of `spec` (for its user
+/// namespace, which owns the spare's PID namespace), and wait until it has copied its
+/// template.
+fn spare_ready(
+    templates: &mut SandboxTemplates,
+    keel_bin: &Path,
+    spec: &keel::sandbox::spec::AttemptSpec,
+) {
+    templates.replenish_spare(keel_bin, None, task_userns(spec));
     // None with KEEL_NO_SPARE=1: (b) is then (b').
     let Some(spare) = templates.spare() else {
         return;
@@ -366,15 +373,7 @@ fn run_shim(
     templates: Option<&mut SandboxTemplates>,
     output_log: &Path,
 ) -> String {
-    // The task's user namespace, as the daemon holds it: made once for the task.
-    static USERNS: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
-    let userns = spec.sandbox.as_ref().and_then(|s| s.id_block).map(|block| {
-        USERNS
-            .get_or_init(|| {
-                keel::sys::userns::create(block.first, block.count).expect("a user namespace")
-            })
-            .as_fd()
-    });
+    let userns = task_userns(spec);
     let (pid, _pidfd) =
         spawn_shim_program(spec, keel_bin, cgroup, None, templates, userns).expect("spawn shim");
     let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
@@ -384,6 +383,21 @@ fn run_shim(
         panic!("shim failed ({status:?}):\n{log}");
     }
     std::fs::read_to_string(output_log).unwrap_or_default()
+}
+
+/// The task's user namespace, as the daemon holds it: made once for the task (`None`: a spec
+/// without a block of host ids).
+fn task_userns(
+    spec: &keel::sandbox::spec::AttemptSpec,
+) -> Option<std::os::fd::BorrowedFd<'static>> {
+    static USERNS: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+    spec.sandbox.as_ref().and_then(|s| s.id_block).map(|block| {
+        USERNS
+            .get_or_init(|| {
+                keel::sys::userns::create(block.first, block.count).expect("a user namespace")
+            })
+            .as_fd()
+    })
 }
 
 fn monotonic_ns() -> u128 {

@@ -437,6 +437,7 @@ fn clone_into_cgroup_through_open_v2_dir() {
         stdout: null.as_raw_fd(),
         stderr: null.as_raw_fd(),
         extra_flags: 0,
+        pid_namespace: None,
         cgroup_fd: Some(dir.as_raw_fd()),
         keep_as_fd3: None,
         nofile: None,

@@ -67,7 +67,7 @@ impl StartPath {
     /// Assert that `unit`'s start went this way.
     fn check_taken(self, d: &Daemon, unit: &str) {
         let log = std::fs::read_to_string(d.task_dir(unit).join("run/shim.log")).unwrap();
-        let on_spare = format!("spare shim took attempt 1 of {unit}");
+        let on_spare = format!("spare shim took attempt 2 of {unit}");
         match self {
             StartPath::Templates | StartPath::NoTemplates => {
                 assert!(!log.contains("spare"), "{self:?}: {log}")
@@ -115,12 +115,25 @@ fn the_main_repository_shows_only_its_objects(path: StartPath, tag: &str, extra:
     let main_head = make_repo(&repo);
     let d = path.daemon(tag);
     let script = probe_script(&repo, &main_head);
+    // On a spare: the task's restart, the start a spare is made for
+    // (common::sandbox::run_agent_on_spare).
+    let on_spare = matches!(path, StartPath::Spare | StartPath::SpareNoTemplates);
+    let (script, restart) = match on_spare {
+        true => (
+            common::sandbox::on_its_restart(&script),
+            common::sandbox::RESTART_ON_SPARE,
+        ),
+        false => (script, "restart: Never"),
+    };
     let unit = format!(
-        r#"Unit(command: ["/bin/sh", "-c", {script:?}], repo: Some(Repo(path: {repo:?}, base: "main")), restart: Never, {extra})"#,
+        r#"Unit(command: ["/bin/sh", "-c", {script:?}], repo: Some(Repo(path: {repo:?}, base: "main")), {restart}, {extra})"#,
         repo = repo.display().to_string(),
     );
     d.write_unit("agent", &unit);
-    let task = d.wait_state("agent", "succeeded", Duration::from_secs(30));
+    let task = match on_spare {
+        true => common::sandbox::let_its_restart_take_a_spare(&d, "agent").0,
+        false => d.wait_state("agent", "succeeded", Duration::from_secs(30)),
+    };
     let out = std::fs::read_to_string(d.task_dir("agent").join("run/output.log")).unwrap();
     assert_eq!(task["last_exit"], "exit:0", "{path:?}: {task}\n{out}");
     path.check_taken(&d, "agent");

@@ -216,17 +216,21 @@ impl StartPath {
         common::sandbox::daemon_starting(tag, templates, spares)
     }
 
-    /// Before each start: a spare ready for it.
-    fn before_start(self, d: &Daemon) {
-        if matches!(self, StartPath::Spare | StartPath::SpareInFull) {
-            common::sandbox::wait_for_a_spare(d);
+    /// Run `script` as `unit` this way (on a spare: its restart, the start a spare is made
+    /// for: `common::sandbox::run_agent_on_spare`).
+    fn run(self, d: &Daemon, unit: &str, script: &str) -> (serde_json::Value, String) {
+        match self {
+            StartPath::Spare | StartPath::SpareInFull => {
+                common::sandbox::run_agent_on_spare(d, unit, script, "")
+            }
+            _ => run_agent(d, unit, script, ""),
         }
     }
 
     /// Assert that `unit`'s start went this way.
     fn check_taken(self, d: &Daemon, unit: &str) {
         let log = std::fs::read_to_string(d.task_dir(unit).join("run/shim.log")).unwrap();
-        let on_spare = format!("spare shim took attempt 1 of {unit}");
+        let on_spare = format!("spare shim took attempt 2 of {unit}");
         match self {
             StartPath::Template => {
                 assert!(!log.contains("spare"), "{log}");
@@ -274,8 +278,7 @@ fn the_hosts_ipc_is_out_of_reach(path: StartPath, tag: &str) {
         name = queue.name,
         key = segment.key,
     );
-    path.before_start(&d);
-    let (task, out) = run_agent(&d, "see", &script, "");
+    let (task, out) = path.run(&d, "see", &script);
     assert_eq!(task["state"], "succeeded", "{out}");
     path.check_taken(&d, "see");
     // Namespaces of its own; the hostname is the host's (docs/sandbox.md).
@@ -325,8 +328,7 @@ fn the_hosts_ipc_is_out_of_reach(path: StartPath, tag: &str) {
         "ipcmk -M {size} -p 0600 && echo sysvipc-begin && cat /proc/sysvipc/shm && echo sysvipc-end",
         size = left.size
     );
-    path.before_start(&d);
-    let (task, out) = run_agent(&d, "leave", &script, "");
+    let (task, out) = path.run(&d, "leave", &script);
     assert_eq!(task["state"], "succeeded", "{out}");
     path.check_taken(&d, "leave");
     assert!(

@@ -1,5 +1,6 @@
-//! Spare shims (src/sandbox/spare.rs): a sandboxed start prepared ahead takes the next start
-//! with the sandbox, PID namespace and cgroups of the usual path; a spare that cannot take a
+//! Spare shims (src/sandbox/spare.rs): a sandboxed start prepared ahead (for the task started
+//! last: its restart) takes that start with the sandbox, PID namespace and cgroups of the
+//! usual path; a spare that cannot take a
 //! start changes nothing, and none outlives its use: none while nothing runs, none after its
 //! daemon.
 
@@ -69,18 +70,17 @@ fn a_spare_takes_the_next_start_with_the_sandbox_of_the_usual_path() {
     keep_running(&d, "keep");
     keep_running(&usual, "keep");
     let network = r#"sandbox: Sandbox(network: None)"#;
+    // A spare is made for the task started last (PID 1 of a PID namespace of its user
+    // namespace): each task's restart takes one (common::sandbox::run_agent_on_spare).
     for (unit, extra) in [("plain", ""), ("isolated", network)] {
-        let spare = wait_for_spare(&d);
-        let a = mount_table(&d, unit, extra);
+        let a = mount_table_on_spare(&d, unit, extra);
         let log = shim_log(&d, unit);
         assert!(
             log.contains(&format!(
-                "spare shim took attempt 1 of {unit} (its sandbox built on the copy it prepared)"
+                "spare shim took attempt 2 of {unit} (its sandbox built on the copy it prepared)"
             )),
             "{unit}: {log}"
         );
-        let record = std::fs::read_to_string(d.task_dir(unit).join("run/shim.ron")).unwrap();
-        assert!(record.contains(&format!("pid: {spare},")), "{record}");
         let b = mount_table(&usual, unit, extra);
         assert!(a.len() > 20, "{a:#?}");
         assert_eq!(a, b, "{unit}: a spare's sandbox vs the usual path's");
@@ -92,8 +92,7 @@ fn a_spare_takes_the_next_start_with_the_sandbox_of_the_usual_path() {
         .push(("KEEL_NO_SANDBOX_TEMPLATES".into(), "1".into()));
     full.spawn();
     keep_running(&full, "keep");
-    wait_for_spare(&full);
-    let c = mount_table(&full, "plain", "");
+    let c = mount_table_on_spare(&full, "plain", "");
     assert!(
         shim_log(&full, "plain").contains("(its sandbox built in full)"),
         "{}",
@@ -102,8 +101,16 @@ fn a_spare_takes_the_next_start_with_the_sandbox_of_the_usual_path() {
     assert_eq!(c, mount_table(&usual, "plain", ""), "in full, on a spare");
     full.keel(&["stop", "keep"]);
     // The host changes after the spare made its copy: the copy is not used, the change is seen.
-    wait_for_spare(&d);
     let host = HostDir::new("spare-host");
+    let note = format!("cat {}/note", host.0.display());
+    d.write_unit(
+        "changed",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", {:?}], {RESTART_ON_SPARE})"#,
+            on_its_restart(&note)
+        ),
+    );
+    let spare = wait_for_its_spare(&d, "changed");
     nix::mount::mount(
         Some("tmpfs"),
         &host.0,
@@ -114,9 +121,12 @@ fn a_spare_takes_the_next_start_with_the_sandbox_of_the_usual_path() {
     .unwrap();
     let unmount = Unmount(host.0.clone());
     std::fs::write(host.0.join("note"), "MOUNTED-AFTER-THE-COPY\n").unwrap();
-    let (task, out) = run_agent(&d, "changed", &format!("cat {}/note", host.0.display()), "");
+    let task = let_it_restart(&d, "changed");
+    let out = std::fs::read_to_string(d.task_dir("changed").join("run/output.log")).unwrap();
     drop(unmount);
     assert_eq!(task["state"], "succeeded", "{out}");
+    let record = std::fs::read_to_string(d.task_dir("changed").join("run/shim.ron")).unwrap();
+    assert!(record.contains(&format!("pid: {spare},")), "{record}");
     assert!(out.contains("MOUNTED-AFTER-THE-COPY"), "{out}");
     assert!(
         shim_log(&d, "changed").contains("(its sandbox built on the template)"),
@@ -135,11 +145,10 @@ fn a_spare_takes_the_next_start_with_the_sandbox_of_the_usual_path() {
         lines.sort();
         lines
     };
-    wait_for_spare(&d);
-    let (task, out) = run_agent(&d, "inside", script, "");
+    let (task, out) = run_agent_on_spare(&d, "inside", script, "");
     assert_eq!(task["state"], "succeeded", "{out}");
     assert!(
-        shim_log(&d, "inside").contains("spare shim took attempt 1 of inside"),
+        shim_log(&d, "inside").contains("spare shim took attempt 2 of inside"),
         "{}",
         shim_log(&d, "inside")
     );
@@ -167,11 +176,10 @@ fn an_agent_that_ends_at_once_on_a_spare_is_reaped() {
     let d = Daemon::start("spare-quick");
     keep_running(&d, "keep");
     for round in 0..3 {
-        wait_for_spare(&d);
         let unit = format!("quick{round}");
-        let (task, out) = run_agent(&d, &unit, "exit 3", "");
+        let (task, out) = run_agent_on_spare(&d, &unit, "exit 3", "");
         assert!(
-            shim_log(&d, &unit).contains("spare shim took"),
+            shim_log(&d, &unit).contains("spare shim took attempt 2"),
             "{}",
             shim_log(&d, &unit)
         );

@@ -19,7 +19,8 @@ use std::time::Duration;
 use userns_support::*;
 
 /// How a start goes: the daemon's clone (on a sandbox template or building the whole plan),
-/// or a spare shim — made before the task and its block were known (on its copy, or in full).
+/// or a spare shim — made for the task's restart, before that restart was known (on its copy,
+/// or in full).
 #[derive(Clone, Copy, Debug)]
 enum StartPath {
     Template,
@@ -42,11 +43,14 @@ fn a_default_task_is_root_of_its_own_block(path: StartPath, tag: &str) {
         echo gid_map-begin; cat /proc/self/gid_map; echo gid_map-end; \
         echo \"uid $(id -u)\"; echo \"gid $(id -g)\"; \
         echo \"userns $(readlink /proc/self/ns/user)\"";
-    let (task, out) = run_agent(&d, "map", script, "");
+    let (task, out) = match spares {
+        true => common::sandbox::run_agent_on_spare(&d, "map", script, ""),
+        false => run_agent(&d, "map", script, ""),
+    };
     assert_eq!(task["state"], "succeeded", "{path:?}: {task}\n{out}");
     let shim_log = std::fs::read_to_string(d.task_dir("map").join("run/shim.log")).unwrap();
     assert_eq!(
-        shim_log.contains("spare shim took attempt 1 of map"),
+        shim_log.contains("spare shim took attempt 2 of map"),
         spares,
         "{path:?}: {shim_log}"
     );

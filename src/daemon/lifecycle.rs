@@ -254,14 +254,19 @@ impl Daemon {
             .and_then(|(claims, block)| claims.held(unit).filter(|c| c.block() == block))
             .map(|claim| claim.fd());
         let block = attempt_spec.sandbox.as_ref().and_then(|s| s.id_block);
-        let userns = user_namespace_for(task, block);
+        let userns = user_namespace_for(task, block, &mut self.sandboxing);
         let templates = Some(&mut self.sandboxing.templates);
         let cgroup = Some(slice.v2_dir.as_fd());
         match spawn::spawn_shim(&attempt_spec, cgroup, id_claim, templates, userns) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");
-                self.sandboxing
-                    .after_start(attempt_spec.sandbox.is_some(), &mut self.events.timers);
+                // The next spare is made for this task's restart (its user namespace's).
+                let userns = block
+                    .and(task.user_namespace.as_ref())
+                    .map(|(_, ns)| ns.as_fd());
+                let sandboxed = attempt_spec.sandbox.is_some();
+                let timers = &mut self.events.timers;
+                self.sandboxing.after_start(sandboxed, userns, timers);
                 let shim = self.events.watch_shim(unit, pid, pidfd);
                 let start_time = crate::sys::process_start_time(pid).unwrap_or(0);
                 task.record.shim = Some(ShimIdentity {
@@ -378,13 +383,18 @@ impl Daemon {
 
 /// The task's user namespace for `block`: the one this daemon made for it before, or made
 /// now (and kept). `None` without a block, or when the kernel refuses one now (the shim's
-/// clone then tries itself, and its failure is the attempt's, with the reason).
-fn user_namespace_for(
-    task: &mut Task,
+/// clone then tries itself, and its failure is the attempt's, with the reason). One made for
+/// another block is no task's any more: a spare made for it goes (`sandboxing`).
+fn user_namespace_for<'t>(
+    task: &'t mut Task,
     block: Option<crate::sandbox::spec::IdBlock>,
-) -> Option<std::os::fd::BorrowedFd<'_>> {
+    sandboxing: &mut super::sandboxing::Sandboxing,
+) -> Option<std::os::fd::BorrowedFd<'t>> {
     let block = block?;
     if task.user_namespace.as_ref().map(|(b, _)| *b) != Some(block) {
+        if let Some((_, old)) = &task.user_namespace {
+            sandboxing.user_namespace_gone(old.as_fd());
+        }
         task.user_namespace = match crate::sys::userns::create(block.first, block.count) {
             Ok(ns) => Some((block, ns)),
             Err(e) => {

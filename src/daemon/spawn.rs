@@ -3,10 +3,11 @@
 
 use crate::sandbox::protocol::{shim_argv, shim_env, shim_envp};
 use crate::sandbox::spec::{self, AttemptSpec, SandboxSpec};
-use crate::sandbox::start::clone::clone_shim;
+use crate::sandbox::start::clone::{clone_shim, task_pid_namespace};
 use crate::sandbox::start::daemon::{resolve_launch, TemplateCache};
 use crate::sandbox::templates::SandboxTemplates;
 use crate::state::{attempt_lock_path, take_attempt_lock, StateDir};
+use crate::sys::pidns::NamespaceId;
 use crate::unit::Unit;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -239,10 +240,19 @@ pub fn spawn_shim_program(
         .mode(crate::state::PRIVATE_FILE_MODE)
         .open(&shim_log_path)
         .map_err(|e| SpawnError::Open(shim_log_path.display().to_string(), e))?;
-    // A spare shim takes the start when there is one (crate::sandbox::spare): the same work,
-    // less of it on the agent's path.
+    // The task's user namespace, when it has one: the owner of its PID namespace.
+    let task_userns = launch.sandbox().and_then(|s| s.user_namespace());
+    // A spare shim takes the start when there is one made for the task (crate::sandbox::spare):
+    // the same work, less of it on the agent's path.
     let spare = match (&spec.sandbox, templates) {
-        (Some(_), Some(templates)) => templates.take_spare(),
+        (Some(_), Some(templates)) => match task_userns.map(NamespaceId::of).transpose() {
+            // Only a spare made for this task's user namespace (crate::sandbox::spare).
+            Ok(task) => templates.take_spare(task),
+            Err(e) => {
+                log::warn!("cannot identify the task's user namespace ({e}): no spare shim");
+                None
+            }
+        },
         _ => None,
     };
     if let Some(spare) = spare {
@@ -266,6 +276,14 @@ pub fn spawn_shim_program(
     let envp = shim_envp();
     // Inherited by the clone, which keeps it for the shim (launch_for_exec).
     let id_claim_fd = id_claim.map(|fd| fd.as_raw_fd());
+    // The shim is PID 1 of the task's own PID namespace: the agent and everything it starts
+    // see only each other, and all of it dies with the shim. Owned by the task's user
+    // namespace when it has one (made apart, then cloned into: crate::sys::pidns); else a
+    // new one of the host's (CLONE_NEWPID).
+    let pid_namespace = match (&spec.sandbox, task_userns) {
+        (Some(_), Some(userns)) => task_pid_namespace(userns),
+        _ => None,
+    };
     let request = crate::sys::SpawnRequest {
         program: &program,
         argv: &argv,
@@ -273,13 +291,12 @@ pub fn spawn_shim_program(
         stdin: devnull.as_raw_fd(),
         stdout: shim_log.as_raw_fd(),
         stderr: shim_log.as_raw_fd(),
-        // The shim is PID 1 of the task's own PID namespace: the agent and everything it
-        // starts see only each other, and all of it dies with the shim.
-        extra_flags: if spec.sandbox.is_some() {
+        extra_flags: if spec.sandbox.is_some() && pid_namespace.is_none() {
             libc::CLONE_NEWPID as u64
         } else {
             0
         },
+        pid_namespace: pid_namespace.as_ref().map(|ns| ns.as_fd()),
         cgroup_fd: cgroup.map(|fd| fd.as_raw_fd()),
         keep_as_fd3: Some(lock.as_raw_fd()),
         nofile: super::ORIGINAL_NOFILE.get().copied(),

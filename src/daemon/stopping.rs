@@ -289,6 +289,11 @@ impl Daemon {
             return;
         };
         slices::release_slice(&mut task, &self.slices, &mut self.events);
+        // No start can take a spare made for its user namespace any more.
+        if let Some((_, userns)) = &task.user_namespace {
+            self.sandboxing
+                .user_namespace_gone(std::os::fd::AsFd::as_fd(userns));
+        }
         if let Some(shim) = &task.shim {
             self.events.unwatch_shim(shim);
             self.tasks.reaped.remove(&shim.pid);

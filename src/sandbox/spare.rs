@@ -3,10 +3,21 @@
 //! Half of a sandboxed start happens before anything of the task's is done
 //! (docs/benchmarks.md): the daemon's clone3 copies its page tables (~0.3 ms here), and the agent's
 //! child joins the sandbox template, copies it and mounts `/proc` and `/dev/pts` (~0.25 ms).
-//! A spare is that part made while no start waits: `keel shim --spare STATE_DIR`, cloned with
-//! `CLONE_NEWPID` (PID 1 of the PID namespace its task will have) and exec'd, which copies the
-//! template of the daemon's last start into a mount namespace of its own and mounts that PID
-//! namespace's `/proc` and `/dev/pts` in it ([`AttemptOnTemplate::prepare_copy`]).
+//! A spare is that part made while no start waits: `keel shim --spare STATE_DIR`, cloned as
+//! PID 1 of the PID namespace its task will have and exec'd, which copies the template of the
+//! daemon's last start into a mount namespace of its own and mounts that PID namespace's
+//! `/proc` and `/dev/pts` in it ([`AttemptOnTemplate::prepare_copy`]).
+//!
+//! A task's PID namespace is owned by the task's user namespace (docs/sandbox.md), and a PID
+//! namespace's owner is fixed when it is made, before its PID 1 exists: so a spare is made
+//! for one user namespace ([`Spare::spawn`]'s `userns`: a PID namespace made in it by
+//! [`crate::sys::pidns::pid_namespace_in`], the spare cloned into it) and serves only starts
+//! of the task with that user namespace ([`fits`], by the namespaces' device and inode). The
+//! daemon makes it for the task it started last — the one start it knows can come is that
+//! task's restart — and a start of another task takes the usual path, leaving the spare; the
+//! next replenishment replaces it with one for the task then started last. A task without a
+//! user namespace (`user_namespaces: Off`) takes a spare made for none (`CLONE_NEWPID`, a PID
+//! namespace of the host's), whatever the task, as every start did before user namespaces.
 //!
 //! The daemon's next sandboxed start sends the spare the attempt over a `SOCK_SEQPACKET` pair:
 //! its spec and its sandbox as the daemon resolved it (JSON), and, as `SCM_RIGHTS`, the
@@ -18,9 +29,10 @@
 //!
 //! The daemon keeps at most one spare, made a moment after a sandboxed start while tasks run
 //! ([`crate::sandbox::templates::SandboxTemplates::replenish_spare`]) and dropped (killed)
-//! with the templates when none runs. The next sandboxed start takes it whatever its copy is
-//! of; a copy of another template, or of the host as it was before a change, is not used
-//! ([`AttemptOnTemplate::can_use_copy_of`]). A spare whose daemon is gone reads end-of-file
+//! with the templates when none runs, when its task is removed or its task's user namespace
+//! is made anew (`SandboxTemplates::user_namespace_gone`). The next sandboxed start of its
+//! task takes it whatever its copy is of; a copy of another template, or of the host as it
+//! was before a change, is not used ([`AttemptOnTemplate::can_use_copy_of`]). A spare whose daemon is gone reads end-of-file
 //! and exits; one that cannot take a start (gone, the message too large) is dropped and the
 //! start takes the usual path.
 
@@ -30,9 +42,10 @@ use crate::sandbox::protocol::{
     ATTEMPT_LOCK_FD, MAX_MESSAGE, SETUP_FAILURE, SPARE_SOCKET_FD,
 };
 use crate::sandbox::spec::AttemptSpec;
-use crate::sandbox::start::clone::{hand_over, start_agent, StartError};
+use crate::sandbox::start::clone::{hand_over, start_agent, task_pid_namespace, StartError};
 use crate::sandbox::start::daemon::{Launch, Prepared};
 use crate::sys::fds::{receive_with_fds, send_with_fds};
+use crate::sys::pidns::NamespaceId;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -198,11 +211,17 @@ pub struct Spare {
     socket: OwnedFd,
     /// It was asked to copy a template.
     copying: bool,
+    /// The user namespace that owns its PID namespace: only a start of the task with this
+    /// user namespace may take it (`None`: a PID namespace of the host's, for a task
+    /// without one).
+    user_namespace: Option<NamespaceId>,
 }
 
 impl Spare {
     /// Spawn a spare from `keel` (this binary, or a benchmark's) with the daemon's original
     /// `nofile` limit, and ask it to copy `template` (a template's attempt and namespace).
+    /// `userns`: the user namespace of the task it is for, which owns its PID namespace
+    /// (`None`: for a task without one; a PID namespace of the host's).
     /// `state`: the daemon's state directory, in the spare's command line (`ps` then tells
     /// whose spare it is, and whose shim once it took a start).
     pub fn spawn(
@@ -210,8 +229,16 @@ impl Spare {
         nofile: Option<(u64, u64)>,
         state: &Path,
         template: Option<(&AttemptOnTemplate, BorrowedFd<'_>)>,
+        userns: Option<BorrowedFd<'_>>,
     ) -> io::Result<Spare> {
         let nul = |_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path");
+        // PID 1 of a PID namespace of the task's user namespace (crate::sys::pidns), or,
+        // for a task without one, of a new one of the host's (CLONE_NEWPID), as the
+        // daemon's clone would be.
+        // Keyed by the task's user namespace even where the kernel cannot make its PID
+        // namespace so (the daemon's clone would then make one of the host's, as this does).
+        let user_namespace = userns.map(NamespaceId::of).transpose()?;
+        let pid_namespace = userns.and_then(task_pid_namespace);
         let (ours, theirs) = crate::sys::fds::seqpacket_pair()?;
         let devnull = std::fs::File::open("/dev/null")?;
         let program = CString::new(keel.as_os_str().as_encoded_bytes()).map_err(nul)?;
@@ -227,7 +254,11 @@ impl Spare {
             // wrong before is the daemon's to log. A spare ends with its daemon, so it never
             // holds a pipe the daemon left.
             stderr: libc::STDERR_FILENO,
-            extra_flags: libc::CLONE_NEWPID as u64,
+            extra_flags: match pid_namespace {
+                Some(_) => 0,
+                None => libc::CLONE_NEWPID as u64,
+            },
+            pid_namespace: pid_namespace.as_ref().map(|ns| ns.as_fd()),
             cgroup_fd: None,
             keep_as_fd3: Some(theirs.as_raw_fd()),
             nofile,
@@ -239,6 +270,7 @@ impl Spare {
             pidfd: Some(pidfd),
             socket: ours,
             copying: false,
+            user_namespace,
         };
         if let Some((attempt, ns)) = template {
             spare.send(&Request::Prepare(attempt.clone()), &[ns.as_raw_fd()])?;
@@ -261,6 +293,17 @@ impl Spare {
 
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The user namespace owning the spare's PID namespace (`None`: the host's).
+    pub fn user_namespace(&self) -> Option<NamespaceId> {
+        self.user_namespace
+    }
+
+    /// Whether a start of the task whose user namespace is `task` (`None`: it has none) may
+    /// take this spare: its PID namespace must be owned by that very user namespace.
+    pub fn fits(&self, task: Option<NamespaceId>) -> bool {
+        fits(self.user_namespace, task)
     }
 
     /// Wait up to `timeout` for the spare to have made its copy: `Some("ready")`, or
@@ -336,3 +379,14 @@ impl Drop for Spare {
         }
     }
 }
+
+/// The spare-keying decision: a spare made for the user namespace `spare` serves a start of
+/// the task whose user namespace is `task`, and no other (`None` for both: neither has one;
+/// such a spare is as any before user namespaces). A PID namespace's owner is fixed when it
+/// is made, and the spare is its PID 1 before it knows its task.
+pub fn fits(spare: Option<NamespaceId>, task: Option<NamespaceId>) -> bool {
+    spare == task
+}
+
+#[cfg(test)]
+mod tests;

@@ -15,9 +15,10 @@ use crate::sandbox::mounts::template::{attempt_on_template, build_template, Atte
 use crate::sandbox::mounts::{self, RootEntry, SandboxLayout};
 use crate::sandbox::spare::Spare;
 use crate::sandbox::start::daemon::{Prepared, TemplateCache};
+use crate::sys::pidns::NamespaceId;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -198,9 +199,12 @@ impl SandboxTemplates {
         verdict
     }
 
-    /// The spare, for a sandboxed start, if there is one and it is alive. (Its copy is used
-    /// only if it is of this start's template: [`AttemptOnTemplate::can_use_copy_of`].)
-    pub fn take_spare(&mut self) -> Option<Spare> {
+    /// The spare, for a sandboxed start of the task whose user namespace is `task` (`None`:
+    /// it has none), if there is one made for it ([`Spare::fits`]) and it is alive. A spare
+    /// made for another task stays (its task's restart may come; the next replenishment
+    /// replaces it). (Its copy is used only if it is of this start's template:
+    /// [`AttemptOnTemplate::can_use_copy_of`].)
+    pub fn take_spare(&mut self, task: Option<NamespaceId>) -> Option<Spare> {
         let spare = self.spare.take()?;
         if !spare.alive() {
             // Killed or crashed: the daemon's reaper has its status.
@@ -210,21 +214,53 @@ impl SandboxTemplates {
             );
             return None;
         }
+        if !spare.fits(task) {
+            log::debug!(
+                "spare shim {} is another task's: starting the usual way",
+                spare.pid()
+            );
+            self.spare = Some(spare);
+            return None;
+        }
         Some(spare)
     }
 
-    /// Make a spare if there is none, copying the template of the last start on one (if it
-    /// is still kept). `keel`: the binary it runs; `nofile`: the daemon's original limit.
-    pub fn replenish_spare(&mut self, keel: &Path, nofile: Option<(u64, u64)>) {
-        if !self.spares || self.spare.is_some() {
+    /// Make a spare for the task whose user namespace is `userns` (`None`: a task without
+    /// one) if there is none for it — one made for another is replaced — copying the
+    /// template of the last start on one (if it is still kept). `keel`: the binary it runs;
+    /// `nofile`: the daemon's original limit.
+    pub fn replenish_spare(
+        &mut self,
+        keel: &Path,
+        nofile: Option<(u64, u64)>,
+        userns: Option<BorrowedFd<'_>>,
+    ) {
+        if !self.spares {
             return;
+        }
+        let wanted = match userns.map(NamespaceId::of).transpose() {
+            Ok(wanted) => wanted,
+            Err(e) => {
+                log::warn!("cannot identify the task's user namespace ({e}): no spare shim");
+                return;
+            }
+        };
+        if let Some(spare) = &self.spare {
+            if spare.fits(wanted) {
+                return;
+            }
+            log::debug!(
+                "spare shim {} replaced by one for the last start's task",
+                spare.pid()
+            );
+            self.spare = None;
         }
         let template = self.last.as_ref().and_then(|last| {
             let entry = self.entries.iter().find(|e| e.key == last.key)?;
             Some((last, entry.ns.as_fd()))
         });
         let state = self.dir.parent().unwrap_or(&self.dir);
-        match Spare::spawn(keel, nofile, state, template) {
+        match Spare::spawn(keel, nofile, state, template, userns) {
             Ok(spare) => {
                 log::debug!("spare shim pid {}", spare.pid());
                 self.spare = Some(spare);
@@ -232,6 +268,14 @@ impl SandboxTemplates {
             Err(e) => {
                 log::warn!("cannot make a spare shim ({e}): starts take the usual path");
             }
+        }
+    }
+
+    /// The user namespace `gone` is no task's any more (its task was removed, or given
+    /// another): a spare made for it goes, since no start can take it.
+    pub fn user_namespace_gone(&mut self, gone: NamespaceId) {
+        if self.spare.as_ref().and_then(|s| s.user_namespace()) == Some(gone) {
+            self.spare = None;
         }
     }
 

@@ -14,6 +14,7 @@ pub mod git;
 pub mod machine;
 pub mod mount;
 pub mod own_userns;
+pub mod pidns;
 pub mod process;
 pub mod seccomp;
 pub mod term;
@@ -24,7 +25,7 @@ pub mod wait;
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// `pidfd_open(2)`: a file descriptor that refers to `pid` and to nothing else, ever.
 /// Signals sent through it can never hit a recycled pid; it becomes readable when the process
@@ -71,6 +72,9 @@ pub struct SpawnRequest<'a> {
     pub stderr: RawFd,
     /// Extra clone3 flags (namespaces; CLONE_INTO_CGROUP with `cgroup_fd`).
     pub extra_flags: u64,
+    /// A PID namespace without a process yet (made by [`pidns::pid_namespace_in`]): the
+    /// child is its PID 1, and no `CLONE_NEWPID` is needed in `extra_flags`.
+    pub pid_namespace: Option<BorrowedFd<'a>>,
     pub cgroup_fd: Option<RawFd>,
     /// A descriptor the child keeps as fd 3 (the attempt lock); every other inherited
     /// descriptor is closed at exec.
@@ -122,6 +126,7 @@ pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)
     clone3_pidfd(
         request.extra_flags,
         request.cgroup_fd,
+        request.pid_namespace,
         request.signals_blocked,
         // The child only calls async-signal-safe functions (dup2, setsid, sigprocmask,
         // execve, _exit) on memory prepared above.
@@ -131,8 +136,8 @@ pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)
 
 /// Run `child` in a process cloned with `clone3(CLONE_PIDFD | flags)` (a copy of this one:
 /// no `CLONE_VM`), in the cgroup `cgroup_fd` from its first instruction when given
-/// (`CLONE_INTO_CGROUP`), and every signal blocked across the call (and in the child) when
-/// `signals_blocked`. Returns the child's pid and a pidfd for the event loop. `child` never
+/// (`CLONE_INTO_CGROUP`), as PID 1 of `pid_namespace` when given (`pidns::clone_into`),
+/// and every signal blocked across the call (and in the child) when `signals_blocked`. Returns the child's pid and a pidfd for the event loop. `child` never
 /// returns (it ends in execve(2) or _exit(2)); a panic in it ends the child (exit 127), never
 /// unwinds into this process's frames.
 ///
@@ -141,16 +146,36 @@ pub fn spawn_with_pidfd(request: &SpawnRequest<'_>) -> io::Result<(i32, OwnedFd)
 pub fn clone3_with_pidfd(
     flags: u64,
     cgroup_fd: Option<RawFd>,
+    pid_namespace: Option<BorrowedFd<'_>>,
     signals_blocked: bool,
     child: &mut dyn FnMut() -> Infallible,
 ) -> io::Result<(i32, OwnedFd)> {
-    clone3_pidfd(flags, cgroup_fd, signals_blocked, &mut || {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *child));
-        fds::exit_now(127)
-    })
+    clone3_pidfd(
+        flags,
+        cgroup_fd,
+        pid_namespace,
+        signals_blocked,
+        &mut || {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *child));
+            fds::exit_now(127)
+        },
+    )
 }
 
 fn clone3_pidfd(
+    flags: u64,
+    cgroup_fd: Option<RawFd>,
+    pid_namespace: Option<BorrowedFd<'_>>,
+    signals_blocked: bool,
+    child: &mut dyn FnMut() -> Infallible,
+) -> io::Result<(i32, OwnedFd)> {
+    match pid_namespace {
+        Some(ns) => pidns::clone_into(ns, || clone3_here(flags, cgroup_fd, signals_blocked, child)),
+        None => clone3_here(flags, cgroup_fd, signals_blocked, child),
+    }
+}
+
+fn clone3_here(
     flags: u64,
     cgroup_fd: Option<RawFd>,
     signals_blocked: bool,

@@ -68,8 +68,20 @@ impl Drop for Unmount {
 /// (mount ids, peer group numbers, the scratch directory's name): mount point, root of the
 /// mount, mount options, propagation, filesystem type and its options, sorted.
 pub fn mount_table(d: &Daemon, unit: &str, extra: &str) -> Vec<String> {
+    mount_table_of(d, unit, extra, false)
+}
+
+/// [`mount_table`], of the task's restart on the spare made for it ([`run_agent_on_spare`]).
+pub fn mount_table_on_spare(d: &Daemon, unit: &str, extra: &str) -> Vec<String> {
+    mount_table_of(d, unit, extra, true)
+}
+
+fn mount_table_of(d: &Daemon, unit: &str, extra: &str, on_spare: bool) -> Vec<String> {
     let script = "cat /proc/self/mountinfo";
-    let (task, out) = run_agent(d, unit, script, extra);
+    let (task, out) = match on_spare {
+        true => run_agent_on_spare(d, unit, script, extra),
+        false => run_agent(d, unit, script, extra),
+    };
     let shim_log = || std::fs::read_to_string(d.task_dir(unit).join("run/shim.log"));
     assert_eq!(
         task["state"],
@@ -145,4 +157,99 @@ pub fn wait_for_a_spare(d: &Daemon) {
             .count()
     };
     super::wait_until(Duration::from_secs(20), "a spare shim", || spares() == 1);
+}
+
+/// Where the host tells attempt 1 of [`run_agent_on_spare`] that the spare for its restart
+/// is ready: a file in the task's checkpoint directory.
+const SPARE_READY: &str = "spare-ready";
+
+/// Run `script` as `unit` on a spare shim and return its output once it has ended. A spare
+/// is PID 1 of a PID namespace owned by one task's user namespace (src/sandbox/spare.rs):
+/// the daemon makes it for the task it started last, for that task's restart, so a task's
+/// first start never takes one. Attempt 1 here waits until the spare for this task is
+/// there, then fails; attempt 2 (`restart: OnFailure`) runs `script` on it. Needs a task
+/// running besides (spares are made while tasks run: [`daemon_starting`]).
+pub fn run_agent_on_spare(
+    d: &Daemon,
+    unit: &str,
+    script: &str,
+    extra: &str,
+) -> (serde_json::Value, String) {
+    d.write_unit(
+        unit,
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", {:?}], {RESTART_ON_SPARE}, {extra})"#,
+            on_its_restart(script)
+        ),
+    );
+    let (task, _) = let_its_restart_take_a_spare(d, unit);
+    let out = std::fs::read_to_string(d.task_dir(unit).join("run/output.log")).unwrap_or_default();
+    (task, out)
+}
+
+/// [`run_agent_on_spare`]'s restart policy (for a unit written by hand): attempt 1 fails,
+/// attempt 2 is the last whatever its end.
+pub const RESTART_ON_SPARE: &str = r#"restart: OnFailure, backoff: Backoff(initial: "100ms"), restart_limit: RestartLimit(count: 1, within: "1h")"#;
+
+/// [`run_agent_on_spare`]'s command: `script` at attempt 2, after attempt 1 waited for the
+/// spare and failed (for a unit written by hand).
+pub fn on_its_restart(script: &str) -> String {
+    format!(
+        "if [ \"$KEEL_ATTEMPT\" = 1 ]; then \
+         while [ ! -e \"$KEEL_CHECKPOINT_DIR/{SPARE_READY}\" ]; do sleep 0.05; done; exit 1; fi\n{script}"
+    )
+}
+
+/// For a unit written with [`on_its_restart`] and [`RESTART_ON_SPARE`]: wait until its
+/// attempt 1 runs and the daemon holds a spare made for its user namespace, let attempt 1
+/// end, and wait for attempt 2's end; the task as status shows it then, and the spare's pid.
+pub fn let_its_restart_take_a_spare(d: &Daemon, unit: &str) -> (serde_json::Value, i32) {
+    let spare = wait_for_its_spare(d, unit);
+    (let_it_restart(d, unit), spare)
+}
+
+/// Wait until attempt 1 of `unit` (written with [`on_its_restart`]) runs and the daemon holds
+/// a spare shim made for its user namespace (PID 1 of a PID namespace it owns); its pid.
+pub fn wait_for_its_spare(d: &Daemon, unit: &str) -> i32 {
+    use keel::sys::pidns::{owner_of, NamespaceId};
+    use std::os::fd::AsFd;
+    let ns = |path: String| -> Option<NamespaceId> {
+        let file = std::fs::File::open(path).ok()?;
+        NamespaceId::of(file.as_fd()).ok()
+    };
+    let owner = |pid: i32| -> Option<NamespaceId> {
+        let file = std::fs::File::open(format!("/proc/{pid}/ns/pid")).ok()?;
+        NamespaceId::of(owner_of(file.as_fd()).ok()?.as_fd()).ok()
+    };
+    let first = d.wait_state(unit, "running", Duration::from_secs(30));
+    let shim = first["pid"].as_i64().unwrap() as i32;
+    let userns = super::wait::wait_for(Duration::from_secs(30), "attempt 1's agent", || {
+        ns(format!("/proc/{}/ns/user", super::first_child(shim)?)).filter(|&userns| {
+            // The shim's own is the host's; its agent's is the task's.
+            ns(format!("/proc/{shim}/ns/user")) != Some(userns)
+        })
+    });
+    let daemon = d.child.as_ref().unwrap().id();
+    super::wait::wait_for(Duration::from_secs(30), "a spare for the task", || {
+        std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .find(|&pid| {
+                std::fs::read_link(format!("/proc/{pid}/fd/3"))
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+                    && owner(pid) == Some(userns)
+            })
+    })
+}
+
+/// Let attempt 1 of `unit` (written with [`on_its_restart`]) end, and wait for attempt 2's
+/// end; the task as status shows it then.
+pub fn let_it_restart(d: &Daemon, unit: &str) -> serde_json::Value {
+    std::fs::write(d.task_dir(unit).join("checkpoint").join(SPARE_READY), "").unwrap();
+    super::wait::wait_for(Duration::from_secs(30), "attempt 2's end", || {
+        let task = d.task(unit)?;
+        let ended = task["state"] == "succeeded" || task["state"] == "failed";
+        (ended && task["attempt"] == 2).then_some(task)
+    })
 }

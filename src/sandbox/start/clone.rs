@@ -22,7 +22,7 @@ use crate::sys::SpawnRequest;
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 /// Clone the process that becomes the task's shim (`clone3(CLONE_PIDFD)`), which starts the
@@ -44,9 +44,29 @@ pub fn clone_shim(
     crate::sys::clone3_with_pidfd(
         request.extra_flags,
         request.cgroup_fd,
+        request.pid_namespace,
         true,
         &mut || -> Infallible { in_the_clone(request, launch, spec, spec_path, id_claim) },
     )
+}
+
+/// A PID namespace owned by the task's user namespace `userns`, for its shim to be PID 1 of
+/// (the daemon's clone, or a spare: [`crate::sys::pidns`]). `None` where the kernel cannot
+/// make one so (before Linux 6.11: no pidfd ioctl to open it by), said once: the clone then
+/// makes one of the host's (`CLONE_NEWPID`), as before user namespaces.
+pub fn task_pid_namespace(userns: BorrowedFd<'_>) -> Option<OwnedFd> {
+    match crate::sys::pidns::pid_namespace_in(userns) {
+        Ok(ns) => Some(ns),
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                log::warn!(
+                    "{e}: tasks' PID namespaces are the host's user namespace's (Linux 6.11 makes them the task's)"
+                )
+            });
+            None
+        }
+    }
 }
 
 /// The clone's steps until its exec: stdio, a new session, every inherited descriptor
