@@ -158,6 +158,8 @@ ln -s pts/ptmx "$R/dev/ptmx"
 mount -t tmpfs -o nosuid,nodev shm "$R/dev/shm"
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
 mount --rbind /sys "$R/sys"
+# ENGINE_WITHOUT_CGROUP2: as crun and runc do on a hybrid host, the v1 controllers only.
+if [ -n "${ENGINE_WITHOUT_CGROUP2:-}" ]; then umount -l "$R/sys/fs/cgroup/unified"; fi
 awk -v sys="$R/sys/fs/cgroup/" '{ for (i = 7; i < NF; i++) if ($i == "-") { t = $(i + 1); break } }
     index($5, sys) == 1 && (t == "cgroup" || t == "cgroup2") { print $5 }' /proc/self/mountinfo |
     while read -r m; do mount -o remount,bind,ro "$m"; done
@@ -214,6 +216,8 @@ struct Setup {
     scratch: Scratch,
     recipe: Recipe,
     cgroup_name: String,
+    /// The engine mounts no cgroup2 (a hybrid host's crun and runc).
+    without_cgroup2: bool,
 }
 
 impl Setup {
@@ -249,6 +253,10 @@ impl Setup {
         command
             // The test drives the daemon from outside the container, through its volume.
             .env("KEEL_ACCEPT_OUTSIDE_CLIENTS", "1")
+            .env(
+                "ENGINE_WITHOUT_CGROUP2",
+                if self.without_cgroup2 { "1" } else { "" },
+            )
             .args([
                 "--mount",
                 "--pid",
@@ -346,6 +354,7 @@ fn the_containerfile_recipe_runs_keel_init_as_pid_1_with_the_documented_capabili
         cgroup_name: scratch.cgroup_name(),
         scratch,
         recipe,
+        without_cgroup2: false,
     };
     build_root(&setup.root(), &setup.recipe);
     std::fs::create_dir_all(setup.state()).unwrap();
@@ -439,4 +448,56 @@ fn the_containerfile_recipe_runs_keel_init_as_pid_1_with_the_documented_capabili
     assert_eq!(container.stop(), 0, "{}", container.log());
     assert!(members().is_empty(), "processes left in the container");
     assert!(cgroup_tree_dirs(&setup.cgroup_name).is_empty());
+}
+
+/// A container on a hybrid host whose engine mounts the v1 controllers only (crun's and runc's
+/// default there): keel init mounts a cgroup2 hierarchy, says so, and the task starts.
+#[test]
+fn keel_init_mounts_cgroup2_in_a_container_on_a_hybrid_host_that_has_none() {
+    let test = "keel_init_mounts_cgroup2_in_a_container_on_a_hybrid_host_that_has_none";
+    if !require_root(test) || !require_tools(test, &["unshare", "capsh", "busybox", "ldd", "awk"]) {
+        return;
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let hybrid = mountinfo.contains(" /sys/fs/cgroup/unified ") && mountinfo.contains(" - cgroup ");
+    if !hybrid {
+        // Pure cgroup v2 (the VM's scenarios): its engines always mount cgroup2.
+        eprintln!("{test}: not a hybrid host (no /sys/fs/cgroup/unified): nothing to test here");
+        return;
+    }
+    let scratch = Scratch::new("container-nocg2");
+    let setup = Setup {
+        cgroup_name: scratch.cgroup_name(),
+        scratch,
+        recipe: recipe(),
+        without_cgroup2: true,
+    };
+    build_root(&setup.root(), &setup.recipe);
+    std::fs::create_dir_all(setup.state()).unwrap();
+    std::fs::create_dir_all(setup.units()).unwrap();
+    std::fs::write(setup.units().join("agent.ron"), AGENT).unwrap();
+    let mut container = setup.run("nocg2");
+    wait_until(Duration::from_secs(30), "the agent to run", || {
+        setup.task("agent")["progress"] == "ready"
+    });
+    let log = container.log();
+    assert!(
+        log.contains("no cgroup2 hierarchy in this container")
+            && log.contains("mounted one at /sys/fs/cgroup/unified"),
+        "{log}"
+    );
+    let task = setup.task("agent");
+    assert_eq!(task["state"], "running", "{task}");
+    assert_eq!(
+        task["attempt"], 1,
+        "a host-side refusal spent an attempt: {task}"
+    );
+    let members = pid_namespace_of(container.init_pid());
+    assert_eq!(container.stop(), 0, "{}", container.log());
+    assert!(members().is_empty(), "processes left in the container");
+    assert!(
+        cgroup_tree_dirs(&setup.cgroup_name).is_empty(),
+        "cgroups left: {:?}",
+        cgroup_tree_dirs(&setup.cgroup_name)
+    );
 }

@@ -181,6 +181,19 @@ pub fn read_only_cgroup_mounts(mountinfo: &str) -> Vec<(PathBuf, Vec<String>)> {
         .collect()
 }
 
+/// Where a cgroup2 hierarchy should be mounted when none is (a container on a hybrid host:
+/// the engine mounted the v1 controllers only, and keel needs cgroup2's `cgroup.kill`,
+/// `cgroup.events` and PSI): `unified` beside the v1 hierarchies, as systemd lays a hybrid host
+/// out. `None` when a cgroup2 mount is there, or no v1 hierarchy is either (nothing to go by).
+pub fn missing_cgroup2_mount_point(mountinfo: &str) -> Option<PathBuf> {
+    let mounts = cgroup_mounts(mountinfo);
+    if mounts.iter().any(|m| m.v2) {
+        return None;
+    }
+    let first_v1 = mounts.iter().find(|m| !m.v2)?;
+    Some(first_v1.mount_point.parent()?.join("unified"))
+}
+
 /// The layout from the text of `/proc/self/mountinfo` and `/proc/self/cgroup` (proc(5)).
 pub fn parse_layout(
     mountinfo: &str,

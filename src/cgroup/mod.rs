@@ -41,8 +41,8 @@ pub(crate) mod testing;
 mod tests;
 
 pub use detect::{
-    cgroup2_mounts, detect, init_needs_leaf, parse_cpu_max, parse_layout, read_only_cgroup_mounts,
-    Layout, Mode, V1Controller, INIT_LEAF,
+    cgroup2_mounts, detect, init_needs_leaf, missing_cgroup2_mount_point, parse_cpu_max,
+    parse_layout, read_only_cgroup_mounts, Layout, Mode, V1Controller, INIT_LEAF,
 };
 pub use error::CgroupError;
 pub use fs::{CgroupFs, RealFs};

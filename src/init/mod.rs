@@ -176,6 +176,7 @@ fn supervise(options: &Options<'_>, pid1: bool) -> i32 {
     if pid1 {
         mount_proc_if_missing();
         make_cgroups_writable();
+        mount_cgroup2_if_missing();
     } else {
         // Not PID 1 (a test, or run under another init): orphans still come to us.
         if let Err(e) = crate::sys::set_child_subreaper() {
@@ -539,6 +540,37 @@ fn make_cgroups_writable() {
                 path.display()
             ),
         }
+    }
+}
+
+/// A container on a hybrid host gets the v1 controllers from its engine and no cgroup2 (crun
+/// and runc's default there): keel needs cgroup2 for `cgroup.kill`, `cgroup.events` and PSI,
+/// and no task could start. PID 1 mounts one beside the v1 hierarchies, in the container's
+/// cgroup namespace (its own subtree, when the engine gave it one), as it mounts `/proc` as a
+/// machine's PID 1.
+fn mount_cgroup2_if_missing() {
+    use nix::mount::MsFlags;
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let Some(at) = crate::cgroup::missing_cgroup2_mount_point(&mountinfo) else {
+        return;
+    };
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    let made = match std::fs::create_dir(&at) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => crate::sys::mount::mount_fs("cgroup2", &at, "cgroup2", flags, None),
+    };
+    match made {
+        Ok(()) => log::info!(
+            "no cgroup2 hierarchy in this container (a hybrid host's engine mounts the v1 controllers only): mounted one at {}",
+            at.display()
+        ),
+        Err(e) => log::warn!(
+            "no cgroup2 hierarchy in this container, and none can be mounted at {} ({e}): no task can start; give the container CAP_SYS_ADMIN, or mount cgroup2 there (`mount -t cgroup2 none {}`)",
+            at.display(),
+            at.display()
+        ),
     }
 }
 

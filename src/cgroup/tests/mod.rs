@@ -458,3 +458,24 @@ fn keel_init_needs_a_leaf_only_on_v2_below_the_root() {
 }
 
 mod plan;
+
+#[test]
+fn a_container_on_a_hybrid_host_without_cgroup2_gets_one_beside_its_v1_hierarchies() {
+    // An engine's container on a hybrid host: the v1 controllers, no cgroup2 (crun's and
+    // runc's default there).
+    let no_unified: String = HYBRID_MOUNTINFO
+        .lines()
+        .filter(|l| !l.contains(" - cgroup2 "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        super::missing_cgroup2_mount_point(&no_unified),
+        Some(p("/sys/fs/cgroup/unified"))
+    );
+    // A cgroup2 mount anywhere: nothing to do; no cgroup at all: nothing to go by.
+    assert_eq!(super::missing_cgroup2_mount_point(HYBRID_MOUNTINFO), None);
+    let v2 = "1010 1009 0:29 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n";
+    assert_eq!(super::missing_cgroup2_mount_point(v2), None);
+    let none = "1011 1009 0:5 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n";
+    assert_eq!(super::missing_cgroup2_mount_point(none), None);
+}
