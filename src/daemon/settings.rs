@@ -54,15 +54,17 @@ impl Settings {
         match crate::config::load_config(&self.config_path, &self.host) {
             Ok(mut config) => {
                 keep_accepted_config(dirs, &self.config_path);
-                if config.user_namespaces != self.config.user_namespaces {
+                let rootless = crate::sys::own_userns::host_ids().is_some();
+                if config.user_namespaces != self.config.user_namespaces && !rootless {
                     // The range was checked against the host's users at start; a new one is
                     // checked at the next.
                     log::warn!(
                         "{}: user_namespaces changed: it takes effect at the next daemon start",
                         self.config_path.display()
                     );
-                    config.user_namespaces = self.config.user_namespaces;
                 }
+                // Rootless: always Off (become_root_of_own_user_namespace).
+                config.user_namespaces = self.config.user_namespaces;
                 if config == self.config {
                     return Ok(false);
                 }
@@ -109,7 +111,11 @@ fn refuse_without_delegation(layout: &Result<Layout, CgroupError>) -> Result<boo
 fn become_root_of_own_user_namespace(config: &mut Config) -> Result<(), DaemonError> {
     let (uid, gid) = crate::sys::own_userns::become_root_of_own().map_err(|e| {
         DaemonError::Config(format!(
-            "cannot make a user namespace of its own as uid {} (unshare/uid_map: {e}): allow              unprivileged user namespaces (sysctl user.max_user_namespaces > 0;              kernel.unprivileged_userns_clone=1 on Debian before 11;              kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for keel on              Ubuntu 23.10 and later), or run keel as root",
+            "cannot make a user namespace of its own as uid {} (unshare/uid_map: {e}): allow \
+             unprivileged user namespaces (sysctl user.max_user_namespaces > 0; \
+             kernel.unprivileged_userns_clone=1 on Debian before 11; \
+             kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for keel on \
+             Ubuntu 23.10 and later), or run keel as root",
             nix::unistd::geteuid()
         ))
     })?;

@@ -97,6 +97,10 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         progress_file: spec::progress_path(&run_dir),
         checkpoint_source: dirs.checkpoint_dir(ctx.unit_name),
         hidden,
+        // Rootless: the agent's 0 is the daemon's user on the host, whose files (SSH keys,
+        // cloud credentials, tokens) its permissions no longer keep from the agent: covered,
+        // the task's own paths under it (the repository's objects, writable paths) bound back.
+        veiled: rootless_home().into_iter().collect(),
         writable: unit.sandbox.writable.iter().map(Into::into).collect(),
         capabilities: unit.sandbox.capabilities.clone(),
         user: unit.sandbox.user.clone(),
@@ -308,6 +312,23 @@ pub fn spawn_shim_program(
     // disk), and never missing for the shim, which reads it after its exec.
     // Our descriptor of the lock closes when `lock` drops; the shim's copy keeps it held.
     clone_shim(&request, &launch, spec, &spec_path, id_claim_fd).map_err(SpawnError::Clone)
+}
+
+/// The home directory of the host user a rootless daemon stands for (`/etc/passwd`, read as
+/// text), unless it is `/` or missing.
+fn rootless_home() -> Option<std::path::PathBuf> {
+    let (uid, _) = crate::sys::own_userns::host_ids()?;
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    let home = home_of(uid, &passwd)?;
+    (home != Path::new("/") && home.is_absolute() && home.is_dir()).then_some(home)
+}
+
+/// The home field of the first `/etc/passwd` line of `uid`.
+pub(crate) fn home_of(uid: u32, passwd: &str) -> Option<std::path::PathBuf> {
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.len() >= 7 && fields[2].parse() == Ok(uid)).then(|| fields[5].into())
+    })
 }
 
 #[derive(Debug)]

@@ -74,6 +74,9 @@ pub struct SandboxLayout {
     pub home_size: u64,
     /// keel's state directory and the unit's `sandbox.hidden`: made invisible.
     pub hidden: Vec<PathBuf>,
+    /// Host paths covered by an empty directory, the task's own paths inside them bound back
+    /// ([`crate::sandbox::spec::SandboxSpec::veiled`]).
+    pub veiled: Vec<PathBuf>,
     /// The unit's `sandbox.writable`: host paths bound read-write at the same path.
     pub writable: Vec<PathBuf>,
     /// Host paths bound read-only at the same path even where keel mounts its own (`/run`,

@@ -60,6 +60,11 @@ pub struct SandboxSpec {
     pub checkpoint_source: PathBuf,
     /// Made invisible: keel's state directory, then the unit's `sandbox.hidden`.
     pub hidden: Vec<PathBuf>,
+    /// Covered by an empty directory, but for the task's own paths inside (its checkout's
+    /// objects, its writable paths), bound on it: a rootless daemon's user's home.
+    /// `serde(default)`: a spec of a keel before it still reads.
+    #[serde(default)]
+    pub veiled: Vec<PathBuf>,
     /// The unit's `sandbox.writable`: bound read-write at the same path.
     pub writable: Vec<PathBuf>,
     /// The unit's `sandbox.capabilities` (names); none by default.

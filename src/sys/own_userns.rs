@@ -18,10 +18,15 @@ use std::sync::OnceLock;
 /// The user namespace the process was started in, once it has made its own
 /// ([`become_root_of_own`]): the device and inode of its nsfs file.
 static STARTED_IN: OnceLock<(u64, u64)> = OnceLock::new();
+/// The uid and gid on the host that 0 stands for, once [`become_root_of_own`] ran.
+static HOST_IDS: OnceLock<(u32, u32)> = OnceLock::new();
 
 /// Whether this process is in the host's (initial) user namespace: its uid map is the
 /// identity of every id (`0 0 4294967295`). Read once.
 pub fn in_initial_user_namespace() -> bool {
+    if STARTED_IN.get().is_some() {
+        return false;
+    }
     static INITIAL: OnceLock<bool> = OnceLock::new();
     *INITIAL.get_or_init(|| {
         std::fs::read_to_string("/proc/self/uid_map")
@@ -51,7 +56,20 @@ pub fn become_root_of_own() -> io::Result<(u32, u32)> {
     std::fs::write("/proc/self/uid_map", format!("0 {uid} 1"))?;
     std::fs::write("/proc/self/gid_map", format!("0 {gid} 1"))?;
     let _ = STARTED_IN.set((before.dev(), before.ino()));
+    let _ = HOST_IDS.set((uid, gid));
     Ok((uid, gid))
+}
+
+/// The uid and gid on the host this process stands for as 0, if it made its own user
+/// namespace ([`become_root_of_own`]).
+pub fn host_ids() -> Option<(u32, u32)> {
+    HOST_IDS.get().copied()
+}
+
+/// Whether this process's `setgroups` is `deny` (its user namespace, or an ancestor, was made
+/// by an unprivileged process): then it cannot change its supplementary groups.
+pub fn setgroups_denied() -> bool {
+    std::fs::read_to_string("/proc/self/setgroups").is_ok_and(|s| s.trim() == "deny")
 }
 
 /// Whether `uid` and `gid` are mapped in this process's user namespace (its `uid_map` and

@@ -62,6 +62,8 @@ pub(crate) struct Identity {
     /// own namespace is; its tasks are in the daemon's (and refused by their PID namespace
     /// and cgroup).
     pub started_in: Option<NsId>,
+    /// Rootless: the uid on the host the daemon's 0 stands for (for refusals' messages).
+    pub host_uid: Option<u32>,
 }
 
 /// The variable that lets clients outside the daemon's PID namespace in.
@@ -110,6 +112,14 @@ pub(crate) fn judge(
     is_keel_tree: TreeProbe,
 ) -> Result<(), Refusal> {
     let refuse = |reason: String| Err(Refusal(reason));
+    if let (Some(host_uid), true) = (own.host_uid, peer.uid != 0) {
+        return refuse(format!(
+            "a process of another user than uid {host_uid} (the host's root among them: the \
+             kernel shows it as uid {}): a daemon that is not root answers its own user only \
+             (as root: `su` to uid {host_uid} first)",
+            peer.uid
+        ));
+    }
     if peer.uid != 0 && peer.uid != own.uid {
         return refuse(format!(
             "uid {} may not control this daemon (only root and uid {})",
@@ -243,6 +253,7 @@ impl Identity {
             proc_is_own,
             accept_outside: std::env::var_os(ACCEPT_OUTSIDE).is_some_and(|v| v == "1"),
             started_in: crate::sys::own_userns::started_in().map(|(dev, ino)| NsId { dev, ino }),
+            host_uid: crate::sys::own_userns::host_ids().map(|(uid, _)| uid),
         })
     }
 }

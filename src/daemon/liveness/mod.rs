@@ -65,6 +65,8 @@ pub(crate) struct Watches {
     by_wd: HashMap<WatchDescriptor, String>,
     /// When the inotify queue was last read (monotonic): the events read next came after.
     drained_at: Ms,
+    /// When the last inotify queue overflow was logged.
+    overflow_logged: Option<Instant>,
     /// The inotify descriptor is out of the loop until the window ends
     /// ([`PROGRESS_EVENTS_WINDOW`]): its events wait in the kernel's queue.
     pub paused: bool,
@@ -125,6 +127,7 @@ impl Watches {
             tasks: HashMap::new(),
             by_wd: HashMap::new(),
             drained_at: mono_ms(),
+            overflow_logged: None,
             paused: false,
             resume_refused: None,
             polled_count: 0,

@@ -69,8 +69,17 @@ impl Watches {
         touched: &mut BTreeMap<String, bool>,
     ) {
         if mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-            // Events were lost: look at every progress file (a write moved its mtime).
-            log::warn!("inotify queue overflow: checking every progress file");
+            // Events were lost: look at every progress file (a write moved its mtime). An
+            // agent can overflow the queue every window: said once a minute.
+            let due = self
+                .overflow_logged
+                .is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60));
+            if due {
+                log::warn!(
+                    "inotify queue overflow: checking every progress file (said once a minute)"
+                );
+                self.overflow_logged = Some(Instant::now());
+            }
             for unit in self.tasks.keys() {
                 touched.entry(unit.clone()).or_default();
             }

@@ -65,3 +65,18 @@ fn later_attempts_resume() {
     let plain = unit(r#"Unit(command: ["a"])"#);
     assert_eq!(attempt_spec(&dirs, &plain, &ctx).argv, ["a"]);
 }
+
+#[test]
+fn a_users_home_is_read_from_its_passwd_line() {
+    let passwd =
+        "root:x:0:0:root:/root:/bin/sh\nkeeluser:x:1000:1000:k:/home/keeluser:/bin/sh\nbad:line\n";
+    assert_eq!(
+        super::home_of(1000, passwd),
+        Some(std::path::PathBuf::from("/home/keeluser"))
+    );
+    assert_eq!(
+        super::home_of(0, passwd),
+        Some(std::path::PathBuf::from("/root"))
+    );
+    assert_eq!(super::home_of(1001, passwd), None);
+}

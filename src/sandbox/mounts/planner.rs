@@ -405,9 +405,9 @@ impl<'a> Planner<'a> {
         enum Kind {
             Home,
             Work,
-            /// A repository the checkout borrows objects from: covered, its objects bound
-            /// back (deeper, so later).
-            Repository(PathBuf),
+            /// A repository the checkout borrows objects from (or a veiled path): covered, its
+            /// objects bound back (deeper, so later).
+            Repository(Step),
             /// A host path at its own path; writable for `sandbox.writable` only.
             Bound {
                 path: PathBuf,
@@ -438,7 +438,12 @@ impl<'a> Planner<'a> {
             wanted.push((self.canon(path), kind));
         }
         for path in checkout_repositories(layout) {
-            wanted.push((self.canon(path), Kind::Repository(path.clone())));
+            let step = Step::Repository(path.clone());
+            wanted.push((self.canon(path), Kind::Repository(step)));
+        }
+        for path in &layout.veiled {
+            let step = Step::Hidden(path.clone());
+            wanted.push((self.canon(path), Kind::Repository(step)));
         }
         wanted.sort_by_key(|(at, _)| depth(at));
         for (at, kind) in wanted {
@@ -463,7 +468,7 @@ impl<'a> Planner<'a> {
                     self.keep.push((at, MountAttrs::RDONLY, step));
                 }
                 Kind::Work => self.work(&at),
-                Kind::Repository(path) => self.veil(&path, &at),
+                Kind::Repository(step) => self.veil(&at, step),
                 Kind::Bound { path, step } => {
                     let writable = matches!(step, Step::Writable(_));
                     let op = MountOp::Mountpoint {

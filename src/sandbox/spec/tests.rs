@@ -35,6 +35,7 @@ fn sandbox(writable: &[&Path], state: &Path, units: Option<&Path>) -> SandboxSpe
         progress_file: progress_path(&run),
         checkpoint_source: state.join("tasks/t/checkpoint"),
         hidden: vec![state.to_path_buf()],
+        veiled: Vec::new(),
         writable: writable.iter().map(|p| p.to_path_buf()).collect(),
         capabilities: Vec::new(),
         user: None,

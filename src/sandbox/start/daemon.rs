@@ -168,7 +168,7 @@ pub fn prepare(
         None => String::new(),
     };
     let (passwd, group) = (read("/etc/passwd"), read("/etc/group"));
-    let privileges = privileges::plan(
+    let mut privileges = privileges::plan(
         &spec.capabilities,
         spec.user.as_deref(),
         spec.network_none,
@@ -184,6 +184,11 @@ pub fn prepare(
     if let (true, None, Some((uid, gid))) = (in_user_namespace, spec.id_block, privileges.user) {
         if !crate::sys::own_userns::maps_own(uid, gid) {
             return Err(ResolveError::UnmappedUser { uid, gid });
+        }
+        // `sandbox.user: "root"` where setgroups is denied (rootless): the agent is root
+        // already, and its groups cannot be changed.
+        if (uid, gid) == (0, 0) && crate::sys::own_userns::setgroups_denied() {
+            privileges.user = None;
         }
     }
     let home = home_for(privileges.user.map(|(uid, _)| uid), &passwd);
@@ -214,6 +219,7 @@ pub fn prepare(
         tmp_size: spec.tmp_size,
         home_size: spec.home_size,
         hidden: spec.hidden.clone(),
+        veiled: spec.veiled.clone(),
         writable: spec.writable.clone(),
         // /etc/resolv.conf may point into /run (systemd-resolved), which the sandbox has its
         // own of: keep the host's resolver directory visible, read-only.

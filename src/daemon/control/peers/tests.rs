@@ -26,6 +26,7 @@ fn daemon() -> Identity {
         proc_is_own: true,
         accept_outside: false,
         started_in: None,
+        host_uid: None,
     }
 }
 
@@ -104,9 +105,18 @@ fn a_rootless_daemon_lets_in_the_namespace_it_was_started_in_and_no_other() {
             pid: HOST_PID,
         },
         started_in: Some(HOST_USER),
+        host_uid: Some(1000),
         ..daemon()
     };
     assert_eq!(verdict(&own, &client("/user.slice")), Ok(()));
+    // Another user, or the host's root: unmapped here, the overflow uid.
+    let mut stranger = client("/user.slice");
+    stranger.uid = 65534;
+    let why = verdict(&own, &stranger).unwrap_err();
+    assert!(
+        why.contains("another user than uid 1000") && why.contains("su"),
+        "{why}"
+    );
     let mut inside = client("/user.slice");
     inside.namespaces = Ok(Namespaces {
         user: OTHER,

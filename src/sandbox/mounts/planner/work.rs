@@ -72,7 +72,7 @@ impl Planner<'_> {
     /// in it), and nothing else of it — config, hooks, refs, files — is seen. Where nothing
     /// shows it (it lies in keel's `/tmp` or `$HOME`, or in a covered repository), nothing
     /// is mounted.
-    pub(super) fn veil(&mut self, path: &Path, at: &Path) {
+    pub(super) fn veil(&mut self, at: &Path, step: Step) {
         let mut places = Vec::new();
         for (i, m) in self.mounts.iter().enumerate() {
             let Layer::Host { source } = &m.layer else {
@@ -86,7 +86,6 @@ impl Planner<'_> {
                 places.push(place);
             }
         }
-        let step = Step::Repository(path.to_path_buf());
         for place in places {
             // mode 0755: the agent, whatever its uid, must pass through to the objects.
             let op = tmpfs_op(self.host(&place), ROOT_SIZE, 0o755, true, None);

@@ -51,6 +51,7 @@ pub(super) fn layout() -> SandboxLayout {
         writable: vec![],
         readonly: vec![],
         in_user_namespace: false,
+        veiled: vec![],
     }
 }
 

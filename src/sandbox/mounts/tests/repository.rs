@@ -138,3 +138,20 @@ fn a_failing_cover_names_the_repository() {
         "{message}"
     );
 }
+
+#[test]
+fn a_veiled_home_is_covered_and_the_tasks_objects_inside_it_bound_back() {
+    // A rootless daemon's user's home: covered; the repository in it veiled as usual, its
+    // objects bound on top.
+    let mut layout = veiled("/home/u/app/.git/objects", &["/home/u/app"]);
+    layout.veiled = vec![p("/home/u")];
+    let ops = plan(&layout, &super::host());
+    let text = printed(&ops);
+    let at = |line: &str| position(&text, line);
+    let home = at("rbind         /home -> <root>/home");
+    let veil = at("tmpfs         <root>/home/u size=1M mode=0755 nosuid,nodev,noexec");
+    let objects = at("rbind         /home/u/app/.git/objects -> <root>/home/u/app/.git/objects");
+    assert!(home < veil && veil < objects && objects < pivot_index(&ops));
+    // Nothing refuses it: the objects are the task's own, not a hidden path's.
+    assert!(crate::sandbox::mounts::validate::validate(&layout, &super::host()).is_ok());
+}
