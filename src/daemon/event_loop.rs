@@ -1,5 +1,5 @@
 //! The loop's sources and timers: the mio poll, the signal pipe, the token of every registered
-//! descriptor (shims' pidfds, OOM watches, clients) and the deadline queue.
+//! descriptor (shims' pidfds, OOM watches, clients, workers' stdout) and the deadline queue.
 
 use super::task::LiveShim;
 use super::timers::Timers;
@@ -22,6 +22,8 @@ pub(crate) enum Source {
     Shim(String),
     Oom(String),
     Client,
+    /// A worker's stdout (the jobs subsystem, `jobs/`).
+    Job(u64),
 }
 
 pub(crate) struct EventLoop {

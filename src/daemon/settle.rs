@@ -8,7 +8,7 @@ use super::record::{Intent, LastExit, TaskState};
 use super::store::transition;
 use super::store::Store;
 use super::timers::{Timer, Timers};
-use super::{checkouts, slices, Daemon, Instance, Shutdown, Task};
+use super::{slices, Daemon, Instance, Shutdown, Task};
 use crate::state::now_ms;
 use std::time::Duration;
 
@@ -71,8 +71,17 @@ impl Daemon {
         let mut ending = ending;
         ending.exit = slices::account_oom(task, &self.slices, ending.exit, ending.ended_ms);
         slices::release_slice(task, &self.slices, &mut self.events);
-        checkouts::harvest_checkout(task, &mut self.store);
         self.liveness.unwatch(unit);
+        // A job, queued before the task's next one (the next start's preparation).
+        if let Some(task) = self.tasks.get(unit) {
+            let (name, attempt) = (task.name.clone(), task.record.attempt);
+            if crate::checkout::exists(&self.store.dirs, &name) {
+                self.submit_harvest(name, attempt, None);
+            }
+        }
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
         let shutting_down = self.shutdown.is_some();
         let (store, timers) = (&mut self.store, &mut self.events.timers);
         match settle_task(task, ending, shutting_down, &self.instance, store, timers) {

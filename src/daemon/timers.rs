@@ -34,6 +34,8 @@ pub enum Timer {
     Liveness { unit: String, generation: u64 },
     /// Time to tell systemd's watchdog the loop is alive.
     Watchdog,
+    /// Job `id` may be past its deadline (jobs/deadline.rs): kill its worker if so.
+    JobDeadline { id: u64 },
     /// A sandboxed start took (or found no) spare shim: make the next one, now that the
     /// start is done with the CPU.
     ReplenishSpare,

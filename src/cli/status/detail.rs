@@ -21,6 +21,9 @@ pub(super) fn render(task: &TaskInfo, d: &TaskDetail, now: u64, colour: bool) ->
     if let Some(reason) = &task.reason {
         out.fit_field("reason", reason);
     }
+    if let Some(preparing) = &task.preparing {
+        out.fit_field("preparing", &preparing.text());
+    }
     if let Some(progress) = &task.progress {
         let changed = task
             .progress_changed_ms

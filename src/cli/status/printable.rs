@@ -61,6 +61,7 @@ fn task(task: &mut TaskInfo) {
         liveness,
         progress_changed_ms: _,
         kept_branches,
+        preparing,
         detail,
     } = task;
     texts([unit, state]);
@@ -70,6 +71,7 @@ fn task(task: &mut TaskInfo) {
             .flatten(),
     );
     texts(kept_branches.iter_mut());
+    texts(preparing.iter_mut().map(|p| &mut p.step));
     if let Some(d) = detail {
         self::detail(d);
     }
