@@ -61,7 +61,9 @@ impl Daemon {
         if !dir.is_dir() || crate::state::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             return None;
         }
-        let kept = self.delete_task_files(unit, (0, 0), force)?;
+        let Some(kept) = self.delete_task_files(unit, (0, 0), force) else {
+            return Some(None);
+        };
         let message = match kept {
             kept if kept.is_empty() => format!("{unit}: leftovers removed"),
             kept => format!("{unit}: leftovers removed; {kept}"),
