@@ -138,6 +138,19 @@ impl Jobs {
         }
     }
 
+    /// `keel.ron` was reloaded: the new bounds apply to the jobs started from now on (and the
+    /// workers cgroup's memory limit at once).
+    pub fn reconfigure(&mut self, settings: JobSettings) {
+        if settings.memory != self.settings.memory {
+            if let Ok(cgroup) = &self.cgroup {
+                if let Err(e) = cgroup.set_memory(settings.memory) {
+                    log::warn!("jobs: {e}");
+                }
+            }
+        }
+        self.settings = settings;
+    }
+
     /// Queue a job behind its owner's others.
     pub fn submit(&mut self, owner: Owner, pending: Pending) -> JobId {
         log::debug!("job: {} for {owner:?} queued", pending.job.describe());

@@ -20,9 +20,16 @@ pub(crate) struct WorkersCgroup {
     pub v1_procs: Vec<PathBuf>,
     /// The file that counts OOM kills: v2 `memory.events`, v1 `memory.oom_control`.
     oom_counter: Option<PathBuf>,
+    /// The file of the memory limit: v2 `memory.max`, v1 `memory.limit_in_bytes`.
+    limit_file: PathBuf,
 }
 
 impl WorkersCgroup {
+    /// A new memory limit for all workers together.
+    pub fn set_memory(&self, memory: u64) -> Result<(), String> {
+        write(&self.limit_file, &memory.to_string())
+    }
+
     /// OOM kills counted in the workers cgroup so far (`None`: not known here).
     pub fn oom_kills(&self) -> Option<u64> {
         let text = std::fs::read_to_string(self.oom_counter.as_ref()?).ok()?;
@@ -72,6 +79,7 @@ pub(crate) fn set_up_workers(tree: &Tree, memory: u64) -> Result<WorkersCgroup, 
         v2_dir,
         v1_procs,
         oom_counter: Some(oom_counter),
+        limit_file,
     })
 }
 
