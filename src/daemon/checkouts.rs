@@ -88,8 +88,10 @@ impl Daemon {
             }
         };
         if let Some(task) = self.tasks.get_mut(unit) {
-            // The kept branches may have changed: measured again at the next `keel status`.
+            // The kept branches may have changed: measured again now.
             task.disk_use_asked = None;
+            let unit = unit.clone();
+            self.refresh_disk_use(Some(&unit));
         }
         if let Some(token) = reply {
             self.respond(token, &response);

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 /// The longest request read from stdin (a request is a few hundred bytes).
 const MAX_REQUEST_BYTES: u64 = 4 << 20;
+/// The workers' CPU `nice` value.
+const WORKER_NICE: i32 = 10;
 /// Progress lines are written at most this often (a base tree reports every file).
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -53,6 +55,10 @@ pub fn run() -> i32 {
         if let Err(e) = setrlimit(Resource::RLIMIT_AS, limit, limit) {
             log::warn!("cannot limit the worker's address space to {limit} bytes: {e}");
         }
+    }
+    // Background work: the daemon's loop (and the agents) win the CPU and the disk.
+    if let Err(e) = crate::sys::run_in_background(WORKER_NICE) {
+        log::warn!("cannot lower the worker's priority: {e}");
     }
     hang_if_asked(request.job.kind());
     let reporter = std::sync::Arc::new(Reporter::default());
