@@ -333,6 +333,7 @@ impl Daemon {
             return;
         };
         let generation = task.record.generation;
+        self.store.task_event(task, "start-abandoned", why);
         defer_start(
             task,
             pending.before,

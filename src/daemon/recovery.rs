@@ -199,6 +199,11 @@ impl Daemon {
             return;
         };
         let intent = task.record.intent;
+        self.store.task_event(
+            task,
+            "start-abandoned",
+            "the daemon stopped before the attempt began",
+        );
         task.record.attempt = task.record.attempt.saturating_sub(1);
         task.record.started_ms = None;
         task.record.intent = Intent::None;

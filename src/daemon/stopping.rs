@@ -91,6 +91,7 @@ pub(crate) fn stop(
         // Stopped while its preparation job runs: the attempt never began and is not
         // counted; the job is abandoned (its worker killed) by the loop's fencing.
         log::info!("{}: start abandoned during its preparation", task.name);
+        store.task_event(task, "start-abandoned", "stopped during its preparation");
         task.record.attempt = task.record.attempt.saturating_sub(1);
         task.record.started_ms = None;
         task.record.state = TaskState::Queued;
