@@ -96,6 +96,16 @@ impl Daemon {
         if let Some(token) = reply {
             self.respond(token, &response);
         }
+        // The harvest after an attempt: its outcome is recorded now.
+        let ending = self
+            .tasks
+            .get_mut(unit)
+            .filter(|t| t.record.generation == generation)
+            .and_then(|t| t.settling.take());
+        if let Some(ending) = ending {
+            let unit = unit.clone();
+            self.record_ending(&unit, ending);
+        }
     }
 
     /// For `keel status`: a job measures the checkouts' disk use and kept branches of the

@@ -72,13 +72,20 @@ impl Daemon {
         ending.exit = slices::account_oom(task, &self.slices, ending.exit, ending.ended_ms);
         slices::release_slice(task, &self.slices, &mut self.events);
         self.liveness.unwatch(unit);
-        // A job, queued before the task's next one (the next start's preparation).
-        if let Some(task) = self.tasks.get(unit) {
+        // The harvest is a job; the attempt's outcome is recorded once it has ended, so that
+        // a final state means the branch is home (or kept, with the reason). Meanwhile the
+        // task keeps its state without a shim: a stop or removal is recorded as an intent.
+        if crate::checkout::exists(&self.store.dirs, unit) {
+            task.settling = Some(ending);
             let (name, attempt) = (task.name.clone(), task.record.attempt);
-            if crate::checkout::exists(&self.store.dirs, &name) {
-                self.submit_harvest(name, attempt, None);
-            }
+            self.submit_harvest(name, attempt, None);
+            return;
         }
+        self.record_ending(unit, ending);
+    }
+
+    /// The ended attempt's record: the intent or the restart policy applied, persisted.
+    pub(crate) fn record_ending(&mut self, unit: &str, ending: Ending) {
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };

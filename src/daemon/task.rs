@@ -123,6 +123,8 @@ pub(crate) struct Task {
     pub disk_use_asked: Option<Instant>,
     /// While the attempt's checkout is prepared (a job): what its start needs to go on.
     pub preparing: Option<Box<PendingStart>>,
+    /// An ended attempt whose harvest (a job) runs: how it ended, recorded after.
+    pub settling: Option<super::record::Ending>,
     /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
     pub cpu_samples: std::cell::Cell<(Option<CpuSample>, Option<CpuSample>)>,
     /// An orderly shutdown could not record its stop: left running for the next daemon.
@@ -177,6 +179,7 @@ impl Task {
             kept_branches: Vec::new(),
             disk_use_asked: None,
             preparing: None,
+            settling: None,
             cpu_samples: std::cell::Cell::new((None, None)),
             left_running: false,
             user_namespace: None,
