@@ -200,3 +200,30 @@ fn rm_force_and_prune_are_answered_when_their_job_ends_while_the_loop_serves() {
     assert_eq!(misses, 0, "keel health went unanswered {misses} times");
     assert!(times.len() > 20, "only {} probes", times.len());
 }
+
+#[test]
+fn a_shutdown_during_a_preparation_completes_and_the_next_daemon_starts_it_uncounted() {
+    if !checkout_support::ready("jobs: shutdown while preparing") {
+        return;
+    }
+    let mut d = Daemon::prepare("jobs-shutdown");
+    d.env
+        .push(("KEEL_TEST_WORKER_HANG".into(), "checkout".into()));
+    d.spawn();
+    let repo = many_files_repo(&d.scratch.dir, 10);
+    d.write_unit("held", &counting_unit(&repo, ""));
+    wait_for(Duration::from_secs(30), "held preparing", || {
+        preparing(&d, "held").filter(|p| p["step"] != "queued")
+    });
+    let status = d.shutdown().expect("the daemon ran");
+    assert!(status.success(), "{status}\n{}", d.daemon_log());
+    assert!(worker_pids(&d).is_empty(), "a worker outlived the daemon");
+    let record = d.record("held");
+    assert_eq!(record.state.as_str(), "queued", "{record:?}");
+    assert_eq!(record.attempt, 0, "{record:?}");
+    // Without the hang, the next daemon prepares and runs it: attempt 1.
+    d.env.clear();
+    d.spawn();
+    let done = d.wait_state("held", "succeeded", Duration::from_secs(60));
+    assert_eq!(done["attempt"], 1, "{done}");
+}

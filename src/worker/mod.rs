@@ -28,6 +28,12 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
 /// The worker's main: run the job on stdin, write its lines; the exit code is 0 when a
 /// `done` line was written (whatever the job's outcome), 1 when not even that.
 pub fn run() -> i32 {
+    // Cloned with every signal blocked (jobs/process.rs): the default mask from here on.
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
     let request = match read_request() {
         Ok(request) => request,
         Err(message) => {

@@ -45,7 +45,9 @@ pub(super) fn spawn(request: &JobRequest, cgroup_fd: Option<RawFd>) -> std::io::
         cgroup_fd,
         keep_as_fd3: None,
         nofile: super::super::ORIGINAL_NOFILE.get().copied(),
-        signals_blocked: false,
+        // keel's code runs in the clone before its exec (the daemon's signal handlers must
+        // not): signals stay blocked until the worker unblocks them (worker::run).
+        signals_blocked: true,
     };
     let (pid, pidfd) = crate::sys::spawn_with_pidfd(&spawn)?;
     drop(stdin_read);
