@@ -227,3 +227,43 @@ fn a_shutdown_during_a_preparation_completes_and_the_next_daemon_starts_it_uncou
     let done = d.wait_state("held", "succeeded", Duration::from_secs(60));
     assert_eq!(done["attempt"], 1, "{done}");
 }
+
+#[test]
+fn a_worker_past_the_workers_memory_is_killed_and_its_start_deferred_with_the_reason() {
+    if !checkout_support::ready("jobs: worker memory") {
+        return;
+    }
+    let mut d = Daemon::prepare("jobs-oom");
+    std::fs::create_dir_all(d.state()).unwrap();
+    std::fs::write(
+        d.state().join("keel.ron"),
+        r#"Config(jobs: Jobs(memory: "96M"))"#,
+    )
+    .unwrap();
+    d.env
+        .push(("KEEL_TEST_WORKER_HOG".into(), "checkout".into()));
+    d.spawn();
+    let repo = many_files_repo(&d.scratch.dir, 10);
+    d.write_unit("greedy", &counting_unit(&repo, ""));
+    // The host's problem, not the unit's: queued again with the reason, no attempt counted.
+    let task = wait_for(Duration::from_secs(60), "the OOM kill named", || {
+        d.task("greedy").filter(|t| {
+            t["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("killed by the OOM killer"))
+        })
+    });
+    assert_eq!(task["attempt"], 0, "{task}");
+    assert!(health_at(&d.state(), Duration::from_secs(5)).is_some());
+    // The daemon itself stayed small.
+    let pid = d.child.as_ref().unwrap().id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(rss_kb < 64 * 1024, "the daemon holds {rss_kb} kB");
+    let out = d.keel(&["rm", "greedy"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+}

@@ -67,6 +67,7 @@ pub fn run() -> i32 {
         log::warn!("cannot lower the worker's priority: {e}");
     }
     hang_if_asked(request.job.kind());
+    hog_if_asked(request.job.kind());
     let reporter = std::sync::Arc::new(Reporter::default());
     let outcome = jobs::run(&request, &reporter);
     write_line(&WorkerLine::Done(outcome))
@@ -108,6 +109,28 @@ fn hang_if_asked(kind: &str) {
         log::warn!("KEEL_TEST_WORKER_HANG={kind}: hanging until killed");
         loop {
             std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+}
+
+/// `KEEL_TEST_WORKER_HOG=<kind>` (docs/testing.md): a worker of that job kind takes memory
+/// until something stops it (the workers cgroup's limit: the OOM killer), as libgit2 on a
+/// decompression bomb would.
+fn hog_if_asked(kind: &str) {
+    let Some(asked) = std::env::var_os("KEEL_TEST_WORKER_HOG") else {
+        return;
+    };
+    if asked
+        .to_str()
+        .is_some_and(|a| a.split(',').any(|k| k == kind))
+    {
+        log::warn!("KEEL_TEST_WORKER_HOG={kind}: taking memory until stopped");
+        let mut held: Vec<Vec<u8>> = Vec::new();
+        loop {
+            held.push(vec![1u8; 8 << 20]);
+            if held.len().is_multiple_of(64) {
+                log::warn!("KEEL_TEST_WORKER_HOG: {} MiB held", held.len() * 8);
+            }
         }
     }
 }

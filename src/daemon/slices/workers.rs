@@ -27,7 +27,11 @@ pub(crate) struct WorkersCgroup {
 impl WorkersCgroup {
     /// A new memory limit for all workers together.
     pub fn set_memory(&self, memory: u64) -> Result<(), String> {
-        write(&self.limit_file, &memory.to_string())
+        // v1: memory+swap may not go below memory: raised first, lowered after.
+        set_swap_off(&self.limit_file, u64::MAX);
+        write(&self.limit_file, &memory.to_string())?;
+        set_swap_off(&self.limit_file, memory);
+        Ok(())
     }
 
     /// OOM kills counted in the workers cgroup so far (`None`: not known here).
@@ -74,6 +78,7 @@ pub(crate) fn set_up_workers(tree: &Tree, memory: u64) -> Result<WorkersCgroup, 
         }
     };
     write(&limit_file, &memory.to_string())?;
+    set_swap_off(&limit_file, memory);
     let v2_dir = open_dir(&v2)?;
     Ok(WorkersCgroup {
         v2_dir,
@@ -81,6 +86,25 @@ pub(crate) fn set_up_workers(tree: &Tree, memory: u64) -> Result<WorkersCgroup, 
         oom_counter: Some(oom_counter),
         limit_file,
     })
+}
+
+/// No swap for the workers, as for tasks: past its limit a worker is killed, not slowed down
+/// (best effort: the files exist only where swap is accounted). `u64::MAX`: no limit (v1,
+/// before the memory limit is changed).
+fn set_swap_off(limit_file: &Path, memory: u64) {
+    let Some(dir) = limit_file.parent() else {
+        return;
+    };
+    let (file, value) = if limit_file.ends_with("memory.max") {
+        (dir.join("memory.swap.max"), "0".to_string())
+    } else if memory == u64::MAX {
+        (dir.join("memory.memsw.limit_in_bytes"), "-1".to_string())
+    } else {
+        (dir.join("memory.memsw.limit_in_bytes"), memory.to_string())
+    };
+    if file.exists() {
+        let _ = std::fs::write(file, value);
+    }
 }
 
 fn write(path: &Path, value: &str) -> Result<(), String> {
