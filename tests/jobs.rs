@@ -267,3 +267,35 @@ fn a_worker_past_the_workers_memory_is_killed_and_its_start_deferred_with_the_re
     let out = d.keel(&["rm", "greedy"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
 }
+
+#[test]
+fn keel_harvest_is_answered_when_its_job_has_brought_the_branch_home() {
+    if !checkout_support::ready("jobs: keel harvest") {
+        return;
+    }
+    let d = Daemon::start("jobs-harvest");
+    let repo = many_files_repo(&d.scratch.dir, 10);
+    let commit = "git config user.email a@b; git config user.name agent; echo new > new.txt; \
+        git add new.txt; git commit -qm from-the-task";
+    d.write_unit(
+        "h",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", {commit:?}], repo: Some(Repo(path: {repo:?}, base: "main")), restart: Never)"#,
+            repo = repo.display().to_string()
+        ),
+    );
+    // A final state means the harvest after the attempt is done.
+    d.wait_state("h", "succeeded", Duration::from_secs(60));
+    let log = checkout_support::git(&repo, &["log", "-1", "--format=%s", "keel/h"]);
+    assert_eq!(log.trim(), "from-the-task");
+    // Gone from the main repository: `keel harvest` brings it back, and says so.
+    checkout_support::git(&repo, &["branch", "-D", "keel/h"]);
+    let probe = HealthProbe::start(&d, Duration::from_millis(50));
+    let out = d.keel(&["harvest", "h"]);
+    let (_, misses) = probe.finish();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(stdout_of(&out).starts_with("h: "), "{}", stdout_of(&out));
+    let log = checkout_support::git(&repo, &["log", "-1", "--format=%s", "keel/h"]);
+    assert_eq!(log.trim(), "from-the-task");
+    assert_eq!(misses, 0);
+}
