@@ -64,3 +64,86 @@ fn preparation_follows_its_progress_and_other_jobs_have_a_fixed_deadline() {
     assert_eq!(harvest.idle, None);
     assert_eq!(harvest.total, jobs.settings.deadline);
 }
+
+/// A running job's bookkeeping around no real worker (its pidfd is /dev/null: a kill fails).
+fn running() -> Running {
+    let null = || std::fs::File::open("/dev/null").unwrap();
+    Running {
+        owner: Owner::Task("t".into()),
+        pending: Pending {
+            generation: 1,
+            job: prepare("/repo"),
+            then: Then::Start,
+        },
+        pid: 0,
+        pidfd: OwnedFd::from(null()),
+        stdout: null(),
+        token: Token(0),
+        lines: LineBuffer::default(),
+        started: Instant::now(),
+        deadline: Deadline {
+            total: Duration::from_secs(60),
+            idle: Some(Duration::from_secs(5)),
+        },
+        progress: None,
+        advanced: None,
+        done: None,
+        killed: None,
+        cancelled: false,
+        eof: false,
+        status: None,
+        oom_kills_before: None,
+    }
+}
+
+fn progress(step: &str, done: u64, total: u64) -> Result<WorkerLine, String> {
+    Ok(WorkerLine::Progress(Progress {
+        step: step.into(),
+        done,
+        total,
+    }))
+}
+
+#[test]
+fn only_counted_progress_that_moves_keeps_a_preparation_alive() {
+    let mut job = running();
+    job.take_line(progress("checkout", 0, 0));
+    assert_eq!(
+        job.advanced, None,
+        "an uncounted step is no evidence of progress"
+    );
+    job.take_line(progress("base tree", 10, 100));
+    let first = job.advanced.expect("counted progress");
+    std::thread::sleep(Duration::from_millis(5));
+    job.take_line(progress("base tree", 10, 100));
+    assert_eq!(
+        job.advanced,
+        Some(first),
+        "the same count again is not progress"
+    );
+    job.take_line(progress("base tree", 11, 100));
+    assert!(job.advanced.unwrap() > first);
+    assert_eq!(job.progress.as_ref().unwrap().done, 11);
+}
+
+#[test]
+fn a_second_result_or_a_foreign_line_fails_the_job_and_the_first_reason_stays() {
+    let mut job = running();
+    let done = || {
+        Ok(WorkerLine::Done(Ok(JobResult::Harvested {
+            detail: "x".into(),
+        })))
+    };
+    job.take_line(done());
+    assert!(job.done.is_some() && job.killed.is_none());
+    job.take_line(done());
+    assert_eq!(
+        job.killed,
+        Some(JobError::Worker("the worker wrote two results".into()))
+    );
+    job.take_line(Err("garbage".into()));
+    assert_eq!(
+        job.killed,
+        Some(JobError::Worker("the worker wrote two results".into()))
+    );
+}
