@@ -5,6 +5,7 @@
 //!     capacity: Capacity(cpu: 2.0, memory: "8G", max_running: Some(4)),
 //!     starvation_limit: "10m",
 //!     user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024),
+//!     jobs: Jobs(workers: 2, memory: "1G", deadline: "10m"),
 //! )
 //! ```
 //!
@@ -14,6 +15,8 @@
 //! from [`DEFAULT_FIRST_ID`] ([`UserNamespaces`]). Unknown fields are errors. The file is RON like
 //! a unit file and is read with the unit module's machinery, so its errors name `file:line:col`
 //! and read the same way.
+
+pub mod jobs;
 
 use crate::fmt::format_bytes;
 use crate::unit::source_map::SourceMap;
@@ -40,6 +43,10 @@ pub struct RawConfig {
     pub starvation_limit: Option<Dur>,
     #[serde(default, deserialize_with = "written")]
     pub user_namespaces: Option<RawUserNamespaces>,
+    #[serde(default)]
+    pub jobs: jobs::RawJobs,
+    #[serde(default, deserialize_with = "written")]
+    pub harvest_limits: Option<crate::checkout::HarvestLimits>,
 }
 
 /// `user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024)` or
@@ -84,6 +91,10 @@ pub struct Config {
     pub starvation_limit: Duration,
     /// Whether tasks get a user namespace, and the host ids their blocks come from.
     pub user_namespaces: UserNamespaces,
+    /// How keel's workers are bounded ([`jobs::Jobs`]).
+    pub jobs: jobs::Jobs,
+    /// What a harvest refuses to bring home.
+    pub harvest_limits: crate::checkout::HarvestLimits,
 }
 
 /// The ids of a task's user namespace: each task holds one block of [`ID_BLOCK_SIZE`] host ids
@@ -255,6 +266,8 @@ pub fn resolve(raw: &RawConfig, host: &HostCapacity) -> Config {
                 blocks: DEFAULT_ID_BLOCKS,
             }),
         },
+        jobs: jobs::resolve(&raw.jobs),
+        harvest_limits: raw.harvest_limits.unwrap_or_default(),
     }
 }
 
@@ -375,6 +388,7 @@ fn check(raw: &RawConfig) -> Vec<(FieldPath, String)> {
     if let Some(RawUserNamespaces::UserNamespaces { first_id, blocks }) = raw.user_namespaces {
         problems.extend(check_id_range(first_id, blocks));
     }
+    problems.extend(jobs::check(&raw.jobs));
     problems
 }
 

@@ -22,3 +22,4 @@ pub mod state;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod unit;
+pub mod worker;

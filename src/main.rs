@@ -159,6 +159,11 @@ fn main() {
         keel::logger::init("shim");
         std::process::exit(keel::sandbox::spare::run_spare());
     }
+    // `keel worker`: one job of the daemon's, its request on stdin (keel::worker).
+    if raw.len() == 2 && raw[1] == "worker" {
+        keel::logger::init("worker");
+        std::process::exit(keel::worker::run());
+    }
     let args = Args::parse();
     let state_dir = cli::resolve_state_dir(args.state.as_deref());
     let units_dir = |units: Option<PathBuf>| {

@@ -147,9 +147,44 @@ pub struct TaskInfo {
     /// not fast-forward (`<branch>@<attempt>`): work waiting for a person to merge it.
     #[serde(default)]
     pub kept_branches: Vec<String>,
+    /// While the attempt's checkout is prepared (a job: `starting` until it is done).
+    #[serde(default)]
+    pub preparing: Option<PreparingInfo>,
     /// Only when one unit is asked for (`keel status UNIT`): the task in full.
     #[serde(default)]
     pub detail: Option<TaskDetail>,
+}
+
+/// How far a task's preparation has come: its step (`queued`, `check paths`, `checkout`,
+/// `base tree`) and, for a counted step, `done` of `total` (0 of 0: not counted, or not yet).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PreparingInfo {
+    pub step: String,
+    #[serde(default)]
+    pub done: u64,
+    #[serde(default)]
+    pub total: u64,
+}
+
+impl PreparingInfo {
+    /// `base tree 41% (24,600 / 60,000 files)`, `checkout`, `queued`.
+    pub fn text(&self) -> String {
+        if self.total == 0 {
+            return crate::fmt::printable(&self.step).into_owned();
+        }
+        let unit = match self.step.as_str() {
+            "base tree" => " files",
+            "check paths" => " paths",
+            _ => "",
+        };
+        format!(
+            "{} {}% ({} / {}{unit})",
+            crate::fmt::printable(&self.step),
+            self.done.min(self.total) * 100 / self.total,
+            thousands(self.done),
+            thousands(self.total)
+        )
+    }
 }
 
 /// One task in full, for `keel status UNIT`.
@@ -250,4 +285,17 @@ pub struct SignalInfo {
     pub counted: bool,
     #[serde(default)]
     pub last_ms: Option<u64>,
+}
+
+/// `24600` as `24,600`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

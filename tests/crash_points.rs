@@ -93,20 +93,22 @@ fn crash_then_readopt(point: &str) -> (Value, String, Daemon) {
 }
 
 #[test]
-fn crash_after_persisting_the_start_loses_an_attempt_that_never_ran() {
+fn crash_after_persisting_the_start_runs_the_attempt_that_never_began_once_uncounted() {
     let (task, attempts, d) = crash_then_recover("after-persist-starting");
-    // Attempt 1 was decided but its shim never existed: recorded as lost, attempt 2 runs once.
-    assert_eq!(attempts, "2 lost\n");
-    assert_eq!(task["attempt"], 2);
-    let exits: Vec<_> = d
-        .events(Some("job"))
-        .into_iter()
-        .filter(|e| e["event"] == "exited")
-        .collect();
+    // Attempt 1 was decided but its shim never existed: the new daemon starts it again,
+    // without counting it (it never began), and it runs once.
+    assert_eq!(attempts, "1\n");
+    assert_eq!(task["attempt"], 1);
+    let events = d.events(Some("job"));
     assert!(
-        exits[0]["detail"].as_str().unwrap().starts_with("lost"),
-        "{exits:?}"
+        !events
+            .iter()
+            .any(|e| e["event"] == "exited"
+                && e["detail"].as_str().unwrap_or("").starts_with("lost")),
+        "{events:?}"
     );
+    let starts = events.iter().filter(|e| e["event"] == "starting").count();
+    assert_eq!(starts, 2, "decided twice, begun once: {events:?}");
 }
 
 #[test]

@@ -23,13 +23,25 @@ use crate::state::StateDir;
 use crate::unit::Repo;
 
 /// How to make a checkout.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct PrepareOptions {
     /// The agent's user (`sandbox.user` resolved to uid and gid), who must own the files;
     /// `None`: root.
     pub owner: Option<(u32, u32)>,
     /// Never an overlay: a full checkout of the task's own.
     pub full: bool,
+    /// Told how far a base tree build has come (files written of all), when one is built.
+    pub progress: Option<std::sync::Arc<dyn Fn(super::BaseProgress) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for PrepareOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrepareOptions")
+            .field("owner", &self.owner)
+            .field("full", &self.full)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
 }
 
 /// A task's checkout, ready to be put in its sandbox.

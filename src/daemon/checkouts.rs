@@ -1,160 +1,178 @@
 //! The daemon's side of per-task checkouts (DESIGN, "Checkouts"): created or reused before
 //! each attempt, harvested after each, removed only when nothing would be lost. The git work
-//! itself is [`crate::checkout`].
+//! itself is [`crate::checkout`], and it runs in workers (the jobs subsystem, `jobs/`): here
+//! are the jobs submitted and what is done with their results.
 
+use super::jobs::{Finished, JobError, Owner, Pending, Then};
 use super::store::Store;
-use super::Task;
-use crate::checkout::{self, CheckoutError, PrepareOptions};
-use crate::sandbox::spec::AttemptSpec;
-use crate::state::StateDir;
+use super::Daemon;
+use crate::protocol::Response;
 use crate::unit::Unit;
+use crate::worker::protocol::{Job, JobResult, PreparedCheckout};
+use std::time::{Duration, Instant};
 
-/// Before an attempt of a unit with a `repo`: its checkout, made now or reused exactly as
-/// it was (uncommitted changes included), mounted at `workdir` by the sandbox.
-pub(crate) fn prepare_checkout(
+/// How long `keel status` shows a checkout's disk use and kept branches before a job
+/// measures them again.
+const DISK_USE_TTL: Duration = Duration::from_secs(60);
+
+/// Journal what the preparation job made of a checkout.
+pub(crate) fn journal_prepared(
     store: &mut Store,
     unit: &str,
-    unit_def: &Unit,
-    spec: &mut AttemptSpec,
     (attempt, generation): (u32, u64),
-) -> Result<(), String> {
-    let Some(repo) = &unit_def.repo else {
-        return Ok(());
-    };
-    let owner = agent_owner(unit_def)?;
-    let prepared = checkout::prepare(
-        &store.dirs,
-        unit,
-        repo,
-        &PrepareOptions { owner, full: false },
-    )
-    .map_err(|e| e.to_string())?;
-    if prepared.created {
-        let how = match &prepared.full_reason {
-            Some(why) => format!("full checkout ({why})"),
-            None => "overlay over the shared base".to_string(),
-        };
-        let detail = format!(
-            "branch {} at {} from {}; {how}",
-            prepared.branch,
-            short(&prepared.base_commit),
-            repo.path
-        );
-        log::info!("{unit}: checkout created: {detail}");
-        store.event(unit, attempt, generation, "checkout-created", &detail);
-    }
-    if let Some(sandbox) = spec.sandbox.as_mut() {
-        sandbox.checkout = Some(prepared.mounts);
-    }
-    Ok(())
-}
-
-/// After every attempt (whatever ended it): bring the task's branch home, fast-forward
-/// only. A failure is reported, never the task's.
-pub(crate) fn harvest_checkout(task: &Task, store: &mut Store) {
-    let (unit, attempt) = (task.name.as_str(), task.record.attempt);
-    if !checkout::exists(&store.dirs, unit) {
+    repo: &str,
+    prepared: &PreparedCheckout,
+) {
+    if !prepared.created {
         return;
     }
-    match checkout::harvest(&store.dirs, unit, attempt) {
-        Ok(harvest) => {
-            task.kept_branches.take();
-            let detail = harvest.to_string();
-            log::info!("{unit}: harvest: {detail}");
-            store.task_event(task, "harvest", &detail);
-        }
-        Err(e) => {
-            log::warn!("{unit}: harvest failed: {e}");
-            store.task_event(task, "harvest-failed", &e.to_string());
-        }
-    }
-}
-
-/// `keel rm`: the checkout goes only when clean and harvested (harvesting first), or with
-/// `force`. `Ok(note)` when the task's directory may go; `Err(why)` keeps it whole.
-pub(crate) fn remove_checkout(
-    dirs: &StateDir,
-    unit: &str,
-    attempt: u32,
-    force: bool,
-) -> Result<String, String> {
-    if !checkout::exists(dirs, unit) {
-        return Ok(String::new());
-    }
-    match checkout::remove(dirs, unit, attempt, force) {
-        Ok(removed) => {
-            let mut note = format!(
-                "checkout removed ({} freed)",
-                crate::fmt::format_bytes(removed.freed_bytes, false)
-            );
-            if let Some(harvest) = removed.harvest {
-                note.push_str(&format!("; {harvest}"));
-            }
-            if !removed.kept.is_empty() {
-                note.push_str(&format!(
-                    "; kept in the main repository: {}",
-                    removed.kept.join(", ")
-                ));
-            }
-            Ok(note)
-        }
-        Err(e) => Err(match e {
-            CheckoutError::NotRemovable { .. } => {
-                format!("{e} (`keel rm --force {unit}` removes it anyway, after a harvest)")
-            }
-            other => other.to_string(),
-        }),
-    }
-}
-
-/// The checkout's own disk use (its git directory and changes; the shared base is not
-/// walked). A walk of a big upper layer (`target/`, `node_modules/`) is not free and runs in
-/// the loop: it is done at most once a minute per task, whatever the rate of `keel status`.
-pub(crate) fn checkout_bytes(task: &Task, dirs: &StateDir) -> Option<u64> {
-    let unit = task.name.as_str();
-    if let Some((bytes, at)) = task.checkout_bytes.get() {
-        if at.elapsed() < CHECKOUT_BYTES_TTL {
-            return Some(bytes);
-        }
-    }
-    if !checkout::exists(dirs, unit) {
-        return None;
-    }
-    let bytes = checkout::disk_bytes(&checkout::checkout_dir(dirs, unit));
-    task.checkout_bytes
-        .set(Some((bytes, std::time::Instant::now())));
-    Some(bytes)
-}
-
-/// The task's branches kept in the main repository by harvests that could not
-/// fast-forward. Listed at most once a minute, and again after each harvest.
-pub(crate) fn kept_branches(task: &Task, dirs: &StateDir) -> Vec<String> {
-    let unit = task.name.as_str();
-    if let Some((kept, at)) = task.kept_branches.borrow().as_ref() {
-        if at.elapsed() < CHECKOUT_BYTES_TTL {
-            return kept.clone();
-        }
-    }
-    let kept = match checkout::record(dirs, unit) {
-        Ok(Some(record)) => checkout::kept_branches(&record).unwrap_or_else(|e| {
-            log::warn!("{unit}: cannot list the kept branches: {e}");
-            Vec::new()
-        }),
-        Ok(None) => Vec::new(),
-        Err(e) => {
-            log::warn!("{unit}: cannot list the kept branches: {e}");
-            Vec::new()
-        }
+    let how = match &prepared.full_reason {
+        Some(why) => format!("full checkout ({why})"),
+        None => "overlay over the shared base".to_string(),
     };
-    *task.kept_branches.borrow_mut() = Some((kept.clone(), std::time::Instant::now()));
-    kept
+    let detail = format!(
+        "branch {} at {} from {repo}; {how}",
+        prepared.branch,
+        short(&prepared.base_commit),
+    );
+    log::info!("{unit}: checkout created: {detail}");
+    store.event(unit, attempt, generation, "checkout-created", &detail);
 }
 
-/// How long `keel status` reuses a checkout's disk use and its list of kept branches.
-const CHECKOUT_BYTES_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+impl Daemon {
+    /// A harvest job for `unit`'s checkout (`reply`: the `keel harvest` client to answer).
+    pub(crate) fn submit_harvest(&mut self, unit: String, attempt: u32, reply: Option<mio::Token>) {
+        let generation = self.tasks.get(&unit).map_or(0, |t| t.record.generation);
+        let job = Job::Harvest {
+            unit: unit.clone(),
+            attempt,
+            limits: self.settings.config.harvest_limits,
+        };
+        let pending = Pending {
+            generation,
+            job,
+            then: Then::Harvest { reply },
+        };
+        self.jobs.submit(Owner::Task(unit), pending);
+    }
+
+    /// A harvest job has ended: journal it, answer its client, refresh the kept branches.
+    pub(crate) fn on_harvest_done(&mut self, finished: Finished, reply: Option<mio::Token>) {
+        let Owner::Task(unit) = &finished.owner else {
+            return;
+        };
+        let Job::Harvest { attempt, .. } = finished.pending.job else {
+            return;
+        };
+        let generation = finished.pending.generation;
+        let response = match finished.outcome {
+            Ok(JobResult::Harvested { detail }) => {
+                let took = crate::fmt::duration_precise(finished.took);
+                log::info!("{unit}: harvest ({took}): {detail}");
+                self.store
+                    .event(unit, attempt, generation, "harvest", &detail);
+                Response::Ok {
+                    message: format!("{unit}: {detail}"),
+                }
+            }
+            Ok(other) => Response::Error {
+                message: format!("{unit}: the harvest job answered {other:?}"),
+            },
+            Err(e) => {
+                log::warn!("{unit}: harvest failed: {e}");
+                self.store
+                    .event(unit, attempt, generation, "harvest-failed", &e.to_string());
+                Response::Error {
+                    message: e.to_string(),
+                }
+            }
+        };
+        if let Some(task) = self.tasks.get_mut(unit) {
+            // The kept branches may have changed: measured again now.
+            task.disk_use_asked = None;
+            let unit = unit.clone();
+            self.refresh_disk_use(Some(&unit));
+        }
+        if let Some(token) = reply {
+            self.respond(token, &response);
+        }
+        // The harvest after an attempt: its outcome is recorded now.
+        let ending = self
+            .tasks
+            .get_mut(unit)
+            .filter(|t| t.record.generation == generation)
+            .and_then(|t| t.settling.take());
+        if let Some(ending) = ending {
+            let unit = unit.clone();
+            self.record_ending(&unit, ending);
+        }
+    }
+
+    /// For `keel status`: a job measures the checkouts' disk use and kept branches of the
+    /// tasks whose figures are older than [`DISK_USE_TTL`] (never in the loop: a walk of
+    /// 500,000 files takes seconds). The last figures known are shown meanwhile.
+    pub(crate) fn refresh_disk_use(&mut self, only: Option<&str>) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .tasks
+            .values()
+            .filter(|t| only.is_none_or(|u| u == t.name))
+            .filter(|t| {
+                t.unit.as_ref().is_some_and(|u| u.repo.is_some()) || t.checkout_bytes.is_some()
+            })
+            .filter(|t| {
+                t.disk_use_asked
+                    .is_none_or(|at| now.duration_since(at) >= DISK_USE_TTL)
+            })
+            .map(|t| t.name.clone())
+            .collect();
+        for unit in due {
+            let owner = Owner::Task(unit.clone());
+            if self
+                .jobs
+                .has(&owner, |p| matches!(p.job, Job::DiskUse { .. }))
+            {
+                continue;
+            }
+            if let Some(task) = self.tasks.get_mut(&unit) {
+                task.disk_use_asked = Some(now);
+            }
+            let pending = Pending {
+                generation: 0,
+                job: Job::DiskUse { unit },
+                then: Then::DiskUse,
+            };
+            self.jobs.submit(owner, pending);
+        }
+    }
+
+    /// A disk-use job has ended: keep its figures for `keel status`.
+    pub(crate) fn on_disk_use_done(&mut self, finished: Finished) {
+        let Owner::Task(unit) = &finished.owner else {
+            return;
+        };
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        match finished.outcome {
+            Ok(JobResult::DiskUse {
+                bytes,
+                kept_branches,
+            }) => {
+                task.checkout_bytes = bytes;
+                task.kept_branches = kept_branches;
+            }
+            Ok(_) => {}
+            Err(JobError::Deadline(why)) | Err(JobError::Worker(why)) => {
+                log::warn!("{unit}: {why}")
+            }
+            Err(JobError::Failed(failure)) => log::warn!("{unit}: {}", failure.message),
+        }
+    }
+}
 
 /// The uid and gid the agent runs as (`sandbox.user`), who must own its checkout's files.
-fn agent_owner(unit: &Unit) -> Result<Option<(u32, u32)>, String> {
+pub(crate) fn agent_owner(unit: &Unit) -> Result<Option<(u32, u32)>, String> {
     let Some(user) = unit.sandbox.user.as_deref() else {
         return Ok(None);
     };

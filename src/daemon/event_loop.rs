@@ -1,7 +1,7 @@
 //! The loop's sources and timers: the mio poll, the signal pipe, the token of every registered
-//! descriptor (shims' pidfds, OOM watches, clients) and the deadline queue. A registration
-//! the kernel refuses (ENOSPC, EMFILE) keeps its token: the source is then checked on a timer
-//! and registered again when the kernel allows (`refused.rs`).
+//! descriptor (shims' pidfds, OOM watches, clients, workers' stdout) and the deadline queue. A
+//! registration the kernel refuses (ENOSPC, EMFILE) keeps its token: the source is then checked
+//! on a timer and registered again when the kernel allows (`refused.rs`).
 
 use super::task::LiveShim;
 use super::timers::Timers;
@@ -39,6 +39,8 @@ pub(crate) enum Source {
     Shim(String),
     Oom(String),
     Client,
+    /// A worker's stdout (the jobs subsystem, `jobs/`).
+    Job(u64),
 }
 
 pub(crate) struct EventLoop {
@@ -305,7 +307,7 @@ impl super::Daemon {
                 let unit = unit.clone();
                 self.on_oom_event(&unit, true);
             }
-            Some(Source::Client) | None => {}
+            Some(Source::Client) | Some(Source::Job(_)) | None => {}
         }
     }
 
@@ -337,7 +339,7 @@ impl super::Daemon {
                     let unit = unit.clone();
                     self.on_oom_event(&unit, false);
                 }
-                Some(Source::Client) | None => {}
+                Some(Source::Client) | Some(Source::Job(_)) | None => {}
             }
         }
         self.look_at_polled_progress();

@@ -3,17 +3,20 @@
 //! attempt is in `settle.rs`, stopping in `stopping.rs`, recovery after a daemon restart in
 //! `recovery.rs`.
 
+use super::jobs::{JobError, Owner, Pending, Then};
 use super::queue::{QueuedTask, Reservation};
 use super::record::TaskRecord;
 use super::record::{Ending, Intent, ShimIdentity, TaskState};
 use super::slices::{self, SliceProblem};
 use super::spawn::{self, AttemptContext, SpawnError};
 use super::store::{transition, Store};
+use super::task::PendingStart;
 use super::timers::{Timer, Timers};
 use super::{checkouts, id_blocks, liveness, Daemon, Task};
 use crate::config::UserNamespaces;
 use crate::sandbox::spec::IdBlock;
 use crate::state::{self, now_ms};
+use crate::worker::protocol::{Job, JobResult, RepoRef};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -226,18 +229,6 @@ impl Daemon {
                 sandbox.hidden.push(self.units.dir.clone());
             }
         }
-        // The task's checkout (made, or reused as it was) before its cgroup is used.
-        let slice = slice.and_then(|slice| {
-            let attempt = (attempt, generation);
-            checkouts::prepare_checkout(
-                &mut self.store,
-                unit,
-                &unit_def,
-                &mut attempt_spec,
-                attempt,
-            )
-            .map(|()| slice)
-        });
         let slice = match slice {
             Ok(slice) => slice,
             Err(why) => {
@@ -247,6 +238,126 @@ impl Daemon {
             }
         };
         attempt_spec.cgroup_v1_procs = slice.v1_procs.clone();
+        let pending = PendingStart {
+            before,
+            spec: attempt_spec,
+            cgroup_dir: slice.v2_dir,
+            unit_def,
+        };
+        // What takes time that keel does not control (a checkout, a base tree, the paths the
+        // unit names) is a job: the start goes on when it is done (`finish_start`).
+        match preparation_job(unit, &pending.unit_def) {
+            Ok(None) => self.spawn_attempt(unit, pending),
+            Ok(Some(job)) => {
+                log::info!("{unit}: preparing: {}", job.describe());
+                task.preparing = Some(Box::new(pending));
+                let submitted = Pending {
+                    generation,
+                    job,
+                    then: Then::Start,
+                };
+                self.jobs.submit(Owner::Task(unit.to_string()), submitted);
+            }
+            Err(why) => self.fail_spawn(unit, why),
+        }
+    }
+
+    /// The preparation job of `unit`'s attempt `generation` has ended: spawn the attempt with
+    /// its checkout, or fail it (the unit's mistake, a job past its deadline), or defer it
+    /// (the host's problem: a worker that could not run). A result for another generation,
+    /// or for a start since stopped, is dropped.
+    pub(crate) fn finish_start(
+        &mut self,
+        unit: &str,
+        generation: u64,
+        outcome: Result<JobResult, JobError>,
+    ) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        let current = (task.record.state == TaskState::Starting && task.preparing.is_some())
+            .then_some(task.record.generation);
+        if !super::jobs::queue::applies(generation, current) {
+            log::info!(
+                "{unit}: preparation result of generation {generation} dropped (the task is {} \
+                 at generation {})",
+                task.record.state,
+                task.record.generation
+            );
+            return;
+        }
+        let Some(mut pending) = task.preparing.take() else {
+            return;
+        };
+        let (attempt, generation) = (task.record.attempt, task.record.generation);
+        match outcome {
+            Ok(JobResult::Prepared(prepared)) => {
+                if let Some(prepared) = prepared {
+                    let repo = pending
+                        .unit_def
+                        .repo
+                        .as_ref()
+                        .map_or("", |r| r.path.as_str());
+                    checkouts::journal_prepared(
+                        &mut self.store,
+                        unit,
+                        (attempt, generation),
+                        repo,
+                        &prepared,
+                    );
+                    if let Some(sandbox) = pending.spec.sandbox.as_mut() {
+                        sandbox.checkout = Some(prepared.mounts);
+                    }
+                }
+                self.spawn_attempt(unit, *pending);
+            }
+            Ok(other) => {
+                let why = format!("the preparation job answered {other:?}");
+                self.defer_prepared_start(unit, *pending, &why);
+            }
+            Err(JobError::Failed(failure)) if failure.unit_mistake => {
+                self.fail_spawn(unit, failure.message)
+            }
+            // What the data takes (a tree too big for the deadline) fails the attempt, with
+            // the step, the path and how far it came; its restart policy decides the rest.
+            Err(JobError::Deadline(message)) => self.fail_spawn(unit, message),
+            Err(e) => self.defer_prepared_start(unit, *pending, &e.to_string()),
+        }
+    }
+
+    /// A prepared start that cannot go on for a reason of the host's: the task is queued
+    /// again as it was before the decision (its generation stays spent), retried later, and
+    /// nothing counts against its restart limit.
+    fn defer_prepared_start(&mut self, unit: &str, pending: PendingStart, why: &str) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        let generation = task.record.generation;
+        self.store.task_event(task, "start-abandoned", why);
+        defer_start(
+            task,
+            pending.before,
+            why,
+            &mut self.store,
+            &mut self.events.timers,
+        );
+        task.record.generation = generation;
+        if let Err(e) = self.store.persist(task) {
+            log::error!("{unit}: cannot record the deferred start: {e}");
+        }
+    }
+
+    /// The second step of a start: spawn the shim of the decided attempt.
+    fn spawn_attempt(&mut self, unit: &str, pending: PendingStart) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        let PendingStart {
+            before,
+            spec: attempt_spec,
+            cgroup_dir,
+            unit_def: _,
+        } = pending;
         // The shim inherits the daemon's claim on the block: held while the task's processes
         // use its ids, even if this daemon dies meanwhile.
         let id_claim = (self.id_claims.as_ref())
@@ -256,7 +367,7 @@ impl Daemon {
         let block = attempt_spec.sandbox.as_ref().and_then(|s| s.id_block);
         let userns = user_namespace_for(task, block, &mut self.sandboxing);
         let templates = Some(&mut self.sandboxing.templates);
-        let cgroup = Some(slice.v2_dir.as_fd());
+        let cgroup = Some(cgroup_dir.as_fd());
         match spawn::spawn_shim(&attempt_spec, cgroup, id_claim, templates, userns) {
             Ok((pid, pidfd)) => {
                 state::crash_point("after-spawn");
@@ -379,6 +490,34 @@ impl Daemon {
         }
         self.settle(unit, Ending::spawn_failed(why));
     }
+}
+
+/// The job that prepares `unit`'s attempt, if it needs one: the unit's checkout (`repo`), and
+/// the `lstat` of every path its sandbox names (`writable`, `hidden`: a path on a filesystem
+/// that does not answer must hang a worker, not the loop). `Err`: the unit's mistake.
+fn preparation_job(unit: &str, unit_def: &crate::unit::Unit) -> Result<Option<Job>, String> {
+    let sandbox = &unit_def.sandbox;
+    let check_paths: Vec<std::path::PathBuf> = (sandbox.writable.iter())
+        .chain(&sandbox.hidden)
+        .map(std::path::PathBuf::from)
+        .collect();
+    if unit_def.repo.is_none() && check_paths.is_empty() {
+        return Ok(None);
+    }
+    let owner = match unit_def.repo {
+        Some(_) => checkouts::agent_owner(unit_def)?,
+        None => None,
+    };
+    Ok(Some(Job::Prepare {
+        unit: unit.to_string(),
+        repo: unit_def.repo.as_ref().map(|r| RepoRef {
+            path: r.path.clone(),
+            base: r.base.clone(),
+            branch: r.branch.clone(),
+        }),
+        owner,
+        check_paths,
+    }))
 }
 
 /// The task's user namespace for `block`: the one this daemon made for it before, or made

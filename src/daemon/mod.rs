@@ -1,14 +1,20 @@
 //! The supervisor: one synchronous mio loop (no async runtime, no threads) that owns the
-//! units, the queue, the timers, the journal and the control socket.
+//! units, the queue, the timers, the journal and the control socket. The loop never waits on
+//! work whose time depends on data outside keel's control: checkouts, base trees, harvests,
+//! removals, `keel prune`, disk-use walks and the `lstat`s of paths a unit names run in
+//! worker processes (`jobs/`, [`crate::worker`]), and their results come back as events.
 //!
 //! [`Daemon`] is a set of subsystems, each owning its data in a file of its own: the loop's
 //! sources and timers (`event_loop.rs`), the state directory and journal (`store.rs`), the
 //! tasks (`task.rs`), the units directory (`units_dir.rs`), the settings (`settings.rs`),
 //! sandboxing's templates and spare (`sandboxing.rs`), the cgroup slices (`slices.rs`), the
-//! liveness watches (`liveness/`) and the control socket (`control/`, a file per request).
+//! liveness watches (`liveness/`), the jobs and their workers (`jobs/`) and the control
+//! socket (`control/`, a file per request; `keel harvest`, `rm` and `prune` answer once their
+//! job has ended).
 //! An event is dispatched here by its token or timer; its handler looks the task up once and
 //! hands it, with the subsystems the step touches, to the lifecycle's steps: `store.rs`
-//! (`transition`: state, persist, journal), `lifecycle.rs` (scheduling, the start),
+//! (`transition`: state, persist, journal), `lifecycle.rs` (scheduling, the start in two
+//! steps: decided and persisted, then — after its preparation job, `checkouts.rs` — spawned),
 //! `settle.rs` (the end of an attempt), `stopping.rs`,
 //! `recovery.rs` (after a restart), `shutdown.rs`. The decisions are pure and kernel-free:
 //! `queue.rs`, `policy.rs`, `reconcile.rs`, `id_blocks.rs` (each task's block of host ids, and
@@ -18,6 +24,7 @@ mod checkouts;
 mod control;
 mod event_loop;
 pub mod id_blocks;
+mod jobs;
 mod lifecycle;
 mod liveness;
 pub mod policy;
@@ -99,6 +106,8 @@ pub struct Daemon {
     slices: slices::Slices,
     /// What is seen of each live attempt's work (progress files, output, CPU) (liveness/).
     liveness: liveness::Watches,
+    /// The slow work, in worker processes: checkouts, harvests, removals (jobs/).
+    jobs: jobs::Jobs,
     /// systemd's notify socket and watchdog (no-ops elsewhere) (systemd.rs).
     notifier: crate::notify::Notifier,
     /// Who this daemon is: its start, its boot, whether it runs under `keel init`.
@@ -187,6 +196,11 @@ impl Daemon {
         }
 
         let slices = slices::set_up(layout, &settings.cgroup_name, &mut templates);
+        let jobs = jobs::Jobs::new(
+            dirs.root.clone(),
+            settings.config.jobs,
+            slices::workers_for(&slices, settings.config.jobs.memory),
+        );
         let events = EventLoop::new()?;
         events
             .register_fixed(units.raw_fd(), INOTIFY)
@@ -215,6 +229,7 @@ impl Daemon {
             id_claims,
             slices,
             liveness,
+            jobs,
             notifier: crate::notify::Notifier::from_env(),
             instance: Instance {
                 under_init,
@@ -233,6 +248,7 @@ impl Daemon {
         loop {
             // Act on what the previous round decided before sleeping again.
             self.schedule_if_changed();
+            self.run_jobs();
             self.answer_waiters();
             self.notify_status();
             self.store.sync();
@@ -297,6 +313,10 @@ impl Daemon {
             LISTENER => self.control.accept(&mut self.events),
             token => match self.events.source(token) {
                 Some(Source::Client) => self.on_client_event(token, event),
+                Some(Source::Job(id)) => {
+                    let id = *id;
+                    self.on_job_event(id);
+                }
                 Some(_) => self.on_source_event(token),
                 None => {}
             },
@@ -352,6 +372,8 @@ impl Daemon {
                     if let Some(pid) = status.pid() {
                         if self.tasks.is_shim(pid.as_raw()) {
                             self.tasks.reaped.insert(pid.as_raw(), status);
+                        } else {
+                            self.jobs.on_reaped(pid.as_raw(), status, &mut self.events);
                         }
                     }
                 }
@@ -380,6 +402,7 @@ impl Daemon {
             Timer::ProgressEvents => self.on_progress_events_due(),
             Timer::WatchFallback => self.on_watch_fallback_due(),
             Timer::AcceptRetry => self.control.accept_again(&mut self.events),
+            Timer::JobDeadline { id } => self.on_job_deadline(id),
             Timer::ReplenishSpare => self
                 .sandboxing
                 .replenish_spare(self.shutdown.is_some(), self.tasks.any_shim()),

@@ -13,6 +13,8 @@ pub struct Observed {
     pub attempt_lock_held: bool,
     /// `run/shim.ron`, if present.
     pub shim_record: Option<ShimRecord>,
+    /// The generation `run/exit.ron` is of, if there is one.
+    pub exit_record_generation: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +32,11 @@ pub enum Action {
     /// The attempt's shim belonged to an earlier boot: the host rebooted under it. It resumes
     /// (queued again, whatever the restart policy: a reboot is not the agent's failure).
     SettleAfterReboot,
+    /// The attempt was decided (`starting`) but never began: no shim of it ever ran (none
+    /// alive, none that wrote `shim.ron` or an exit record of its generation) — the daemon
+    /// died while preparing its checkout, or just before the spawn. It starts again, and the
+    /// attempt is not counted.
+    StartAgain,
 }
 
 /// The identity of the current attempt's shim: the record's, or the one the shim wrote itself
@@ -59,6 +66,12 @@ pub fn decide(record: &TaskRecord, observed: &Observed) -> Action {
         return Action::Keep;
     }
     if !observed.attempt_lock_held {
+        let never_began = record.state == TaskState::Starting
+            && current_shim(record, observed).is_none()
+            && observed.exit_record_generation != Some(record.generation);
+        if never_began {
+            return Action::StartAgain;
+        }
         // No shim of this task is alive: whatever it did is in its exit record, or lost.
         // A shim known to be of another boot was ended by the reboot, not by its agent.
         let rebooted =

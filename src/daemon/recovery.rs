@@ -136,6 +136,12 @@ impl Daemon {
             shim_record: state::read_ron::<ShimRecord>(&spec::shim_record_path(&run_dir))
                 .ok()
                 .flatten(),
+            exit_record_generation: state::read_ron::<spec::ExitRecord>(&spec::exit_record_path(
+                &run_dir,
+            ))
+            .ok()
+            .flatten()
+            .map(|e| e.generation),
         };
         match reconcile::decide(&record, &observed) {
             Action::Keep => {}
@@ -179,6 +185,45 @@ impl Daemon {
                 self.settle(name, ending);
             }
             Action::SettleAfterReboot => self.settle_after_reboot(name),
+            Action::StartAgain => self.start_again(name),
+        }
+    }
+
+    /// A start decided by an earlier daemon that never began (it died preparing the
+    /// checkout, or before the spawn): queued again, the attempt not counted — its number is
+    /// the next attempt's. Its generation stays spent (generations are never handed out
+    /// twice); a base tree the dead daemon's worker left half-built has no `ready` marker and
+    /// is built again, whole. A pending stop or removal is carried out instead.
+    fn start_again(&mut self, unit: &str) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        let intent = task.record.intent;
+        self.store.task_event(
+            task,
+            "start-abandoned",
+            "the daemon stopped before the attempt began",
+        );
+        task.record.attempt = task.record.attempt.saturating_sub(1);
+        task.record.started_ms = None;
+        task.record.intent = Intent::None;
+        task.record.reason = Some("its start was interrupted before the attempt began".into());
+        log::info!(
+            "{unit}: its start (generation {}) never began: queued again, no attempt counted",
+            task.record.generation
+        );
+        transition(
+            task,
+            TaskState::Queued,
+            "start interrupted before the attempt began",
+            &mut self.store,
+        );
+        self.store.queue_changed = true;
+        match intent {
+            Intent::None | Intent::Interrupt | Intent::Restart => {}
+            Intent::Stop | Intent::Remove | Intent::Forget => {
+                let _ = self.stop_task(unit, intent);
+            }
         }
     }
 

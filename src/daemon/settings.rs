@@ -220,6 +220,7 @@ impl Daemon {
         if self.settings.reload(&self.store.dirs)? {
             self.store.queue_changed = true;
         }
+        self.jobs.reconfigure(self.settings.config.jobs);
         Ok(())
     }
 }

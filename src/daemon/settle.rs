@@ -8,7 +8,7 @@ use super::record::{Intent, LastExit, TaskState};
 use super::store::transition;
 use super::store::Store;
 use super::timers::{Timer, Timers};
-use super::{checkouts, slices, Daemon, Instance, Shutdown, Task};
+use super::{slices, Daemon, Instance, Shutdown, Task};
 use crate::state::now_ms;
 use std::time::Duration;
 
@@ -71,8 +71,24 @@ impl Daemon {
         let mut ending = ending;
         ending.exit = slices::account_oom(task, &self.slices, ending.exit, ending.ended_ms);
         slices::release_slice(task, &self.slices, &mut self.events);
-        checkouts::harvest_checkout(task, &mut self.store);
         self.liveness.unwatch(unit);
+        // The harvest is a job; the attempt's outcome is recorded once it has ended, so that
+        // a final state means the branch is home (or kept, with the reason). Meanwhile the
+        // task keeps its state without a shim: a stop or removal is recorded as an intent.
+        if crate::checkout::exists(&self.store.dirs, unit) {
+            task.settling = Some(ending);
+            let (name, attempt) = (task.name.clone(), task.record.attempt);
+            self.submit_harvest(name, attempt, None);
+            return;
+        }
+        self.record_ending(unit, ending);
+    }
+
+    /// The ended attempt's record: the intent or the restart policy applied, persisted.
+    pub(crate) fn record_ending(&mut self, unit: &str, ending: Ending) {
+        let Some(task) = self.tasks.get_mut(unit) else {
+            return;
+        };
         let shutting_down = self.shutdown.is_some();
         let (store, timers) = (&mut self.store, &mut self.events.timers);
         match settle_task(task, ending, shutting_down, &self.instance, store, timers) {

@@ -51,7 +51,13 @@ impl Daemon {
                     .tasks
                     .values()
                     .any(|t| t.record.state.has_attempt() && !t.left_running);
-                (!busy).then_some(exit_code)
+                // The ended attempts' harvests and `keel rm`'s removals finish first (each
+                // has its deadline); a preparation or a disk-use walk is not waited for.
+                use super::jobs::Then;
+                let harvesting = self
+                    .jobs
+                    .any(|p| matches!(p.then, Then::Harvest { .. } | Then::Remove));
+                (!busy && !harvesting).then_some(exit_code)
             }
         }
     }

@@ -30,6 +30,29 @@ const OOM_CAUSE_WINDOW_MS: u64 = 5_000;
 /// `keel status` shows the CPU share over at least this long.
 const CPU_WINDOW: Duration = Duration::from_secs(1);
 
+mod workers;
+pub(crate) use workers::WorkersCgroup;
+
+/// keel's workers cgroup (`<tree>/workers`, bounded by `jobs.memory`), or why workers run
+/// without one (each is then bounded by RLIMIT_AS).
+pub(crate) fn workers_for(slices: &Slices, memory: u64) -> Result<WorkersCgroup, String> {
+    let made = match slices {
+        Ok(tree) => workers::set_up_workers(tree, memory),
+        Err(why) => Err(format!("cgroups unavailable: {why}")),
+    };
+    match &made {
+        Ok(_) => log::info!(
+            "jobs: workers run in keel's workers cgroup, {} in all",
+            crate::fmt::format_bytes(memory, false)
+        ),
+        Err(why) => log::warn!(
+            "jobs: workers run without a cgroup ({why}); each is limited to {} of address space",
+            crate::fmt::format_bytes(memory, false)
+        ),
+    }
+    made
+}
+
 /// keel's cgroup tree, or why there is none (then no task starts: never unconfined in silence).
 pub(crate) type Slices = Result<Tree, String>;
 
@@ -455,6 +478,7 @@ impl Daemon {
                 }
             }
         }
+        workers::remove_workers(tree);
         match tree.teardown() {
             Ok(()) => {}
             Err(CgroupError::TasksRemain { .. }) => {

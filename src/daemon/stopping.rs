@@ -2,13 +2,15 @@
 //! The stop signal first, SIGKILL after `stop.timeout`, and what happens afterwards is the
 //! task's persisted intent.
 
+use super::jobs::{Finished, Owner, Pending, Then};
 use super::record::{Intent, TaskState};
 use super::store::transition;
 use super::store::Store;
 use super::timers::{Timer, Timers};
-use super::{checkouts, slices, Daemon, Task, FORCE_KILL_GRACE};
+use super::{slices, Daemon, Task, FORCE_KILL_GRACE};
 use crate::sandbox::spec;
 use crate::state::now_ms;
+use crate::worker::protocol::{Job, JobResult};
 
 /// Which pending intent wins when a second request arrives during a stop: removal beats
 /// everything, forgetting beats the rest, a user's stop is not undone by a shutdown, and
@@ -85,6 +87,20 @@ pub(crate) fn stop(
     store: &mut Store,
     timers: &mut Timers,
 ) -> Stop {
+    if task.preparing.take().is_some() {
+        // Stopped while its preparation job runs: the attempt never began and is not
+        // counted; the job is abandoned (its worker killed) by the loop's fencing.
+        log::info!("{}: start abandoned during its preparation", task.name);
+        store.task_event(task, "start-abandoned", "stopped during its preparation");
+        task.record.attempt = task.record.attempt.saturating_sub(1);
+        task.record.started_ms = None;
+        task.record.state = TaskState::Queued;
+        if matches!(intent, Intent::Interrupt | Intent::None) {
+            task.record.reason = Some("interrupted during its preparation; resumes".into());
+            let persisted = transition(task, TaskState::Queued, "preparation interrupted", store);
+            return persisted_or_not(persisted);
+        }
+    }
     if task.shim.is_none() && task.record.state.has_attempt() {
         // A live shim not adopted yet (reconcile is waiting for it to say who it is): the
         // intent is recorded now and carried out when it is adopted.
@@ -240,25 +256,74 @@ impl Daemon {
 
     /// `keel rm`'s deletion: run files (unless a shim still holds their lock), checkpoint, and
     /// the task directory itself unless its work directory holds files. A checkout goes only
-    /// when clean and harvested (or with `force`, harvested first); otherwise the whole task
-    /// directory stays. Returns what was kept, and what became of the checkout.
-    pub(crate) fn delete_task_files(&mut self, unit: &str, attempt: u32, force: bool) -> String {
-        let checkout_note = match checkouts::remove_checkout(&self.store.dirs, unit, attempt, force)
-        {
-            Ok(note) => note,
-            Err(why) => {
+    /// when clean and harvested (or with `force`, harvested first), in a job: the rest of the
+    /// files go once it has ended ([`Daemon::on_checkout_removed`]), and the client waiting
+    /// on `keel rm` is answered then. Returns what was kept when no job was needed.
+    pub(crate) fn delete_task_files(
+        &mut self,
+        unit: &str,
+        (attempt, generation): (u32, u64),
+        force: bool,
+    ) -> Option<String> {
+        if !crate::checkout::exists(&self.store.dirs, unit) {
+            return Some(self.delete_files_but_work(unit));
+        }
+        let job = Job::Remove {
+            unit: unit.to_string(),
+            attempt,
+            force,
+        };
+        let pending = Pending {
+            generation,
+            job,
+            then: Then::Remove,
+        };
+        self.jobs.submit(Owner::Task(unit.to_string()), pending);
+        self.tasks.removals_pending.insert(unit.to_string());
+        None
+    }
+
+    /// The job removing a task's checkout (`keel rm`) has ended: the rest of its files go
+    /// (unless the checkout stays), the removal is journaled, its client answered.
+    pub(crate) fn on_checkout_removed(&mut self, finished: Finished) {
+        let Owner::Task(unit) = &finished.owner else {
+            return;
+        };
+        let Job::Remove { attempt, .. } = finished.pending.job else {
+            return;
+        };
+        let generation = finished.pending.generation;
+        self.tasks.removals_pending.remove(unit);
+        let detail = match finished.outcome {
+            Ok(JobResult::Removed { note }) if self.tasks.contains(unit) => {
+                // Added again meanwhile: its new files are not this removal's to delete.
+                note
+            }
+            Ok(JobResult::Removed { note }) => {
+                let kept = self.delete_files_but_work(unit);
+                match (note.is_empty(), kept.is_empty()) {
+                    (true, _) => kept,
+                    (false, true) => note,
+                    (false, false) => format!("{note}; {kept}"),
+                }
+            }
+            other => {
+                let why = match other {
+                    Err(e) => e.to_string(),
+                    Ok(result) => format!("the removal job answered {result:?}"),
+                };
                 log::warn!("{unit}: task directory kept: {why}");
-                return format!(
+                format!(
                     "task directory {} kept: {why}",
                     self.store.dirs.task_dir(unit).display()
-                );
+                )
             }
         };
-        let kept = self.delete_files_but_work(unit);
-        match (checkout_note.is_empty(), kept.is_empty()) {
-            (true, _) => kept,
-            (false, true) => checkout_note,
-            (false, false) => format!("{checkout_note}; {kept}"),
+        self.store
+            .event(unit, attempt, generation, "removed", &detail);
+        log::info!("{unit}: removed {detail}");
+        if !detail.is_empty() {
+            self.tasks.removal_notes.insert(unit.clone(), detail);
         }
     }
 
@@ -305,7 +370,11 @@ impl Daemon {
         let _ = std::fs::remove_file(self.store.dirs.record_path(unit));
         let _ = std::fs::remove_file(self.store.dirs.accepted_unit_path(unit));
         let detail = if explicit {
-            self.delete_task_files(unit, attempt, task.force_remove)
+            match self.delete_task_files(unit, (attempt, generation), task.force_remove) {
+                Some(kept) => kept,
+                // The checkout goes in a job: journaled and answered when it has ended.
+                None => return self.rescan_if_back(unit),
+            }
         } else {
             for record in [
                 spec::attempt_path(&run),
@@ -325,7 +394,11 @@ impl Daemon {
         if !detail.is_empty() {
             self.tasks.removal_notes.insert(unit.to_string(), detail);
         }
-        // The file may have come back while the task was stopping.
+        self.rescan_if_back(unit);
+    }
+
+    /// The unit file may have come back while the task was stopping.
+    fn rescan_if_back(&mut self, unit: &str) {
         if self.units.file_of(unit).exists() {
             self.request_rescan();
         }

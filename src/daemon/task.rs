@@ -20,6 +20,8 @@ pub(crate) struct Tasks {
     pub reaped: HashMap<i32, WaitStatus>,
     /// What `keel rm` did with a removed task's files, for the client waiting on it.
     pub removal_notes: HashMap<String, String>,
+    /// Removed tasks whose checkout a job is removing: their `keel rm` is answered after.
+    pub removals_pending: std::collections::HashSet<String>,
 }
 
 impl Tasks {
@@ -112,10 +114,17 @@ pub(crate) struct Task {
     pub keel_kill_ms: Option<u64>,
     /// `keel rm --force`: the checkout goes even if it holds changes (harvested first).
     pub force_remove: bool,
-    /// The checkout's disk use and when it was measured (for `keel status`).
-    pub checkout_bytes: std::cell::Cell<Option<(u64, Instant)>>,
-    /// The branches kept in the main repository and when they were listed (`keel status`).
-    pub kept_branches: std::cell::RefCell<Option<(Vec<String>, Instant)>>,
+    /// The checkout's disk use, as a job last measured it (for `keel status`; `None`: not
+    /// yet, or no checkout).
+    pub checkout_bytes: Option<u64>,
+    /// The branches kept in the main repository, as a job last listed them.
+    pub kept_branches: Vec<String>,
+    /// When `keel status` last had a job measure the two (at most once a minute).
+    pub disk_use_asked: Option<Instant>,
+    /// While the attempt's checkout is prepared (a job): what its start needs to go on.
+    pub preparing: Option<Box<PendingStart>>,
+    /// An ended attempt whose harvest (a job) runs: how it ended, recorded after.
+    pub settling: Option<super::record::Ending>,
     /// CPU time at earlier `keel status` calls (older, newer), at least a second apart.
     pub cpu_samples: std::cell::Cell<(Option<CpuSample>, Option<CpuSample>)>,
     /// An orderly shutdown could not record its stop: left running for the next daemon.
@@ -166,13 +175,27 @@ impl Task {
             last_oom_ms: None,
             keel_kill_ms: None,
             force_remove: false,
-            checkout_bytes: std::cell::Cell::new(None),
-            kept_branches: std::cell::RefCell::new(None),
+            checkout_bytes: None,
+            kept_branches: Vec::new(),
+            disk_use_asked: None,
+            preparing: None,
+            settling: None,
             cpu_samples: std::cell::Cell::new((None, None)),
             left_running: false,
             user_namespace: None,
         }
     }
+}
+
+/// A start waiting for its preparation job (its checkout, the check of its paths): the
+/// attempt is decided and persisted (`starting`); what the spawn needs is kept here.
+pub(crate) struct PendingStart {
+    /// The record before the decision, to put back if the start is deferred.
+    pub before: TaskRecord,
+    pub spec: crate::sandbox::spec::AttemptSpec,
+    /// The attempt's v2 cgroup, open (`CLONE_INTO_CGROUP`).
+    pub cgroup_dir: OwnedFd,
+    pub unit_def: Unit,
 }
 
 /// The OOM watch of a live attempt, registered in the loop (kept by `slices.rs`).

@@ -41,6 +41,8 @@ pub enum Timer {
     WatchFallback,
     /// The control socket's accept failed for want of descriptors: try again.
     AcceptRetry,
+    /// Job `id` may be past its deadline (jobs/deadline.rs): kill its worker if so.
+    JobDeadline { id: u64 },
     /// A sandboxed start took (or found no) spare shim: make the next one, now that the
     /// start is done with the CPU.
     ReplenishSpare,

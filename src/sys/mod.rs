@@ -348,6 +348,31 @@ pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
 
 /// `prctl(PR_SET_CHILD_SUBREAPER)`: orphans of our descendants are reparented to us, so we
 /// reap them (and a shim that outlives a daemon crash is reparented to the nearest subreaper).
+/// Make the calling process background work: CPU `nice` value `nice` and the lowest
+/// best-effort I/O priority (`ioprio_set`, class 2 level 7), so that the daemon it serves wins
+/// the CPU and the disk when both want them (keel's workers).
+pub fn run_in_background(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority with integer arguments only.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const BEST_EFFORT_LOWEST: libc::c_long = (2 << 13) | 7;
+    // SAFETY: ioprio_set with integer arguments only.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0,
+            BEST_EFFORT_LOWEST,
+        )
+    } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub fn set_child_subreaper() -> io::Result<()> {
     nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
 }

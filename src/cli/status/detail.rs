@@ -24,6 +24,9 @@ pub(super) fn render(task: &TaskInfo, d: &TaskDetail, now: u64, colour: bool) ->
     if let Some(watch) = &task.watch {
         out.fit_field("watch", watch);
     }
+    if let Some(preparing) = &task.preparing {
+        out.fit_field("preparing", &preparing.text());
+    }
     if let Some(progress) = &task.progress {
         let changed = task
             .progress_changed_ms

@@ -62,6 +62,7 @@ fn task(task: &mut TaskInfo) {
         progress_changed_ms: _,
         watch,
         kept_branches,
+        preparing,
         detail,
     } = task;
     texts([unit, state]);
@@ -78,6 +79,7 @@ fn task(task: &mut TaskInfo) {
         .flatten(),
     );
     texts(kept_branches.iter_mut());
+    texts(preparing.iter_mut().map(|p| &mut p.step));
     if let Some(d) = detail {
         self::detail(d);
     }

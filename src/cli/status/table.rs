@@ -39,6 +39,10 @@ pub(super) fn render_table(report: &StatusReport, now: u64, colour: bool) -> Str
     ));
     for task in &report.tasks {
         lines.push(row(task, now, colour));
+        // Too long for the note: a line of its own under the task's.
+        if let Some(preparing) = &task.preparing {
+            lines.push(format!("{:<18} preparing: {}", "", preparing.text()));
+        }
     }
     if report.tasks.is_empty() {
         lines.push("(no units: add one with `keel add FILE.ron`)".into());

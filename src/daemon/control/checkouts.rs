@@ -1,93 +1,81 @@
 //! `keel harvest UNIT` (bring the task's branch home now, between attempts) and `keel prune`
 //! (remove the checkouts of finished tasks that are clean and harvested, and unused bases).
+//! Both run in a job (a worker process) and are answered once it has ended.
 
+use super::answer_when_job_ends;
 use crate::checkout;
+use crate::daemon::jobs::{Finished, Owner, Pending, Then};
 use crate::daemon::Daemon;
 use crate::protocol::Response;
+use crate::worker::protocol::{Job, JobResult};
+use mio::Token;
 
 impl Daemon {
     /// `keel harvest UNIT`: the same, now — between attempts. While an agent runs it can
     /// rewrite its git directory under the harvest's feet; its attempt's end harvests anyway.
-    pub(super) fn harvest_request(&mut self, unit: &str) -> Response {
+    /// The harvest queues behind the task's other jobs.
+    pub(super) fn harvest_request(&mut self, token: Token, unit: &str) -> Option<Response> {
         // The name becomes a path under the state directory: never `..` or a slash.
         if let Err(message) = crate::unit::validate_name(unit) {
-            return Response::Error { message };
+            return Some(Response::Error { message });
         }
         if crate::state::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
-            return Response::Error {
+            return Some(Response::Error {
                 message: format!(
                     "{unit}: running; its branch is harvested when the attempt ends (or `keel stop {unit}` first)"
                 ),
-            };
+            });
         }
-        let task = self.tasks.get(unit);
-        let (attempt, generation) =
-            task.map_or((0, 0), |t| (t.record.attempt, t.record.generation));
         if !checkout::exists(&self.store.dirs, unit) {
-            return Response::Error {
+            return Some(Response::Error {
                 message: format!("{unit}: has no checkout (its unit has no repo)"),
-            };
+            });
         }
-        match checkout::harvest(&self.store.dirs, unit, attempt) {
-            Ok(harvest) => {
-                if let Some(task) = task {
-                    task.kept_branches.take();
-                }
-                let detail = harvest.to_string();
-                self.store
-                    .event(unit, attempt, generation, "harvest", &detail);
-                Response::Ok {
-                    message: format!("{unit}: {detail}"),
-                }
-            }
-            Err(e) => Response::Error {
-                message: e.to_string(),
-            },
-        }
+        let attempt = self.tasks.get(unit).map_or(0, |t| t.record.attempt);
+        self.submit_harvest(unit.to_string(), attempt, Some(token));
+        answer_when_job_ends(&mut self.control, token)
     }
 
-    /// `keel prune`: remove the checkouts of finished tasks that are clean and harvested, and
-    /// the base trees no checkout uses; say what was freed and what was kept, and why.
-    pub(super) fn prune(&mut self) -> Response {
+    /// `keel prune`: a job removes the checkouts of finished tasks that are clean and
+    /// harvested, and the base trees no checkout uses; the answer says what was freed and
+    /// what was kept, and why.
+    pub(super) fn prune(&mut self, token: Token) -> Option<Response> {
         let finished: Vec<(String, u32)> = self
             .tasks
             .values()
             .filter(|t| t.record.state.is_final())
             .map(|t| (t.name.clone(), t.record.attempt))
             .collect();
-        let (mut freed, mut removed, mut kept) = (0u64, Vec::new(), Vec::new());
-        for (unit, attempt) in finished {
-            if !checkout::exists(&self.store.dirs, &unit) {
-                continue;
-            }
-            match checkout::remove(&self.store.dirs, &unit, attempt, false) {
-                Ok(done) => {
-                    freed += done.freed_bytes;
-                    removed.push(unit.clone());
+        let pending = Pending {
+            generation: 0,
+            job: Job::Prune { finished },
+            then: Then::Prune { reply: token },
+        };
+        self.jobs.submit(Owner::Daemon, pending);
+        answer_when_job_ends(&mut self.control, token)
+    }
+
+    /// `keel prune`'s job has ended: journal what it removed, answer its client.
+    pub(crate) fn on_prune_done(&mut self, finished: Finished, reply: Token) {
+        let response = match finished.outcome {
+            Ok(JobResult::Pruned { message, removed }) => {
+                for (unit, attempt) in removed {
                     self.store
                         .event(&unit, attempt, 0, "checkout-removed", "keel prune");
+                    if let Some(task) = self.tasks.get_mut(&unit) {
+                        task.checkout_bytes = None;
+                        task.disk_use_asked = None;
+                    }
                 }
-                Err(e) => kept.push(format!("{unit}: {e}")),
+                Response::Ok { message }
             }
-        }
-        match checkout::prune_bases(&self.store.dirs) {
-            Ok(bytes) => freed += bytes,
-            Err(e) => kept.push(format!("base trees: {e}")),
-        }
-        let mut message = format!(
-            "freed {} ({} checkout{} removed{})",
-            crate::fmt::format_bytes(freed, false),
-            removed.len(),
-            if removed.len() == 1 { "" } else { "s" },
-            if removed.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", removed.join(", "))
-            }
-        );
-        for why in kept {
-            message.push_str(&format!("\nkept {why}"));
-        }
-        Response::Ok { message }
+            Ok(other) => Response::Error {
+                message: format!("keel prune: the job answered {other:?}"),
+            },
+            Err(e) => Response::Error {
+                message: format!("keel prune: {e}"),
+            },
+        };
+        self.respond(reply, &response);
     }
 }

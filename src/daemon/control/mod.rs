@@ -46,6 +46,8 @@ pub(crate) struct Client {
     output: Vec<u8>,
     /// Waiting for a task's attempt (unit, generation) to end before answering (stop, rm).
     waiting_for: Option<(String, u64)>,
+    /// Waiting for a job to end before answering (`keel harvest`, `keel prune`).
+    waiting_for_job: bool,
     done_reading: bool,
 }
 
@@ -183,6 +185,7 @@ impl Control {
                             input: Vec::new(),
                             output: Vec::new(),
                             waiting_for: None,
+                            waiting_for_job: false,
                             done_reading: false,
                         },
                     );
@@ -241,7 +244,7 @@ impl Control {
         let Some(client) = self.clients.get(&token) else {
             return;
         };
-        if client.waiting_for.is_some() {
+        if client.waiting_for.is_some() || client.waiting_for_job {
             return;
         }
         log::debug!("control: dropping a client that missed its deadline");
@@ -306,7 +309,8 @@ impl Control {
         let mut line = serde_json::to_vec(response).unwrap_or_default();
         line.push(b'\n');
         client.output.extend_from_slice(&line);
-        if client.waiting_for.take().is_some() {
+        let was_waiting = std::mem::take(&mut client.waiting_for_job);
+        if client.waiting_for.take().is_some() || was_waiting {
             // A fresh deadline to read the answer.
             events
                 .timers
@@ -338,7 +342,7 @@ impl Control {
                 }
             }
         }
-        if client.waiting_for.is_none() && client.done_reading {
+        if client.waiting_for.is_none() && !client.waiting_for_job && client.done_reading {
             self.close(token, events);
         }
     }
@@ -386,7 +390,7 @@ impl Daemon {
                 // already be running: `start` during a stop).
                 let busy = self.tasks.get(unit).is_some_and(|t| {
                     t.record.state.has_attempt() && t.record.generation == *generation
-                });
+                }) || self.tasks.removals_pending.contains(unit);
                 (!busy).then(|| (*token, unit.clone()))
             })
             .collect();
@@ -419,8 +423,8 @@ impl Daemon {
             Request::Status { unit } => Some(self.status(unit.as_deref())),
             Request::Reload => Some(self.reload()),
             Request::Add { name, text } => Some(self.add_unit(&name, &text)),
-            Request::Harvest { unit } => Some(self.harvest_request(&unit)),
-            Request::Prune => Some(self.prune()),
+            Request::Harvest { unit } => self.harvest_request(token, &unit),
+            Request::Prune => self.prune(token),
             Request::Start { unit } => Some(self.start_request(&unit)),
             Request::Restart { unit } => Some(self.restart_request(&unit)),
             Request::Stop { unit } => self.stop_request(token, &unit),
@@ -439,6 +443,14 @@ fn unknown_unit(unit: &str, units: &UnitsDir) -> Response {
             units.dir.display()
         ),
     }
+}
+
+/// The client's answer comes once a job has ended (the job answers it through its token).
+fn answer_when_job_ends(control: &mut Control, token: Token) -> Option<Response> {
+    if let Some(client) = control.clients.get_mut(&token) {
+        client.waiting_for_job = true;
+    }
+    None
 }
 
 /// The client's answer comes once the attempt `generation` of `unit` has ended (or the task

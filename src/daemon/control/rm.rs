@@ -19,10 +19,12 @@ impl Daemon {
         let Some(task) = self.tasks.get_mut(unit) else {
             // A task forgotten when its unit file went away leaves its directory
             // (checkpoint, work, logs) behind: `keel rm` removes that too.
-            return Some(match self.remove_leftovers(unit, force) {
-                Some(message) => Response::Ok { message },
-                None => unknown_unit(unit, &self.units),
-            });
+            return match self.remove_leftovers(unit, force) {
+                Some(Some(message)) => Some(Response::Ok { message }),
+                // Its checkout goes in a job: answered once it has ended.
+                Some(None) => answer_when_ended(&mut self.control, token, unit, 0),
+                None => Some(unknown_unit(unit, &self.units)),
+            };
         };
         let path = self.units.file_of(unit);
         if let Err(e) = std::fs::remove_file(&path) {
@@ -51,18 +53,22 @@ impl Daemon {
     }
 
     /// `keel rm` of a task without a record (forgotten when its unit file went away): remove
-    /// its directory, keeping a work directory that holds files. `None` if there is nothing.
-    fn remove_leftovers(&mut self, unit: &str, force: bool) -> Option<String> {
+    /// its directory, keeping a work directory that holds files. `None` if there is nothing;
+    /// `Some(None)` when a job removes its checkout first (the answer comes after).
+    fn remove_leftovers(&mut self, unit: &str, force: bool) -> Option<Option<String>> {
         crate::unit::validate_name(unit).ok()?;
         let dir = self.store.dirs.task_dir(unit);
         if !dir.is_dir() || crate::state::attempt_lock_held(&self.store.dirs.run_dir(unit)) {
             return None;
         }
-        let message = match self.delete_task_files(unit, 0, force) {
+        let Some(kept) = self.delete_task_files(unit, (0, 0), force) else {
+            return Some(None);
+        };
+        let message = match kept {
             kept if kept.is_empty() => format!("{unit}: leftovers removed"),
             kept => format!("{unit}: leftovers removed; {kept}"),
         };
         self.store.event(unit, 0, 0, "removed", &message);
-        Some(message)
+        Some(Some(message))
     }
 }

@@ -3,20 +3,23 @@
 
 use crate::checkout;
 use crate::daemon::record::{PastExit, TaskState};
-use crate::daemon::{checkouts, slices, Daemon, Task};
+use crate::daemon::{slices, Daemon, Task};
 use crate::protocol::{
-    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, Response, RestartInfo, SignalInfo,
-    StatusReport, TaskDetail, TaskInfo,
+    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, PreparingInfo, Response, RestartInfo,
+    SignalInfo, StatusReport, TaskDetail, TaskInfo,
 };
 use crate::unit::Unit;
 
 impl Daemon {
-    pub(super) fn status(&self, only: Option<&str>) -> Response {
+    /// The report, from what is in memory: no walk, no git (a job refreshes the checkouts'
+    /// figures, at most once a minute per task; the last ones known are shown).
+    pub(super) fn status(&mut self, only: Option<&str>) -> Response {
         if let Some(unit) = only {
             if let Err(e) = self.known(unit) {
                 return *e;
             }
         }
+        self.refresh_disk_use(only);
         let tasks = self
             .tasks
             .values()
@@ -75,7 +78,7 @@ impl Daemon {
             memory_bytes: figures.map(|f| f.memory),
             memory_peak_bytes: figures.and_then(|f| f.memory_peak),
             pids: figures.map(|f| f.pids),
-            checkout_bytes: checkouts::checkout_bytes(t, &self.store.dirs),
+            checkout_bytes: t.checkout_bytes,
             last_activity_ms: live.as_ref().and_then(|l| l.last_activity.map(|a| a.0)),
             last_activity_kind: live
                 .as_ref()
@@ -83,13 +86,14 @@ impl Daemon {
             liveness: live.as_ref().map(|l| l.verdict.to_string()),
             progress_changed_ms: live.and_then(|l| l.progress_changed_ms),
             watch: self.watch_note(t),
-            kept_branches: checkouts::kept_branches(t, &self.store.dirs),
+            kept_branches: t.kept_branches.clone(),
+            preparing: t.preparing.as_ref().map(|_| self.preparing_info(&t.name)),
             detail: None,
         }
     }
 
-    /// One task in full. Reads the checkout's record and lists the main repository's kept
-    /// branches: only for `keel status UNIT`, never for the table.
+    /// One task in full. Reads the checkout's record (keel's own small file): only for
+    /// `keel status UNIT`, never for the table.
     fn task_detail(&self, t: &Task) -> TaskDetail {
         let r = &t.record;
         // The limits of the live (or last) attempt are those of the unit it started with.
@@ -122,6 +126,27 @@ impl Daemon {
                     .and_then(|s| s.pids().ok())
                     .unwrap_or_default(),
                 false => Vec::new(),
+            },
+        }
+    }
+
+    /// How far `unit`'s preparation job has come (`queued` until a worker runs it).
+    fn preparing_info(&self, unit: &str) -> PreparingInfo {
+        match self.jobs.progress_of(unit) {
+            None => PreparingInfo {
+                step: "queued".to_string(),
+                done: 0,
+                total: 0,
+            },
+            Some(None) => PreparingInfo {
+                step: "started".to_string(),
+                done: 0,
+                total: 0,
+            },
+            Some(Some(p)) => PreparingInfo {
+                step: p.step.clone(),
+                done: p.done,
+                total: p.total,
             },
         }
     }

@@ -19,6 +19,7 @@ fn observed(lock_held: bool) -> Observed {
         boot_id: "boot".into(),
         attempt_lock_held: lock_held,
         shim_record: None,
+        exit_record_generation: None,
     }
 }
 
@@ -57,8 +58,8 @@ fn a_shim_of_an_earlier_boot_is_settled_as_a_reboot() {
         boot_id: "old-boot".into(),
     });
     assert_eq!(decide(&r, &o), Action::SettleAfterReboot);
-    // No shim ever identified itself: nothing says which boot, so it is simply lost.
-    assert_eq!(decide(&r, &observed(false)), Action::Settle);
+    // No shim ever identified itself, nor wrote an exit record: it never began.
+    assert_eq!(decide(&r, &observed(false)), Action::StartAgain);
 }
 
 #[test]
@@ -89,8 +90,8 @@ fn starting_without_recorded_pid_finds_the_shim_record_or_waits_for_it() {
     // A shim record of an older attempt is not this attempt's shim.
     o.shim_record.as_mut().unwrap().generation = 3;
     assert_eq!(decide(&r, &o), Action::WaitForShim);
-    // Decided but never spawned: nobody holds the lock.
-    assert_eq!(decide(&r, &observed(false)), Action::Settle);
+    // Decided but never spawned (nobody holds the lock, no record of it): started again.
+    assert_eq!(decide(&r, &observed(false)), Action::StartAgain);
 }
 
 #[test]
@@ -112,4 +113,27 @@ fn idle_states_are_kept_and_backoff_rearmed() {
         decide(&r, &observed(false)),
         Action::ArmBackoff { until_ms: 99 }
     );
+}
+
+#[test]
+fn a_start_that_never_began_starts_again_and_one_that_did_is_settled() {
+    let mut starting = running(4, None);
+    starting.state = TaskState::Starting;
+    assert_eq!(decide(&starting, &observed(false)), Action::StartAgain);
+    // Its shim ran and ended (an exit record of its generation): settled as any attempt.
+    let ended = Observed {
+        exit_record_generation: Some(4),
+        ..observed(false)
+    };
+    assert_eq!(decide(&starting, &ended), Action::Settle);
+    // An exit record of an earlier attempt says nothing of this one.
+    let older = Observed {
+        exit_record_generation: Some(3),
+        ..observed(false)
+    };
+    assert_eq!(decide(&starting, &older), Action::StartAgain);
+    // A shim alive: waited for, never started twice.
+    assert_eq!(decide(&starting, &observed(true)), Action::WaitForShim);
+    // A running attempt without a shim is not a start that never began.
+    assert_eq!(decide(&running(4, None), &observed(false)), Action::Settle);
 }

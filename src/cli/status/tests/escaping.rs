@@ -92,6 +92,11 @@ fn no_string_of_the_report_reaches_the_terminal_unescaped() {
     full.progress = Some("step".into());
     full.last_activity_kind = Some("heartbeat".into());
     full.liveness = Some("running".into());
+    full.preparing = Some(crate::protocol::PreparingInfo {
+        step: "base tree".into(),
+        done: 1,
+        total: 2,
+    });
     let poison = "\x1b[2J\u{9b}1A\u{202e}\u{2066}\u{200b}\x7f\r\n";
     for tasks in [
         vec![full.clone()],

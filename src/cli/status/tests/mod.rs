@@ -319,3 +319,39 @@ fn a_source_checked_on_a_timer_is_worth_a_look_and_its_note_says_why() {
         "{plain}"
     );
 }
+
+#[test]
+fn a_task_being_prepared_shows_how_far_in_the_table_and_in_full() {
+    let mut t = task("big", "starting");
+    t.preparing = Some(crate::protocol::PreparingInfo {
+        step: "base tree".into(),
+        done: 24_600,
+        total: 60_000,
+    });
+    let (plain, _) = both(&report(vec![t.clone()]), 0);
+    assert!(
+        plain.contains("preparing: base tree 41% (24,600 / 60,000 files)"),
+        "{plain}"
+    );
+    let mut full = detailed();
+    full.state = "starting".into();
+    full.preparing = t.preparing.clone();
+    let detail = render(&report(vec![full]), 100_000, false);
+    assert!(
+        detail.contains("  preparing    base tree 41% (24,600 / 60,000 files)"),
+        "{detail}"
+    );
+    // Not counted (yet): the step alone.
+    let mut queued = task("q", "starting");
+    queued.preparing = Some(crate::protocol::PreparingInfo {
+        step: "queued".into(),
+        done: 0,
+        total: 0,
+    });
+    let plain = render(&report(vec![queued]), 0, false);
+    assert!(plain.contains("preparing: queued"), "{plain}");
+    // In JSON, an object.
+    let json = serde_json::to_value(&t).unwrap();
+    assert_eq!(json["preparing"]["done"], 24_600);
+    assert_eq!(json["preparing"]["step"], "base tree");
+}

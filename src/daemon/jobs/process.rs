@@ -1,0 +1,77 @@
+//! A worker process: `keel worker` cloned from `/proc/self/exe` into keel's workers cgroup,
+//! its request written to its stdin, its stdout a non-blocking pipe the loop reads.
+
+use crate::worker::protocol::JobRequest;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+/// A started worker: its pid, its pidfd (to kill it: never a recycled pid), its stdout.
+pub(super) struct Started {
+    pub pid: i32,
+    pub pidfd: OwnedFd,
+    pub stdout: File,
+}
+
+/// Start a worker for `request` (in the cgroup `cgroup_fd` from its first instruction, when
+/// given) and hand it the request.
+pub(super) fn spawn(request: &JobRequest, cgroup_fd: Option<RawFd>) -> std::io::Result<Started> {
+    use nix::fcntl::OFlag;
+    let program = CString::new("/proc/self/exe").expect("no NUL");
+    let argv = [
+        CString::new("keel").expect("no NUL"),
+        CString::new("worker").expect("no NUL"),
+    ];
+    // The daemon's environment (KEEL_LOG, JOURNAL_STREAM, test hooks): the worker is keel.
+    let envp: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut pair = k.into_encoded_bytes();
+            pair.push(b'=');
+            pair.extend_from_slice(v.as_encoded_bytes());
+            CString::new(pair).ok()
+        })
+        .collect();
+    let (stdin_read, stdin_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let (stdout_read, stdout_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let spawn = crate::sys::SpawnRequest {
+        program: &program,
+        argv: &argv,
+        envp: &envp,
+        stdin: stdin_read.as_raw_fd(),
+        stdout: stdout_write.as_raw_fd(),
+        stderr: 2,
+        extra_flags: 0,
+        pid_namespace: None,
+        cgroup_fd,
+        keep_as_fd3: None,
+        nofile: super::super::ORIGINAL_NOFILE.get().copied(),
+        // keel's code runs in the clone before its exec (the daemon's signal handlers must
+        // not): signals stay blocked until the worker unblocks them (worker::run).
+        signals_blocked: true,
+    };
+    let (pid, pidfd) = crate::sys::spawn_with_pidfd(&spawn)?;
+    drop(stdin_read);
+    drop(stdout_write);
+    // A few hundred bytes, far below a pipe's buffer: written at once, never waited on. The
+    // end is closed after it (the worker reads to EOF). A worker already dead makes this fail
+    // (EPIPE): its end is seen on its stdout all the same.
+    let mut text = serde_json::to_vec(request).unwrap_or_default();
+    text.push(b'\n');
+    let mut stdin = File::from(stdin_write);
+    set_nonblocking(&stdin)?;
+    if let Err(e) = stdin.write_all(&text) {
+        log::warn!("worker {pid}: cannot hand it its job: {e}");
+    }
+    drop(stdin);
+    let stdout = File::from(stdout_read);
+    set_nonblocking(&stdout)?;
+    Ok(Started { pid, pidfd, stdout })
+}
+
+fn set_nonblocking(file: &File) -> std::io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = OFlag::from_bits_truncate(fcntl(file, FcntlArg::F_GETFL)?);
+    fcntl(file, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! The jobs themselves, as a worker runs them: [`crate::checkout`]'s calls, with the figures
+//! and messages the daemon passes on.
+
+use super::protocol::{Job, JobFailure, JobRequest, JobResult, PreparedCheckout};
+use super::Reporter;
+use crate::checkout::{self, BaseProgress, CheckoutError, PrepareOptions};
+use crate::state::StateDir;
+use std::sync::Arc;
+
+/// Run the request's job; its result, or why it failed.
+pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobResult, JobFailure> {
+    let dirs = StateDir::new(&request.state_dir);
+    match &request.job {
+        Job::Prepare {
+            unit,
+            repo,
+            owner,
+            check_paths,
+        } => {
+            check_paths_answer(check_paths, reporter);
+            let Some(repo) = repo else {
+                return Ok(JobResult::Prepared(None));
+            };
+            reporter.report("checkout", 0, 0);
+            let repo = crate::unit::Repo {
+                path: repo.path.clone(),
+                base: repo.base.clone(),
+                branch: repo.branch.clone(),
+            };
+            prepare(&dirs, unit, &repo, *owner, reporter).map(|p| JobResult::Prepared(Some(p)))
+        }
+        Job::Harvest {
+            unit,
+            attempt,
+            limits,
+        } => checkout::harvest_with_limits(&dirs, unit, *attempt, limits)
+            .map(|harvest| JobResult::Harvested {
+                detail: harvest.to_string(),
+            })
+            .map_err(unit_mistake),
+        Job::Remove {
+            unit,
+            attempt,
+            force,
+        } => remove(&dirs, unit, *attempt, *force).map(|note| JobResult::Removed { note }),
+        Job::Prune { finished } => Ok(prune(&dirs, finished)),
+        Job::DiskUse { unit } => Ok(disk_use(&dirs, unit)),
+    }
+}
+
+fn unit_mistake(e: CheckoutError) -> JobFailure {
+    JobFailure {
+        message: e.to_string(),
+        unit_mistake: true,
+    }
+}
+
+/// `lstat` every path the unit names (`sandbox.writable`, `sandbox.hidden`): a path on a
+/// filesystem that does not answer hangs here, in the worker, until its deadline — never in
+/// the daemon's loop. What each path is, is the sandbox's resolution's business.
+fn check_paths_answer(paths: &[std::path::PathBuf], reporter: &Reporter) {
+    for (done, path) in paths.iter().enumerate() {
+        reporter.report("check paths", done as u64, paths.len() as u64);
+        let _ = std::fs::symlink_metadata(path);
+    }
+}
+
+fn prepare(
+    dirs: &StateDir,
+    unit: &str,
+    repo: &crate::unit::Repo,
+    owner: Option<(u32, u32)>,
+    reporter: &Arc<Reporter>,
+) -> Result<PreparedCheckout, JobFailure> {
+    let reporter = Arc::clone(reporter);
+    let progress = Arc::new(move |p: BaseProgress| reporter.report("base tree", p.done, p.total));
+    let options = PrepareOptions {
+        owner,
+        full: false,
+        progress: Some(progress),
+    };
+    let prepared = checkout::prepare(dirs, unit, repo, &options).map_err(unit_mistake)?;
+    Ok(PreparedCheckout {
+        mounts: prepared.mounts,
+        branch: prepared.branch,
+        base_commit: prepared.base_commit,
+        created: prepared.created,
+        base_built: prepared.base_built,
+        full_reason: prepared.full_reason,
+    })
+}
+
+/// `keel rm`'s removal of the checkout: `Ok(note)` when the task's directory may go;
+/// `Err(why)` keeps it whole.
+fn remove(dirs: &StateDir, unit: &str, attempt: u32, force: bool) -> Result<String, JobFailure> {
+    if !checkout::exists(dirs, unit) {
+        return Ok(String::new());
+    }
+    match checkout::remove(dirs, unit, attempt, force) {
+        Ok(removed) => {
+            let mut note = format!(
+                "checkout removed ({} freed)",
+                crate::fmt::format_bytes(removed.freed_bytes, false)
+            );
+            if let Some(harvest) = removed.harvest {
+                note.push_str(&format!("; {harvest}"));
+            }
+            if !removed.kept.is_empty() {
+                note.push_str(&format!(
+                    "; kept in the main repository: {}",
+                    removed.kept.join(", ")
+                ));
+            }
+            Ok(note)
+        }
+        Err(e) => Err(JobFailure {
+            message: match e {
+                CheckoutError::NotRemovable { .. } => {
+                    format!("{e} (`keel rm --force {unit}` removes it anyway, after a harvest)")
+                }
+                other => other.to_string(),
+            },
+            unit_mistake: true,
+        }),
+    }
+}
+
+/// `keel prune`: remove the checkouts of finished tasks that are clean and harvested, and the
+/// base trees no checkout uses; say what was freed and what was kept, and why.
+fn prune(dirs: &StateDir, finished: &[(String, u32)]) -> JobResult {
+    let (mut freed, mut removed, mut kept) = (0u64, Vec::new(), Vec::new());
+    for (unit, attempt) in finished {
+        if !checkout::exists(dirs, unit) {
+            continue;
+        }
+        match checkout::remove(dirs, unit, *attempt, false) {
+            Ok(done) => {
+                freed += done.freed_bytes;
+                removed.push((unit.clone(), *attempt));
+            }
+            Err(e) => kept.push(format!("{unit}: {e}")),
+        }
+    }
+    match checkout::prune_bases(dirs) {
+        Ok(bytes) => freed += bytes,
+        Err(e) => kept.push(format!("base trees: {e}")),
+    }
+    let names: Vec<&str> = removed.iter().map(|(u, _)| u.as_str()).collect();
+    let mut message = format!(
+        "freed {} ({} checkout{} removed{})",
+        crate::fmt::format_bytes(freed, false),
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", names.join(", "))
+        }
+    );
+    for why in kept {
+        message.push_str(&format!("\nkept {why}"));
+    }
+    JobResult::Pruned { message, removed }
+}
+
+/// The checkout's own disk use (its git directory and changes; the shared base is not
+/// walked) and the task's branches kept in the main repository.
+fn disk_use(dirs: &StateDir, unit: &str) -> JobResult {
+    if !checkout::exists(dirs, unit) {
+        return JobResult::DiskUse {
+            bytes: None,
+            kept_branches: Vec::new(),
+        };
+    }
+    let bytes = checkout::disk_bytes(&checkout::checkout_dir(dirs, unit));
+    let kept_branches = match checkout::record(dirs, unit) {
+        Ok(Some(record)) => checkout::kept_branches(&record).unwrap_or_else(|e| {
+            log::warn!("{unit}: cannot list the kept branches: {e}");
+            Vec::new()
+        }),
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            log::warn!("{unit}: cannot list the kept branches: {e}");
+            Vec::new()
+        }
+    };
+    JobResult::DiskUse {
+        bytes: Some(bytes),
+        kept_branches,
+    }
+}
