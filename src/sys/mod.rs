@@ -13,6 +13,8 @@ pub mod fds;
 pub mod git;
 pub mod machine;
 pub mod mount;
+pub mod netlink;
+pub mod netns;
 pub mod own_userns;
 pub mod pidns;
 pub mod process;
