@@ -17,19 +17,33 @@ use super::files;
 use super::merged;
 use super::record::{self, CheckoutRecord, Files};
 use super::resolve::{self, Resolved};
+use super::BaseProgress;
 use crate::sandbox::mounts::overlay_path_problem;
 use crate::sandbox::spec::{CheckoutFiles, CheckoutMounts};
 use crate::state::StateDir;
 use crate::unit::Repo;
 
 /// How to make a checkout.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct PrepareOptions {
     /// The agent's user (`sandbox.user` resolved to uid and gid), who must own the files;
     /// `None`: root.
     pub owner: Option<(u32, u32)>,
     /// Never an overlay: a full checkout of the task's own.
     pub full: bool,
+    /// Told how far a base tree's build (or a full checkout's) is, as files are written: at
+    /// most every ~1% or ~100 ms, and once at the end.
+    pub progress: Option<std::sync::Arc<dyn Fn(BaseProgress) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for PrepareOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrepareOptions")
+            .field("owner", &self.owner)
+            .field("full", &self.full)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
 }
 
 /// A task's checkout, ready to be put in its sandbox.
@@ -138,7 +152,14 @@ fn reuse(
     }
     let mut base_built = false;
     if let Files::Overlay { base_key } = &record.files {
-        base_built = base::ensure_base(dirs, base_key, &record.common_dir, commit, record.owner)?;
+        base_built = base::ensure_base(
+            dirs,
+            base_key,
+            &record.common_dir,
+            commit,
+            record.owner,
+            options.progress.as_ref(),
+        )?;
     }
     let checkout = record::checkout_dir(dirs, unit);
     ensure_dir(&dot_git(&checkout, &record.files), record.owner)?;
@@ -222,8 +243,14 @@ fn build(
     let mut base_built = false;
     let files = match refusal {
         None => {
-            base_built =
-                base::ensure_base(dirs, &key, &resolved.common_dir, commit, options.owner)?;
+            base_built = base::ensure_base(
+                dirs,
+                &key,
+                &resolved.common_dir,
+                commit,
+                options.owner,
+                options.progress.as_ref(),
+            )?;
             let from = base::index_path(&base::base_dir(dirs, &key));
             let to = git.join("index");
             fs::copy(&from, &to).map_err(io_err("copying the base's index", &to))?;
@@ -233,7 +260,14 @@ fn build(
             log::warn!("{unit}: a full checkout instead of an overlay: {reason}");
             let target = record::full_files_dir(tmp);
             let index = git.join("index");
-            base::write_checkout(&resolved.common_dir, commit, &target, &index, options.owner)?;
+            base::write_checkout(
+                &resolved.common_dir,
+                commit,
+                &target,
+                &index,
+                options.owner,
+                options.progress.as_ref(),
+            )?;
             Files::Full { reason }
         }
     };

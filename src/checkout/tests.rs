@@ -142,6 +142,8 @@ fn a_state_says_what_removal_would_lose() {
         overlay: true,
         changes: vec!["src/a.rs".into(), "notes.txt".into()],
         change_count: 5,
+        unread: Vec::new(),
+        unread_count: 0,
         unharvested: vec!["keel/u".into(), "HEAD (detached)".into()],
         disk: DiskUsage::default(),
     };

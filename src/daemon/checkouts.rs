@@ -26,7 +26,10 @@ pub(crate) fn prepare_checkout(
         &store.dirs,
         unit,
         repo,
-        &PrepareOptions { owner, full: false },
+        &PrepareOptions {
+            owner,
+            ..Default::default()
+        },
     )
     .map_err(|e| e.to_string())?;
     if prepared.created {
