@@ -201,7 +201,12 @@ pub(crate) fn harvest_record(
     let Ok(tip) = task.refname_to_id(&refname) else {
         return Ok(Harvest::NoBranch { branch });
     };
-    if task.find_commit(tip).is_err() {
+    // Its header only: the commit itself is read (inflated) after the walk has weighed it.
+    let is_commit = task
+        .odb()
+        .and_then(|odb| odb.read_header(tip))
+        .is_ok_and(|(_, kind)| kind == git2::ObjectType::Commit);
+    if !is_commit {
         return Err(CheckoutError::Tampered {
             path: git.join(&refname),
             what: format!(
