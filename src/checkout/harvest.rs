@@ -193,7 +193,7 @@ pub(crate) fn harvest_record(
     limits: &HarvestLimits,
 ) -> Result<Harvest, CheckoutError> {
     let git = record::git_dir(&record::checkout_dir(dirs, unit));
-    super::create::guard_git_dir(&git, &record.common_dir)?;
+    super::guard::guard_git_dir(&git, &record.common_dir)?;
     let task = super::resolve::open_git_dir(&git)
         .map_err(git_err("opening the task's git directory", &git))?;
     let refname = format!("refs/heads/{}", record.branch);

@@ -163,7 +163,7 @@ fn state_of(
 ) -> Result<CheckoutState, CheckoutError> {
     let checkout = record::checkout_dir(dirs, unit);
     let git = record::git_dir(&checkout);
-    super::create::guard_git_dir(&git, &record.common_dir)?;
+    super::guard::guard_git_dir(&git, &record.common_dir)?;
     // Nothing of the files goes to libgit2 before they are known to be safe to open.
     let unread = match &record.files {
         Files::Overlay { .. } => unread::find(&record::upper_dir(&checkout), Layer::Upper)?,
@@ -328,7 +328,7 @@ fn keep_losses(
     limits: &HarvestLimits,
 ) -> Result<Vec<String>, CheckoutError> {
     let git = record::git_dir(&record::checkout_dir(dirs, unit));
-    super::create::guard_git_dir(&git, &record.common_dir)?;
+    super::guard::guard_git_dir(&git, &record.common_dir)?;
     let losses = losses(&git, record)?;
     if losses.is_empty() {
         return Ok(Vec::new());

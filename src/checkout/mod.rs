@@ -45,6 +45,7 @@ mod base;
 mod create;
 mod error;
 mod files;
+mod guard;
 mod harvest;
 mod inspect;
 mod limits;
