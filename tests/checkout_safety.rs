@@ -260,3 +260,45 @@ fn fifos_sockets_and_devices_in_a_checkout_are_never_opened() {
     remove_within(&setup.dirs, "c", true).unwrap();
     assert!(!checkout::exists(&setup.dirs, "c"));
 }
+
+/// A sparse 2 GiB `config` in the task's git directory (libgit2 and keel read a config whole):
+/// refused before it is read, by the harvest and the clean judgement alike.
+#[test]
+fn a_sparse_file_in_the_git_directory_is_refused_unread() {
+    if !ready("a_sparse_file_in_the_git_directory_is_refused_unread") {
+        return;
+    }
+    let setup = Setup::new("sparse-config", 6, 1);
+    let a = setup.prepare("a", &PrepareOptions::default());
+    setup.run(
+        "a",
+        &a,
+        "echo a > a.txt && git add a.txt && git commit -q -m a",
+    );
+    let config = a.mounts.git_dir.join("config");
+    let saved = std::fs::read(&config).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&config)
+        .unwrap();
+    file.set_len(2 << 30).unwrap();
+    drop(file);
+    let err = harvest_within(&setup.dirs, "a").unwrap_err();
+    assert!(
+        matches!(err, CheckoutError::Tampered { .. })
+            && err.to_string().contains("more than keel reads whole"),
+        "{err}"
+    );
+    let dirs = setup.dirs.clone();
+    let err = within(30, move || checkout::state(&dirs, "a")).unwrap_err();
+    assert!(
+        err.to_string().contains("more than keel reads whole"),
+        "{err}"
+    );
+    std::fs::write(&config, saved).unwrap();
+    let harvest = harvest_within(&setup.dirs, "a").unwrap();
+    assert!(
+        matches!(harvest, Harvest::Updated { commits: 1, .. }),
+        "{harvest}"
+    );
+}
