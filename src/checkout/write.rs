@@ -33,8 +33,11 @@ use super::BaseProgress;
 /// A progress callback, as [`super::PrepareOptions::progress`] carries it.
 pub(crate) type Progress = Arc<dyn Fn(BaseProgress) + Send + Sync>;
 
-/// Writers at once. The disk, not the CPU, is what they wait for (2 cores here): 8 was the
-/// fastest of 4, 8 and 16 on this machine's root disk for 10,000 files.
+/// Writers at once. Where a file's creation waits on the disk (about a millisecond each on a
+/// journaled root disk that syncs its journal), several writers overlap the waits; where it is
+/// CPU-bound, more than the cores gain nothing and cost little. On the 2-core development
+/// machine, shared with other builds, runs with 1, 4, 8 and 16 writers varied more from run to
+/// run than from each other (docs/benchmarks.md, "Base tree build rate").
 const WRITERS: usize = 8;
 
 /// Files a writer takes at a time: neighbours in one directory, while the other writers are
