@@ -56,8 +56,6 @@ mod resolve;
 mod tests;
 mod unread;
 mod write;
-#[cfg(test)]
-mod write_tests;
 
 pub use base::{base_key, bases_dir};
 pub use create::{prepare, PrepareOptions, Prepared};

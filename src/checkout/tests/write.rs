@@ -2,9 +2,9 @@
 //! files (types, permission bits, contents, symlink targets, submodule directories) and the
 //! same index (paths, modes, ids, sizes), with stat data that matches what is on disk.
 
-use super::base::{write_checkout, write_with_libgit2};
-use super::write::{self, Progress};
-use super::BaseProgress;
+use crate::checkout::base::{write_checkout, write_with_libgit2};
+use crate::checkout::write::{self, Progress};
+use crate::checkout::BaseProgress;
 use git2::{Oid, Repository, Signature};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -1,4 +1,7 @@
-//! The pure parts: names, keys, the git configuration, the harvest decision, the messages.
+//! The pure parts: names, keys, the git configuration, the harvest decision, the messages;
+//! and the threaded base writer against libgit2's checkout (`write`).
+
+mod write;
 
 use super::create::{config_value, git_config};
 use super::files::builder_pid;
