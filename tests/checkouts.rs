@@ -246,3 +246,47 @@ fn a_bad_repo_spec_is_refused_at_add_with_its_message() {
     }
     assert!(d.status()["tasks"].as_array().unwrap().is_empty());
 }
+
+/// The red team's FIFO named `.gitignore` (issue 18): `keel prune` hung on it (libgit2's
+/// status opened it). Now prune answers at once, keeps the checkout and says why, the daemon
+/// stays healthy, and `keel rm --force` removes it without opening it.
+#[test]
+fn a_fifo_left_in_a_checkout_never_hangs_prune_and_force_removes_it() {
+    if !require_root("a FIFO in a checkout") {
+        return;
+    }
+    let d = Daemon::start("co-fifo");
+    let repo = make_repo(&d);
+    d.write_unit(
+        "fifo",
+        &unit_with_repo(
+            &repo,
+            "mkfifo .gitignore && mkdir deep && mkfifo deep/pipe",
+            "",
+        ),
+    );
+    d.wait_state("fifo", "succeeded", Duration::from_secs(30));
+    // Bounded: a hang fails the test (timeout's 124) instead of stalling it.
+    let keel = |args: &[&str]| {
+        std::process::Command::new("timeout")
+            .arg("60")
+            .arg(keel_bin())
+            .arg("--state")
+            .arg(d.state())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = keel(&["prune"]);
+    assert_ne!(out.status.code(), Some(124), "keel prune hung");
+    let said = format!("{}{}", stdout_of(&out), stderr_of(&out));
+    assert!(
+        said.contains("changes keel will not read") && said.contains(".gitignore (a FIFO)"),
+        "{said}"
+    );
+    assert!(d.task_dir("fifo").join("checkout").is_dir());
+    assert!(keel(&["health"]).status.success());
+    let out = keel(&["rm", "--force", "fifo"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(!d.task_dir("fifo").exists(), "{}", stdout_of(&out));
+}

@@ -13,6 +13,8 @@ use git2::{build::CheckoutBuilder, Index, Oid};
 
 use super::error::{git_err, io_err, CheckoutError};
 use super::files;
+use super::write::{self, Progress};
+use super::BaseProgress;
 use crate::state::StateDir;
 
 /// `STATE/bases`.
@@ -67,6 +69,7 @@ pub(crate) fn ensure_base(
     common_dir: &Path,
     commit: Oid,
     owner: Option<(u32, u32)>,
+    progress: Option<&Progress>,
 ) -> Result<bool, CheckoutError> {
     let base = base_dir(dirs, key);
     if is_ready(&base) {
@@ -96,6 +99,7 @@ pub(crate) fn ensure_base(
             &tree_path(&tmp),
             &index_path(&tmp),
             owner,
+            progress,
         )?;
         files::sync_filesystem(&tmp)?;
         files::write_durably(&ready_path(&tmp), commit.to_string().as_bytes())?;
@@ -117,23 +121,56 @@ pub(crate) fn ensure_base(
 }
 
 /// Write the tree of `commit` into `target` (created) and its index, with the stat data of
-/// the files as written, at `index` — through libgit2's checkout, so that the repository's
-/// attributes and filters (eol, ident) apply as `git checkout` would apply them. With
-/// `owner`, every file and directory is given to that user, and the index's stat data taken
-/// again (chown changes ctime, which git compares).
+/// the files as written, at `index`; with `owner`, every file and directory is that user's.
+/// By several threads when the files are the blobs as stored (`super::write`), else through
+/// libgit2's checkout, so that the repository's attributes and filters (eol, ident) apply as
+/// `git checkout` would apply them. `progress` is told as files are written.
 pub(crate) fn write_checkout(
     common_dir: &Path,
     commit: Oid,
     target: &Path,
     index: &Path,
     owner: Option<(u32, u32)>,
+    progress: Option<&Progress>,
+) -> Result<usize, CheckoutError> {
+    let repo = super::resolve::open_git_dir(common_dir).map_err(git_err("opening", common_dir))?;
+    let tree = repo
+        .find_commit(commit)
+        .and_then(|c| c.tree())
+        .map_err(git_err("reading the base commit", common_dir))?;
+    match write::plan(&repo, &tree)? {
+        Some(plan) => {
+            fs::create_dir(target).map_err(io_err("creating", target))?;
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::lchown(target, Some(uid), Some(gid))
+                    .map_err(io_err("chown", target))?;
+            }
+            write::write(&plan, common_dir, target, owner, progress)?;
+            let mut written = Index::open(index).map_err(git_err("creating an index", index))?;
+            written
+                .read_tree(&tree)
+                .map_err(git_err("creating an index", index))?;
+            restat(&mut written, target)?;
+            written
+                .write()
+                .map_err(git_err("writing the index", index))?;
+            Ok(written.len())
+        }
+        None => write_with_libgit2(&repo, &tree, target, index, owner, progress),
+    }
+}
+
+/// [`write_checkout`] by libgit2's own checkout, one file at a time.
+pub(crate) fn write_with_libgit2(
+    repo: &git2::Repository,
+    tree: &git2::Tree,
+    target: &Path,
+    index: &Path,
+    owner: Option<(u32, u32)>,
+    progress: Option<&Progress>,
 ) -> Result<usize, CheckoutError> {
     // A handle of our own, opened bare: the index given to it below replaces its own for
     // the checkout, and the main repository's index and work tree are never touched.
-    let repo = super::resolve::open_git_dir(common_dir).map_err(git_err("opening", common_dir))?;
-    let commit = repo
-        .find_commit(commit)
-        .map_err(git_err("reading the base commit", common_dir))?;
     let mut new_index = Index::open(index).map_err(git_err("creating an index", index))?;
     repo.set_index(&mut new_index)
         .map_err(git_err("creating an index", index))?;
@@ -141,7 +178,24 @@ pub(crate) fn write_checkout(
     // A new index means an empty baseline: every file is written, and libgit2 records each
     // one's stat data in the index and writes it out.
     options.force().target_dir(target);
-    repo.checkout_tree(commit.as_object(), Some(&mut options))
+    let mut last: Option<(usize, std::time::Instant)> = None;
+    if let Some(progress) = progress {
+        options.progress(move |_, done, total| {
+            let due = last.is_none_or(|(at_done, at)| {
+                done >= total
+                    || done.saturating_sub(at_done) >= (total / 100).max(1)
+                    || at.elapsed() >= std::time::Duration::from_millis(100)
+            });
+            if due && last.map(|(d, _)| d) != Some(done) {
+                last = Some((done, std::time::Instant::now()));
+                progress(BaseProgress {
+                    done: done as u64,
+                    total: total as u64,
+                });
+            }
+        });
+    }
+    repo.checkout_tree(tree.as_object(), Some(&mut options))
         .map_err(git_err("writing the checkout", target))?;
     let mut written = Index::open(index).map_err(git_err("reading the index", index))?;
     if let Some(owner) = owner {

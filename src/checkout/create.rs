@@ -17,6 +17,7 @@ use super::files;
 use super::merged;
 use super::record::{self, CheckoutRecord, Files};
 use super::resolve::{self, Resolved};
+use super::BaseProgress;
 use crate::sandbox::mounts::overlay_path_problem;
 use crate::sandbox::spec::{CheckoutFiles, CheckoutMounts};
 use crate::state::StateDir;
@@ -30,8 +31,9 @@ pub struct PrepareOptions {
     pub owner: Option<(u32, u32)>,
     /// Never an overlay: a full checkout of the task's own.
     pub full: bool,
-    /// Told how far a base tree build has come (files written of all), when one is built.
-    pub progress: Option<std::sync::Arc<dyn Fn(super::BaseProgress) + Send + Sync>>,
+    /// Told how far a base tree's build (or a full checkout's) is, as files are written: at
+    /// most every ~1% or ~100 ms, and once at the end.
+    pub progress: Option<std::sync::Arc<dyn Fn(BaseProgress) + Send + Sync>>,
 }
 
 impl std::fmt::Debug for PrepareOptions {
@@ -150,7 +152,14 @@ fn reuse(
     }
     let mut base_built = false;
     if let Files::Overlay { base_key } = &record.files {
-        base_built = base::ensure_base(dirs, base_key, &record.common_dir, commit, record.owner)?;
+        base_built = base::ensure_base(
+            dirs,
+            base_key,
+            &record.common_dir,
+            commit,
+            record.owner,
+            options.progress.as_ref(),
+        )?;
     }
     let checkout = record::checkout_dir(dirs, unit);
     ensure_dir(&dot_git(&checkout, &record.files), record.owner)?;
@@ -234,8 +243,14 @@ fn build(
     let mut base_built = false;
     let files = match refusal {
         None => {
-            base_built =
-                base::ensure_base(dirs, &key, &resolved.common_dir, commit, options.owner)?;
+            base_built = base::ensure_base(
+                dirs,
+                &key,
+                &resolved.common_dir,
+                commit,
+                options.owner,
+                options.progress.as_ref(),
+            )?;
             let from = base::index_path(&base::base_dir(dirs, &key));
             let to = git.join("index");
             fs::copy(&from, &to).map_err(io_err("copying the base's index", &to))?;
@@ -245,7 +260,14 @@ fn build(
             log::warn!("{unit}: a full checkout instead of an overlay: {reason}");
             let target = record::full_files_dir(tmp);
             let index = git.join("index");
-            base::write_checkout(&resolved.common_dir, commit, &target, &index, options.owner)?;
+            base::write_checkout(
+                &resolved.common_dir,
+                commit,
+                &target,
+                &index,
+                options.owner,
+                options.progress.as_ref(),
+            )?;
             Files::Full { reason }
         }
     };
@@ -384,150 +406,6 @@ fn init_git_dir(
     let shallow = resolved.common_dir.join("shallow");
     if shallow.is_file() {
         fs::copy(&shallow, git.join("shallow")).map_err(io_err("copying", &shallow))?;
-    }
-    Ok(())
-}
-
-/// Make a task's git directory safe for keel to read on the host: the agent writes in it at
-/// will (it is bound read-write in the sandbox). A `commondir` or changed alternates would
-/// point libgit2 at another repository's refs or objects (another task's, say) and bring
-/// them home at the next harvest: they are put back as keel made them. A symlinked
-/// directory on the way (which would make that repair write elsewhere, as root) is refused.
-///
-/// Before anything of it is opened by libgit2 (as root, on the host): every entry is walked
-/// without following anything, and a symlink (libgit2 follows them in loose refs and object
-/// directories: another task's refs or objects brought home), a FIFO (opening it blocks the
-/// daemon's thread forever), a socket or a device is refused, naming it. So are history
-/// rewrites libgit2 honours — `info/grafts`, and a `shallow` other than main's own (copied
-/// at creation) — and configuration includes (a file anywhere, a FIFO included).
-pub(crate) fn guard_git_dir(git: &Path, common_dir: &Path) -> Result<(), CheckoutError> {
-    refuse_special_files(git)?;
-    refuse_rewritten_history(git, common_dir)?;
-    for name in ["config", "config.worktree"] {
-        refuse_config_includes(&git.join(name))?;
-    }
-    for rel in ["objects", "objects/info", "refs"] {
-        let path = git.join(rel);
-        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-        if !is_dir {
-            return Err(CheckoutError::Tampered {
-                path,
-                what: "not a directory (a symlink?)".into(),
-            });
-        }
-    }
-    for name in ["commondir", "gitdir"] {
-        let path = git.join(name);
-        if fs::symlink_metadata(&path).is_ok() {
-            log::warn!("{}: not keel's, removed", path.display());
-            fs::remove_file(&path).map_err(io_err("removing", &path))?;
-        }
-    }
-    let alternates = git.join("objects/info/alternates");
-    let wanted = format!("{}\n", common_dir.join("objects").display());
-    let plain = fs::symlink_metadata(&alternates).is_ok_and(|m| m.is_file());
-    if !plain || fs::read_to_string(&alternates).ok().as_deref() != Some(wanted.as_str()) {
-        log::warn!("{}: changed, put back", alternates.display());
-        let _ = fs::remove_file(&alternates);
-        fs::write(&alternates, wanted).map_err(io_err("writing", &alternates))?;
-    }
-    Ok(())
-}
-
-/// Walk `git` without following anything: only directories and regular files may be in it.
-pub(crate) fn refuse_special_files(git: &Path) -> Result<(), CheckoutError> {
-    let tampered = |path: &Path, what: &str| CheckoutError::Tampered {
-        path: path.to_path_buf(),
-        what: what.to_string(),
-    };
-    let meta = fs::symlink_metadata(git).map_err(io_err("reading the git directory", git))?;
-    if !meta.is_dir() {
-        return Err(tampered(
-            git,
-            "the git directory is not a directory (a symlink?)",
-        ));
-    }
-    let mut stack = vec![git.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let entries = fs::read_dir(&dir).map_err(io_err("reading the git directory", &dir))?;
-        for entry in entries {
-            let entry = entry.map_err(io_err("reading the git directory", &dir))?;
-            let path = entry.path();
-            let kind = fs::symlink_metadata(&path)
-                .map_err(io_err("reading the git directory", &path))?
-                .file_type();
-            if kind.is_dir() {
-                stack.push(path);
-            } else if !kind.is_file() {
-                use std::os::unix::fs::FileTypeExt;
-                let what = if kind.is_symlink() {
-                    "a symlink (keel follows none in a task's git directory)"
-                } else if kind.is_fifo() {
-                    "a FIFO (keel would block reading it)"
-                } else if kind.is_socket() {
-                    "a socket"
-                } else {
-                    "a device"
-                };
-                return Err(tampered(&path, what));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// `info/grafts`, or a `shallow` file that is not the main repository's (keel copies main's
-/// at creation): libgit2 would cut the task's history short where it says, and a harvest
-/// walked that way would give main a commit without its ancestors. Refused, not removed:
-/// the commits stay in the checkout, and whoever looks at it decides.
-fn refuse_rewritten_history(git: &Path, common_dir: &Path) -> Result<(), CheckoutError> {
-    let grafts = git.join("info/grafts");
-    if fs::symlink_metadata(&grafts).is_ok() {
-        return Err(CheckoutError::Tampered {
-            path: grafts,
-            what: "grafts rewrite the task's history (remove the file)".into(),
-        });
-    }
-    let shallow = git.join("shallow");
-    if fs::symlink_metadata(&shallow).is_ok() {
-        let main = fs::read(common_dir.join("shallow")).ok();
-        let task = fs::read(&shallow).map_err(io_err("reading", &shallow))?;
-        if main.as_deref() != Some(task.as_slice()) {
-            return Err(CheckoutError::Tampered {
-                path: shallow,
-                what: "a shallow file that is not the main repository's cuts the task's \
-                       history short (remove it, or copy main's)"
-                    .into(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// A git configuration file (regular, if there: see `refuse_special_files`) must include no
-/// other: libgit2 reads `include.path` and `includeIf.*.path` wherever they point.
-fn refuse_config_includes(path: &Path) -> Result<(), CheckoutError> {
-    let text = match fs::read(path) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(CheckoutError::io("reading", path, e)),
-    };
-    let includes = text.lines().any(|line| {
-        let Some(rest) = line.trim_start().strip_prefix('[') else {
-            return false;
-        };
-        let section: String = rest
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-            .collect();
-        section.eq_ignore_ascii_case("include") || section.eq_ignore_ascii_case("includeif")
-    });
-    if includes {
-        return Err(CheckoutError::Tampered {
-            path: path.to_path_buf(),
-            what: "the configuration includes another file (keel reads none)".into(),
-        });
     }
     Ok(())
 }

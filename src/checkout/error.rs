@@ -44,6 +44,17 @@ pub enum CheckoutError {
     NotRemovable { unit: String, reasons: Vec<String> },
     /// The task's git directory holds something keel will not follow.
     Tampered { path: PathBuf, what: String },
+    /// A harvest refused before anything was copied: an object of the task's new history
+    /// (`object` describes it: kind, path, commit, id; `object_bytes` its size), or all of
+    /// them together (`size`), past `harvest_limits.<setting>` (`limit`).
+    HarvestTooBig {
+        unit: String,
+        object: String,
+        object_bytes: u64,
+        size: u64,
+        limit: u64,
+        setting: &'static str,
+    },
     /// A git operation failed: what was being done, on which repository.
     Git {
         what: String,
@@ -178,6 +189,36 @@ impl fmt::Display for CheckoutError {
                  follow; look at it, then remove the checkout (forced)",
                 path.display()
             ),
+            CheckoutError::HarvestTooBig {
+                unit,
+                object,
+                object_bytes,
+                size,
+                limit,
+                setting,
+            } => {
+                let bytes = |n: u64| crate::fmt::format_bytes(n, false);
+                if *setting == "max_object_bytes" {
+                    write!(f, "{unit}: harvest refused: {object} is {}", bytes(*size))?;
+                } else {
+                    write!(
+                        f,
+                        "{unit}: harvest refused: the branch's new objects add up to {} \
+                         (the largest: {object}, {})",
+                        bytes(*size),
+                        bytes(*object_bytes)
+                    )?;
+                }
+                write!(
+                    f,
+                    ", past harvest_limits.{setting} ({}): nothing was copied, the branch \
+                     stays in the task's checkout; raise the limit in keel.ron \
+                     (harvest_limits: HarvestLimits({setting}: \"{}\"), or more) or take the object \
+                     out of the task's branch",
+                    bytes(*limit),
+                    crate::unit::format_size(size.div_ceil(1 << 20).max(1) << 20)
+                )
+            }
             CheckoutError::Git {
                 what,
                 path,

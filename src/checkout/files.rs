@@ -56,6 +56,9 @@ fn process_alive(pid: i32) -> bool {
 /// (`work/work`, mode 000: root may remove it regardless, another user first needs to
 /// chmod it).
 pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
+    if fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir()) {
+        return fs::remove_file(path); // a scratch file left by a crash
+    }
     match fs::remove_dir_all(path) {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             make_writable(path);

@@ -10,11 +10,13 @@ use std::io::Write;
 
 use std::path::Path;
 
-use git2::{ObjectType, Oid, Repository};
+use git2::{Oid, Repository};
 
 use super::error::{git_err, short, CheckoutError};
+use super::limits;
 use super::record::{self, CheckoutRecord};
 use super::resolve;
+use super::HarvestLimits;
 use crate::state::StateDir;
 
 /// What a harvest did.
@@ -163,12 +165,24 @@ pub(crate) fn kept_name(branch: &str, attempt: u32, n: u32) -> String {
 }
 
 /// Harvest `unit`'s branch into the main repository (when an attempt ends, and on
-/// `keel harvest`). `attempt` names the kept ref when it cannot be a fast-forward.
+/// `keel harvest`). `attempt` names the kept ref when it cannot be a fast-forward. Within
+/// the default [`HarvestLimits`].
 pub fn harvest(dirs: &StateDir, unit: &str, attempt: u32) -> Result<Harvest, CheckoutError> {
+    harvest_with_limits(dirs, unit, attempt, &HarvestLimits::default())
+}
+
+/// [`harvest`], refused ([`CheckoutError::HarvestTooBig`], nothing written to main, the
+/// branch left in the checkout) when what it would bring is past `limits`.
+pub fn harvest_with_limits(
+    dirs: &StateDir,
+    unit: &str,
+    attempt: u32,
+    limits: &HarvestLimits,
+) -> Result<Harvest, CheckoutError> {
     let record = record::load(dirs, unit)?.ok_or_else(|| CheckoutError::NoCheckout {
         unit: unit.to_string(),
     })?;
-    harvest_record(dirs, unit, &record, attempt)
+    harvest_record(dirs, unit, &record, attempt, limits)
 }
 
 pub(crate) fn harvest_record(
@@ -176,9 +190,10 @@ pub(crate) fn harvest_record(
     unit: &str,
     record: &CheckoutRecord,
     attempt: u32,
+    limits: &HarvestLimits,
 ) -> Result<Harvest, CheckoutError> {
     let git = record::git_dir(&record::checkout_dir(dirs, unit));
-    super::create::guard_git_dir(&git, &record.common_dir)?;
+    super::guard::guard_git_dir(&git, &record.common_dir)?;
     let task = super::resolve::open_git_dir(&git)
         .map_err(git_err("opening the task's git directory", &git))?;
     let refname = format!("refs/heads/{}", record.branch);
@@ -186,7 +201,12 @@ pub(crate) fn harvest_record(
     let Ok(tip) = task.refname_to_id(&refname) else {
         return Ok(Harvest::NoBranch { branch });
     };
-    if task.find_commit(tip).is_err() {
+    // Its header only: the commit itself is read (inflated) after the walk has weighed it.
+    let is_commit = task
+        .odb()
+        .and_then(|odb| odb.read_header(tip))
+        .is_ok_and(|(_, kind)| kind == git2::ObjectType::Commit);
+    if !is_commit {
         return Err(CheckoutError::Tampered {
             path: git.join(&refname),
             what: format!(
@@ -199,7 +219,7 @@ pub(crate) fn harvest_record(
     let path = record.repo.as_path();
     let base = Oid::from_str(&record.base_commit).map_err(git_err("reading the record", path))?;
     let main_at = main.refname_to_id(&refname).ok();
-    bring_objects(&main, &git, &[tip])?;
+    bring_objects(&main, &git, &[tip], limits, (unit, &dirs.task_dir(unit)))?;
     let descends = |a: Oid, b: Oid| main.graph_descendant_of(a, b).unwrap_or(false);
     let facts = Facts {
         tip,
@@ -281,15 +301,19 @@ fn count_new(main: &Repository, tip: Oid, from: Oid) -> usize {
 }
 
 /// Copy the objects of `tips`' histories that the main repository lacks into it, as one
-/// pack. The walk is made on main's side — a second handle on main that also reads the
-/// task's objects directory (a disk alternate) — from the tips down to everything main's refs
-/// reach (hidden): the task's `shallow` or grafts never apply, and an object missing on the
-/// way (a parent, a tree, a blob) fails the walk or the pack, so main never gets a ref to a
-/// commit whose ancestors it lacks. Tags are brought with what they point at.
+/// pack — after weighing them against `limits` on their headers ([`super::limits`]): past a
+/// limit, nothing is written. The walk is made on main's side — a second handle on main that
+/// also reads the task's objects directory (a disk alternate) — from the tips down to the
+/// objects main has: the task's `shallow` or grafts never apply, and an object missing on the
+/// way (a parent, a tree, a blob) fails the walk, so main never gets a ref to a commit whose
+/// ancestors it lacks. Tags are brought with what they point at. `scratch`: a directory of
+/// keel's for a moment's file.
 pub(crate) fn bring_objects(
     main: &Repository,
     task_git: &Path,
     tips: &[Oid],
+    limits: &HarvestLimits,
+    (unit, scratch): (&str, &Path),
 ) -> Result<(), CheckoutError> {
     let path = main.path();
     let odb = main
@@ -312,56 +336,15 @@ pub(crate) fn bring_objects(
         .odb()
         .and_then(|o| o.add_disk_alternate(alternate))
         .map_err(git_err(reading, task_git))?;
-    let mut walk = walker.revwalk().map_err(git_err(reading, task_git))?;
-    let refs = walker
-        .references()
-        .map_err(git_err("listing the main repository's refs", path))?;
-    for reference in refs.flatten() {
-        // Main's own refs name main's own objects: what the pack needs not carry.
-        if let Ok(commit) = reference.peel_to_commit() {
-            let _ = walk.hide(commit.id());
-        }
-    }
+    let new = limits::objects_to_bring(&odb, &walker, &wanted, limits, unit)?;
+    let config = limits::bound_packing(&walker, scratch)?;
     let mut pack = walker
         .packbuilder()
         .map_err(git_err("packing the task's objects", task_git))?;
-    let mut commits = false;
-    for tip in wanted {
-        let mut id = tip;
-        loop {
-            let object = walker
-                .find_object(id, None)
-                .map_err(git_err(reading, task_git))?;
-            let done = match object.kind() {
-                Some(ObjectType::Tag) => {
-                    pack.insert_object(id, None)
-                        .map_err(git_err(reading, task_git))?;
-                    id = object.as_tag().map(|t| t.target_id()).unwrap_or(id);
-                    false
-                }
-                Some(ObjectType::Commit) => {
-                    walk.push(id).map_err(git_err(reading, task_git))?;
-                    commits = true;
-                    true
-                }
-                Some(ObjectType::Tree) => {
-                    pack.insert_tree(id).map_err(git_err(reading, task_git))?;
-                    true
-                }
-                _ => {
-                    pack.insert_object(id, None)
-                        .map_err(git_err(reading, task_git))?;
-                    true
-                }
-            };
-            if done {
-                break;
-            }
-        }
-    }
-    if commits {
-        pack.insert_walk(&mut walk)
-            .map_err(git_err("walking the task's history", task_git))?;
+    drop(config);
+    for object in &new {
+        pack.insert_object(object.id, object.path.as_deref())
+            .map_err(git_err("packing the task's objects", task_git))?;
     }
     let mut writer = odb.packwriter().map_err(git_err("writing a pack", path))?;
     let mut failed = None;

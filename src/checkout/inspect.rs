@@ -19,6 +19,8 @@ use super::harvest::{self, Harvest};
 use super::merged;
 use super::record::{self, CheckoutRecord, Files};
 use super::resolve;
+use super::unread::{self, Layer};
+use super::HarvestLimits;
 use crate::state::StateDir;
 
 /// At most this many changed paths are listed (their count is always given).
@@ -46,6 +48,11 @@ pub struct CheckoutState {
     /// first [`LISTED`]; `change_count` counts them all.
     pub changes: Vec<String>,
     pub change_count: usize,
+    /// Files keel will not read (FIFOs, sockets, devices the agent left: see
+    /// `checkout::unread`), the first few with what they are; `unread_count` counts them all.
+    /// While there is one, libgit2 is not shown the files and `changes` is left empty.
+    pub unread: Vec<String>,
+    pub unread_count: usize,
     /// The task's refs (branches by their short name, `stash@{n}`, a detached HEAD, tags and
     /// others by their full name) whose objects the main repository lacks.
     pub unharvested: Vec<String>,
@@ -54,7 +61,7 @@ pub struct CheckoutState {
 
 impl CheckoutState {
     pub fn clean(&self) -> bool {
-        self.change_count == 0
+        self.change_count == 0 && self.unread_count == 0
     }
     pub fn harvested(&self) -> bool {
         self.unharvested.is_empty()
@@ -62,7 +69,21 @@ impl CheckoutState {
     /// Why removing the checkout would lose something (empty: it would not).
     pub fn losses(&self) -> Vec<String> {
         let mut reasons = Vec::new();
-        if !self.clean() {
+        if self.unread_count > 0 {
+            let more = self.unread_count.saturating_sub(self.unread.len());
+            let mut list = self.unread.join(", ");
+            if more > 0 {
+                list.push_str(&format!(" and {more} more"));
+            }
+            reasons.push(format!(
+                "changes keel will not read: {} file{} that {} not regular ({list}; a forced \
+                 removal deletes them unopened)",
+                self.unread_count,
+                if self.unread_count == 1 { "" } else { "s" },
+                if self.unread_count == 1 { "is" } else { "are" },
+            ));
+        }
+        if self.change_count > 0 {
             let more = self.change_count.saturating_sub(self.changes.len());
             let mut list = self.changes.join(", ");
             if more > 0 {
@@ -142,8 +163,14 @@ fn state_of(
 ) -> Result<CheckoutState, CheckoutError> {
     let checkout = record::checkout_dir(dirs, unit);
     let git = record::git_dir(&checkout);
-    super::create::guard_git_dir(&git, &record.common_dir)?;
+    super::guard::guard_git_dir(&git, &record.common_dir)?;
+    // Nothing of the files goes to libgit2 before they are known to be safe to open.
+    let unread = match &record.files {
+        Files::Overlay { .. } => unread::find(&record::upper_dir(&checkout), Layer::Upper)?,
+        Files::Full { .. } => unread::find(&record::full_files_dir(&checkout), Layer::Files)?,
+    };
     let changes = match &record.files {
+        _ if unread.count > 0 => Vec::new(),
         Files::Overlay { base_key } => {
             let lower = base::tree_path(&base::base_dir(dirs, base_key));
             let point = dirs.work_dir(unit);
@@ -161,6 +188,8 @@ fn state_of(
         overlay: record.base_key().is_some(),
         change_count: changes.len(),
         changes: changes.into_iter().take(LISTED).collect(),
+        unread: unread.named,
+        unread_count: unread.count,
         unharvested: unharvested(&git, record)?,
         disk: usage(dirs, unit, record),
     })
@@ -296,16 +325,17 @@ fn keep_losses(
     dirs: &StateDir,
     unit: &str,
     record: &CheckoutRecord,
+    limits: &HarvestLimits,
 ) -> Result<Vec<String>, CheckoutError> {
     let git = record::git_dir(&record::checkout_dir(dirs, unit));
-    super::create::guard_git_dir(&git, &record.common_dir)?;
+    super::guard::guard_git_dir(&git, &record.common_dir)?;
     let losses = losses(&git, record)?;
     if losses.is_empty() {
         return Ok(Vec::new());
     }
     let main = resolve::open_main(&record.repo)?;
     let ids: Vec<git2::Oid> = losses.iter().map(|l| l.id).collect();
-    harvest::bring_objects(&main, &git, &ids)?;
+    harvest::bring_objects(&main, &git, &ids, limits, (unit, &dirs.task_dir(unit)))?;
     let prefix = kept_prefix(unit);
     let message = format!("keel rm --force {unit}: kept");
     let path = record.repo.as_path();
@@ -351,21 +381,35 @@ fn keep_losses(
 /// main repository under `refs/keel/kept/<unit>/`; if the harvest or that fails, nothing is
 /// removed. What was written in main is made durable (syncfs) before the checkout goes. The
 /// main repository's pin goes, and the base tree too when no other checkout uses it. No
-/// checkout: nothing to do. The task must be stopped.
+/// checkout: nothing to do. The task must be stopped. Files of the checkout that are not
+/// regular (a FIFO, a socket, a device) make it not removable unless forced, and a forced
+/// removal deletes them without opening them. Harvests within the default [`HarvestLimits`].
 pub fn remove(
     dirs: &StateDir,
     unit: &str,
     attempt: u32,
     force: bool,
 ) -> Result<Removed, CheckoutError> {
+    remove_with_limits(dirs, unit, attempt, force, &HarvestLimits::default())
+}
+
+/// [`remove`], its harvest (and the keeping of other refs) within `limits`: a refused harvest
+/// refuses the removal.
+pub fn remove_with_limits(
+    dirs: &StateDir,
+    unit: &str,
+    attempt: u32,
+    force: bool,
+    limits: &HarvestLimits,
+) -> Result<Removed, CheckoutError> {
     let Some(record) = record::load(dirs, unit)? else {
         return Ok(Removed::default());
     };
     refuse_running(dirs, unit)?;
-    let harvest = harvest::harvest_record(dirs, unit, &record, attempt)?;
+    let harvest = harvest::harvest_record(dirs, unit, &record, attempt, limits)?;
     let mut kept = Vec::new();
     if force {
-        kept = keep_losses(dirs, unit, &record)?;
+        kept = keep_losses(dirs, unit, &record, limits)?;
     } else {
         let state = state_of(dirs, unit, &record)?;
         if !state.losses().is_empty() {

@@ -37,28 +37,34 @@
 //! make it read another repository (`commondir`, alternates). Whoever runs the git command
 //! line on it on the host runs what the agent configured.
 //!
-//! Everything here is synchronous and meant for the daemon's single thread: a checkout and
-//! the base it shares must not be created and removed at the same time by two callers.
+//! Everything here is synchronous, meant for one caller at a time (the daemon runs it in
+//! worker processes): a checkout and the base it shares must not be created and removed at
+//! the same time by two callers. A base tree is written by a few threads of its own.
 
 mod base;
 mod create;
 mod error;
 mod files;
+mod guard;
 mod harvest;
 mod inspect;
+mod limits;
 mod merged;
 mod record;
 mod resolve;
 #[cfg(test)]
 mod tests;
+mod unread;
+mod write;
 
 pub use base::{base_key, bases_dir};
 pub use create::{prepare, PrepareOptions, Prepared};
 pub use error::CheckoutError;
 pub use files::disk_bytes;
-pub use harvest::{harvest, Harvest};
+pub use harvest::{harvest, harvest_with_limits, Harvest};
 pub use inspect::{
-    disk_usage, kept_branches, prune_bases, remove, state, CheckoutState, DiskUsage, Removed,
+    disk_usage, kept_branches, prune_bases, remove, remove_with_limits, state, CheckoutState,
+    DiskUsage, Removed,
 };
 pub use record::{checkout_dir, CheckoutRecord, Files};
 pub use resolve::{default_branch, pin_ref, validate, Resolved};
@@ -66,40 +72,63 @@ pub use resolve::{default_branch, pin_ref, validate, Resolved};
 use crate::state::StateDir;
 use crate::unit;
 
-/// How far a base tree build has come: `done` files written of `total`.
+/// How far a base tree's build is: files written of the tree's `total` (its blobs, symlinks
+/// and submodule entries), for `keel status` ("preparing: base tree 41%").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BaseProgress {
     pub done: u64,
     pub total: u64,
 }
 
-/// What a harvest refuses to bring into the main repository: a single object, or the pack of
-/// the branch's new objects, past these sizes (bytes).
+/// How much a harvest may bring into the main repository (keel.ron's `harvest_limits`):
+/// checked on the objects' headers before anything is copied or inflated, so that a
+/// decompression bomb (a sparse 2 GiB file commits as a 2 MiB pack) is refused at the cost
+/// of a walk. Written as sizes: `harvest_limits: HarvestLimits(max_object_bytes: "100M",
+/// max_pack_bytes: "1G")`, each field optional.
+///
+/// The defaults: 100 MiB per object — GitHub refuses a file over 100 MiB in a push, and
+/// git's own `core.bigFileThreshold` (512 MiB) is where it stops treating a file as source —
+/// so a real branch's files fit and a bomb does not; and 1 GiB of new objects (their sizes
+/// inflated) in one harvest: ten of the largest files, or a branch that rewrote a large
+/// repository several times over. A harvest's memory is bounded by about twice the largest
+/// object (the pack is built one object at a time, deltas only between small ones).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HarvestLimits {
+    /// The largest object (a file's contents, a tree, a commit) a harvest brings.
+    #[serde(deserialize_with = "size_bytes")]
     pub max_object_bytes: u64,
+    /// The most bytes of new objects (inflated sizes, added up) one harvest brings.
+    #[serde(deserialize_with = "size_bytes")]
     pub max_pack_bytes: u64,
 }
 
+/// 100 MiB.
+pub const DEFAULT_MAX_OBJECT_BYTES: u64 = 100 << 20;
+/// 1 GiB.
+pub const DEFAULT_MAX_PACK_BYTES: u64 = 1 << 30;
+
 impl Default for HarvestLimits {
-    fn default() -> Self {
+    fn default() -> HarvestLimits {
         HarvestLimits {
-            max_object_bytes: 100 << 20,
-            max_pack_bytes: 1 << 30,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            max_pack_bytes: DEFAULT_MAX_PACK_BYTES,
         }
     }
 }
 
-/// [`harvest`] within `limits` (the limits are enforced by the checkout module's harvest).
-pub fn harvest_with_limits(
-    dirs: &StateDir,
-    unit: &str,
-    attempt: u32,
-    limits: &HarvestLimits,
-) -> Result<Harvest, CheckoutError> {
-    let _ = limits;
-    harvest(dirs, unit, attempt)
+/// A size written `"100M"` (as everywhere in keel's files) or as a number of bytes.
+fn size_bytes<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Bytes(u64),
+        Text(String),
+    }
+    match <Written as serde::Deserialize>::deserialize(deserializer)? {
+        Written::Bytes(bytes) => Ok(bytes),
+        Written::Text(text) => unit::parse_size(&text).map_err(serde::de::Error::custom),
+    }
 }
 
 /// Does `unit` have a checkout (whole: its record is in place)?

@@ -272,6 +272,7 @@ impl Daemon {
             unit: unit.to_string(),
             attempt,
             force,
+            limits: self.settings.config.harvest_limits,
         };
         let pending = Pending {
             generation,

@@ -42,8 +42,9 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
             unit,
             attempt,
             force,
-        } => remove(&dirs, unit, *attempt, *force).map(|note| JobResult::Removed { note }),
-        Job::Prune { finished } => Ok(prune(&dirs, finished)),
+            limits,
+        } => remove(&dirs, unit, *attempt, *force, limits).map(|note| JobResult::Removed { note }),
+        Job::Prune { finished, limits } => Ok(prune(&dirs, finished, limits)),
         Job::DiskUse { unit } => Ok(disk_use(&dirs, unit)),
     }
 }
@@ -92,11 +93,17 @@ fn prepare(
 
 /// `keel rm`'s removal of the checkout: `Ok(note)` when the task's directory may go;
 /// `Err(why)` keeps it whole.
-fn remove(dirs: &StateDir, unit: &str, attempt: u32, force: bool) -> Result<String, JobFailure> {
+fn remove(
+    dirs: &StateDir,
+    unit: &str,
+    attempt: u32,
+    force: bool,
+    limits: &checkout::HarvestLimits,
+) -> Result<String, JobFailure> {
     if !checkout::exists(dirs, unit) {
         return Ok(String::new());
     }
-    match checkout::remove(dirs, unit, attempt, force) {
+    match checkout::remove_with_limits(dirs, unit, attempt, force, limits) {
         Ok(removed) => {
             let mut note = format!(
                 "checkout removed ({} freed)",
@@ -127,13 +134,17 @@ fn remove(dirs: &StateDir, unit: &str, attempt: u32, force: bool) -> Result<Stri
 
 /// `keel prune`: remove the checkouts of finished tasks that are clean and harvested, and the
 /// base trees no checkout uses; say what was freed and what was kept, and why.
-fn prune(dirs: &StateDir, finished: &[(String, u32)]) -> JobResult {
+fn prune(
+    dirs: &StateDir,
+    finished: &[(String, u32)],
+    limits: &checkout::HarvestLimits,
+) -> JobResult {
     let (mut freed, mut removed, mut kept) = (0u64, Vec::new(), Vec::new());
     for (unit, attempt) in finished {
         if !checkout::exists(dirs, unit) {
             continue;
         }
-        match checkout::remove(dirs, unit, *attempt, false) {
+        match checkout::remove_with_limits(dirs, unit, *attempt, false, limits) {
             Ok(done) => {
                 freed += done.freed_bytes;
                 removed.push((unit.clone(), *attempt));

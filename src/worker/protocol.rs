@@ -41,14 +41,19 @@ pub enum Job {
         attempt: u32,
         limits: HarvestLimits,
     },
-    /// `keel rm [--force]`: remove the checkout (harvested first).
+    /// `keel rm [--force]`: remove the checkout (harvested first, within `limits`).
     Remove {
         unit: String,
         attempt: u32,
         force: bool,
+        limits: HarvestLimits,
     },
-    /// `keel prune`: the checkouts of these finished tasks (unit, attempt), and unused bases.
-    Prune { finished: Vec<(String, u32)> },
+    /// `keel prune`: the checkouts of these finished tasks (unit, attempt), harvested first
+    /// within `limits`, and unused bases.
+    Prune {
+        finished: Vec<(String, u32)>,
+        limits: HarvestLimits,
+    },
     /// `keel status`'s figures: the checkout's disk use and the kept branches.
     DiskUse { unit: String },
 }

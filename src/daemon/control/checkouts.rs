@@ -48,7 +48,10 @@ impl Daemon {
             .collect();
         let pending = Pending {
             generation: 0,
-            job: Job::Prune { finished },
+            job: Job::Prune {
+                finished,
+                limits: self.settings.config.harvest_limits,
+            },
             then: Then::Prune { reply: token },
         };
         self.jobs.submit(Owner::Daemon, pending);

@@ -85,8 +85,12 @@ fn every_job_kind_names_itself_for_the_test_hook() {
             unit: "u".into(),
             attempt: 1,
             force: false,
+            limits: HarvestLimits::default(),
         },
-        Job::Prune { finished: vec![] },
+        Job::Prune {
+            finished: vec![],
+            limits: HarvestLimits::default(),
+        },
         Job::DiskUse { unit: "u".into() },
     ]
     .iter()

@@ -1,4 +1,7 @@
-//! The pure parts: names, keys, the git configuration, the harvest decision, the messages.
+//! The pure parts: names, keys, the git configuration, the harvest decision, the messages;
+//! and the threaded base writer against libgit2's checkout (`write`).
+
+mod write;
 
 use super::create::{config_value, git_config};
 use super::files::builder_pid;
@@ -142,6 +145,8 @@ fn a_state_says_what_removal_would_lose() {
         overlay: true,
         changes: vec!["src/a.rs".into(), "notes.txt".into()],
         change_count: 5,
+        unread: Vec::new(),
+        unread_count: 0,
         unharvested: vec!["keel/u".into(), "HEAD (detached)".into()],
         disk: DiskUsage::default(),
     };
@@ -300,5 +305,75 @@ fn an_unreadable_tasks_directory_lists_no_checkouts_and_removes_no_base() {
     assert_eq!(super::base::remove_if_unused(&dirs, key).unwrap(), 0);
     assert_eq!(prune_bases(&dirs).unwrap(), 0);
     assert!(base.join("tree").is_dir());
+    std::fs::remove_dir_all(&scratch).unwrap();
+}
+
+#[test]
+fn harvest_limits_are_sizes_each_with_its_default() {
+    assert_eq!(
+        HarvestLimits::default(),
+        HarvestLimits {
+            max_object_bytes: 100 << 20,
+            max_pack_bytes: 1 << 30
+        }
+    );
+    let read = |text: &str| ron::from_str::<HarvestLimits>(text);
+    assert_eq!(
+        read("HarvestLimits(max_object_bytes: \"200M\")").unwrap(),
+        HarvestLimits {
+            max_object_bytes: 200 << 20,
+            ..Default::default()
+        }
+    );
+    assert_eq!(read("(max_pack_bytes: 4096)").unwrap().max_pack_bytes, 4096);
+    assert_eq!(read("()").unwrap(), HarvestLimits::default());
+    let err = read("(max_object_bytes: \"lots\")")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not start with a number"), "{err}");
+    assert!(read("(max_objects: 1)").is_err());
+}
+
+#[test]
+fn a_refused_harvest_says_what_and_how_to_raise_the_limit() {
+    let err = CheckoutError::HarvestTooBig {
+        unit: "u".into(),
+        object: "blob logs/big.bin in commit 0123456789ab (object 89abcdef0123)".into(),
+        object_bytes: 300 << 20,
+        size: 1536 << 20,
+        limit: 1 << 30,
+        setting: "max_pack_bytes",
+    };
+    let message = err.to_string();
+    assert!(
+        message.starts_with(
+            "u: harvest refused: the branch's new objects add up to 1.5G (the largest: blob \
+             logs/big.bin in commit 0123456789ab (object 89abcdef0123), 300M), past \
+             harvest_limits.max_pack_bytes (1G)"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("HarvestLimits(max_pack_bytes: \"1536M\")"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_pack_builder_is_held_to_small_deltas_and_a_bounded_window() {
+    let scratch = std::env::temp_dir().join(format!("keel-packcfg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let repo = git2::Repository::init_bare(scratch.join("repo.git")).unwrap();
+    let guard = super::limits::bound_packing(&repo, &scratch).unwrap();
+    let config = repo.config().unwrap().snapshot().unwrap();
+    assert_eq!(config.get_i64("pack.windowMemory").unwrap(), 64 << 20);
+    assert_eq!(config.get_i64("pack.deltaCacheSize").unwrap(), 16 << 20);
+    drop(guard);
+    // Nothing left behind, and the repository's own configuration untouched.
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let own = std::fs::read_to_string(scratch.join("repo.git/config")).unwrap();
+    assert!(!own.contains("windowMemory"), "{own}");
     std::fs::remove_dir_all(&scratch).unwrap();
 }
