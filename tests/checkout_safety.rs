@@ -20,16 +20,6 @@ use std::process::Command;
 
 const BOMB_ENV: &str = "KEEL_TEST_BOMB_STATE";
 
-/// The peak resident memory of this process so far (`VmHWM`), in KiB.
-fn peak_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// Runs only when the parent test sets [`BOMB_ENV`]: the harvest of unit `a`, in a process
 /// of its own so that its peak memory is the harvest's.
 #[test]
@@ -38,13 +28,16 @@ fn bomb_harvest_child() {
         return;
     };
     let dirs = StateDir::new(PathBuf::from(state));
-    let before = peak_rss_kib();
+    let before = common::peak_rss_kib("self");
     let outcome = match checkout::harvest(&dirs, "a", 1) {
         Ok(h) => format!("harvested|{h}"),
         Err(e @ CheckoutError::HarvestTooBig { .. }) => format!("refused|{e}"),
         Err(e) => format!("failed|{e}"),
     };
-    println!("BOMB-OUT {outcome}|{before}|{}", peak_rss_kib());
+    println!(
+        "BOMB-OUT {outcome}|{before}|{}",
+        common::peak_rss_kib("self")
+    );
 }
 
 #[test]

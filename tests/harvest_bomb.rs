@@ -10,16 +10,6 @@ use checkout_support::{git, init_repo};
 use common::*;
 use std::time::Duration;
 
-/// The daemon's peak resident memory, in KiB (`VmHWM` of /proc/<pid>/status).
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn a_sparse_2_gib_commit_is_refused_by_the_harvest_and_the_daemon_stays_small() {
     if !require_root("a_sparse_2_gib_commit_is_refused_by_the_harvest_and_the_daemon_stays_small") {
@@ -58,7 +48,7 @@ fn a_sparse_2_gib_commit_is_refused_by_the_harvest_and_the_daemon_stays_small() 
     assert!(d.task_dir("bomb").join("checkout").is_dir());
     assert!(d.keel(&["health"]).status.success());
     let pid = d.child.as_ref().unwrap().id();
-    let peak = peak_rss_kib(pid);
+    let peak = peak_rss_kib(&pid.to_string());
     // The red team measured 2.1 GB before workers; a daemon's own footprint is a few MB.
     assert!(peak < 200 * 1024, "the daemon's peak RSS: {peak} KiB");
 
@@ -72,7 +62,7 @@ fn a_sparse_2_gib_commit_is_refused_by_the_harvest_and_the_daemon_stays_small() 
     assert!(!harvest.status.success(), "harvested on request: {said}");
     assert!(said.contains("max_object_bytes"), "{said}");
     let pid = d.child.as_ref().unwrap().id();
-    let peak = peak_rss_kib(pid);
+    let peak = peak_rss_kib(&pid.to_string());
     assert!(
         peak < 200 * 1024,
         "the restarted daemon's peak RSS: {peak} KiB"

@@ -546,3 +546,14 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// The peak resident memory of process `pid` ("self" for this one) so far, in KiB (`VmHWM` of
+/// /proc/<pid>/status).
+pub fn peak_rss_kib(pid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
