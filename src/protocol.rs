@@ -173,7 +173,7 @@ impl PreparingInfo {
             return crate::fmt::printable(&self.step).into_owned();
         }
         let unit = match self.step.as_str() {
-            "base tree" => " files",
+            s if s.starts_with("base tree") => " files",
             "check paths" => " paths",
             _ => "",
         };

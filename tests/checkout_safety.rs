@@ -80,13 +80,13 @@ fn a_decompression_bomb_is_refused_on_its_headers_in_bounded_memory() {
         (fields[2].parse().unwrap(), fields[3].parse().unwrap());
     eprintln!("harvest of a 2 GiB sparse file: {message}; peak RSS {peak_kib} KiB (at start {start_kib} KiB)");
     assert_eq!(kind, "refused", "{message}");
-    for part in [
-        "harvest refused",
-        "big.bin",
-        "2G",
-        "max_object_bytes",
-        "keel.ron",
-    ] {
+    // Packed, it is weighed before the walk (it could be a delta's base) and named by its id,
+    // with how to find its commit.
+    assert!(
+        message.contains("big.bin") || message.contains("--find-object="),
+        "{message}"
+    );
+    for part in ["harvest refused", "2G", "max_object_bytes", "keel.ron"] {
         assert!(message.contains(part), "{part:?} not in: {message}");
     }
     // Inflated, the blob alone would be 2 GiB.
@@ -132,7 +132,7 @@ fn a_decompression_bomb_is_refused_on_its_headers_in_bounded_memory() {
         "a",
         &a,
         "git reset -q --hard HEAD~1 && echo fine > fine.txt && git add fine.txt && \
-         git commit -q -m fine",
+         git commit -q -m fine && git reflog expire --expire=now --all && git gc -q --prune=now",
     );
     let harvest = harvest_within(&setup.dirs, "a").unwrap();
     assert!(
@@ -293,5 +293,79 @@ fn a_sparse_file_in_the_git_directory_is_refused_unread() {
     assert!(
         matches!(harvest, Harvest::Updated { commits: 1, .. }),
         "{harvest}"
+    );
+}
+
+/// After a cold review: what else libgit2 would open of the agent's making — a symlinked
+/// `.gitignore` (followed wherever it points), a repository inside the work tree (its git
+/// directory), `core.excludesFile` in the task's configuration (any host file) — and an
+/// object the branch never names but the walk's whole reads would inflate (a delta's base).
+#[test]
+fn what_else_libgit2_would_open_or_inflate_is_refused_unread() {
+    if !ready("what_else_libgit2_would_open_or_inflate_is_refused_unread") {
+        return;
+    }
+    let setup = Setup::new("unread-more", 6, 1);
+    let options = PrepareOptions::default();
+    let s = setup.prepare("s", &options);
+    setup.run(
+        "s",
+        &s,
+        "ln -s /dev/zero .gitignore && mkdir -p vendor/dep && git init -q vendor/dep",
+    );
+    let state = state_within(&setup.dirs, "s");
+    assert_eq!(
+        state.unread,
+        [
+            ".gitignore (a symlink git would follow)",
+            "vendor/dep/.git (a repository keel will not read)"
+        ],
+        "{state:?}"
+    );
+    assert!(!state.clean());
+    let err = remove_within(&setup.dirs, "s", false).unwrap_err();
+    assert!(matches!(err, CheckoutError::NotRemovable { .. }), "{err}");
+    assert!(remove_within(&setup.dirs, "s", true).is_ok());
+
+    // core.excludesFile in the task's own configuration: refused before libgit2 reads it.
+    let c = setup.prepare("c", &options);
+    setup.run("c", &c, "git config core.excludesFile /dev/zero");
+    let err = within(30, {
+        let dirs = setup.dirs.clone();
+        move || checkout::harvest_with_limits(&dirs, "c", 1, &HarvestLimits::default())
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("core.excludesfile"), "{err}");
+
+    // An object no commit names, packed in the task's repository (where it could be a
+    // delta's base), past the limit: weighed on its header before the walk reads anything
+    // whole. Loose, it is left alone: a loose object is no delta's base.
+    let o = setup.prepare("o", &options);
+    setup.run(
+        "o",
+        &o,
+        "head -c 3000000 /dev/urandom > blob && id=$(git hash-object -w blob) && rm blob && \
+         echo $id | git pack-objects -q \"$(git rev-parse --git-path objects)/pack/pack\" \
+         >/dev/null && git prune-packed && \
+         echo small > small.txt && git add small.txt && git commit -q -m small",
+    );
+    let limits = HarvestLimits {
+        max_object_bytes: 1 << 20,
+        max_pack_bytes: 1 << 30,
+    };
+    let dirs = setup.dirs.clone();
+    let err = within(30, move || {
+        checkout::harvest_with_limits(&dirs, "o", 1, &limits)
+    })
+    .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            CheckoutError::HarvestTooBig {
+                setting: "max_object_bytes",
+                ..
+            }
+        ) && err.to_string().contains("packed in the task's repository"),
+        "{err}"
     );
 }

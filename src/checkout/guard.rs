@@ -171,5 +171,57 @@ fn refuse_config_includes(path: &Path) -> Result<(), CheckoutError> {
             what: "the configuration includes another file (keel reads none)".into(),
         });
     }
+    if let Some(key) = names_a_file(&text) {
+        return Err(CheckoutError::Tampered {
+            path: path.to_path_buf(),
+            what: format!(
+                "the configuration sets {key}, a file libgit2 would open wherever it is (keel reads none)"
+            ),
+        });
+    }
     Ok(())
+}
+
+/// The first key of a git configuration text that names a file libgit2 opens when it looks
+/// at a work tree (`core.excludesFile`, `core.attributesFile`), as `core.key`. Keys are
+/// matched without case, in a `[core]` section (any subsection spelling), the way git reads
+/// them; a value given on a continued line is still the key's.
+pub(crate) fn names_a_file(text: &str) -> Option<String> {
+    let mut in_core = false;
+    for line in text.lines() {
+        let line = line.trim_start();
+        if let Some(rest) = line.strip_prefix('[') {
+            let section: String = rest
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+                .collect();
+            let section = section.to_ascii_lowercase();
+            in_core = section == "core" || section.starts_with("core.");
+            // `[core] excludesFile = x` on the section's own line.
+            let after = rest.split_once(']').map_or("", |(_, a)| a);
+            if in_core {
+                if let Some(key) = file_key(after) {
+                    return Some(key);
+                }
+            }
+            continue;
+        }
+        if in_core {
+            if let Some(key) = file_key(line) {
+                return Some(key);
+            }
+        }
+    }
+    None
+}
+
+fn file_key(line: &str) -> Option<String> {
+    let name: String = line
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect();
+    let name = name.to_ascii_lowercase();
+    matches!(name.as_str(), "excludesfile" | "attributesfile").then(|| format!("core.{name}"))
 }

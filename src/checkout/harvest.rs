@@ -336,6 +336,7 @@ pub(crate) fn bring_objects(
         .odb()
         .and_then(|o| o.add_disk_alternate(alternate))
         .map_err(git_err(reading, task_git))?;
+    limits::own_objects_within(&objects, limits, unit)?;
     let new = limits::objects_to_bring(&odb, &walker, &wanted, limits, unit)?;
     let config = limits::bound_packing(&walker, scratch)?;
     let mut pack = walker

@@ -207,7 +207,8 @@ fn changes(git: &Path, tree: &Path) -> Result<Vec<String>, CheckoutError> {
         .include_untracked(true)
         .include_ignored(false)
         .recurse_untracked_dirs(false)
-        .exclude_submodules(false);
+        // A submodule's repository is the agent's (unread.rs refuses a checked-out one).
+        .exclude_submodules(true);
     let statuses = repo
         .statuses(Some(&mut options))
         .map_err(git_err("reading the checkout's status", tree))?;

@@ -37,6 +37,58 @@ struct Found {
     commit: Option<Oid>,
 }
 
+/// Every object packed in the task's own object directory `objects` (not its alternates),
+/// weighed on its header before the walk reads any whole: a packed delta's header gives the
+/// size of what it inflates to, and its base lies in the same pack, so an object the walk
+/// never names (an unreachable 2 GiB base under a small commit) is weighed too — the walk's
+/// `find_commit` and the pack builder would inflate it. A loose object is never a delta's
+/// base: an unreachable one is left alone (the walk weighs those it brings). The same limit
+/// as the walk's.
+pub(crate) fn own_objects_within(
+    objects: &Path,
+    limits: &HarvestLimits,
+    unit: &str,
+) -> Result<(), CheckoutError> {
+    let reading = "reading the task's objects";
+    let text = objects.to_str().ok_or_else(|| CheckoutError::Git {
+        what: reading.into(),
+        path: objects.to_path_buf(),
+        message: "the path is not UTF-8".into(),
+    })?;
+    let odb = Odb::new().map_err(git_err(reading, objects))?;
+    odb.add_disk_alternate(text)
+        .map_err(git_err(reading, objects))?;
+    let mut ids = Vec::new();
+    odb.foreach(|id| {
+        ids.push(*id);
+        true
+    })
+    .map_err(git_err(reading, objects))?;
+    for id in ids {
+        let hex = id.to_string();
+        if objects.join(&hex[..2]).join(&hex[2..]).exists() {
+            continue;
+        }
+        let (size, kind) = odb.read_header(id).map_err(git_err(reading, objects))?;
+        let size = size as u64;
+        if size > limits.max_object_bytes {
+            return Err(CheckoutError::HarvestTooBig {
+                unit: unit.to_string(),
+                object: format!(
+                    "{kind} {} (packed in the task's repository, perhaps unreachable: `git log --all --find-object={}` in the checkout names its commit; `git reflog expire --expire=now --all && git gc -q --prune=now` drops it if none does)",
+                    short(&id.to_string()),
+                    short(&id.to_string())
+                ),
+                object_bytes: size,
+                size,
+                limit: limits.max_object_bytes,
+                setting: "max_object_bytes",
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The objects of `tips`' histories that `main` (its own object store, `main_odb`) lacks, read
 /// through `walker` (main's objects and the task's), checked against `limits`. `unit` names the
 /// task in a refusal. An object missing on the way fails the walk: main never gets a ref to a

@@ -1,5 +1,6 @@
 //! What an agent left in its checkout's files that keel will not read: FIFOs, sockets and
-//! devices. Opening a FIFO blocks until somebody writes to it — a FIFO named `.gitignore`
+//! devices, symlinks named `.gitignore`, `.gitattributes` or `.gitmodules` (libgit2 follows
+//! them), and repositories inside the work tree (their git directories are the agent's). Opening a FIFO blocks until somebody writes to it — a FIFO named `.gitignore`
 //! hung the daemon in libgit2's status — and a device may do anything; so before libgit2 is
 //! pointed at a checkout's files, they are walked here without opening any but directories
 //! (`getdents` and `lstat`), and a checkout that has such a file is never shown to libgit2:
@@ -51,11 +52,45 @@ pub(crate) fn find(root: &Path, layer: Layer) -> Result<Unreadable, CheckoutErro
             let entry = entry.map_err(io_err(reading, &dir))?;
             let path = entry.path();
             let kind = entry.file_type().map_err(io_err(reading, &path))?;
+            // A repository inside the work tree (a submodule checked out, a clone): libgit2
+            // would open its git directory — its config, index, links — which the agent
+            // wrote. The checkout's own `.git` is at the top.
+            if entry.file_name() == ".git" && dir != root {
+                found.count += 1;
+                if found.named.len() < NAMED {
+                    let rel = path.strip_prefix(root).unwrap_or(&path);
+                    found.named.push(format!(
+                        "{} (a repository keel will not read)",
+                        rel.display()
+                    ));
+                }
+                continue;
+            }
             if kind.is_dir() {
                 stack.push(path);
                 continue;
             }
-            if kind.is_file() || kind.is_symlink() {
+            if kind.is_file() {
+                continue;
+            }
+            // libgit2 follows a symlinked `.gitignore`, `.gitattributes` or `.gitmodules`
+            // wherever it points (a FIFO in a writable path, a device): git ≥ 2.32 will not,
+            // and neither does keel. Any other symlink is only read as a link.
+            let metadata_file = matches!(
+                entry.file_name().to_str(),
+                Some(".gitignore" | ".gitattributes" | ".gitmodules")
+            );
+            if kind.is_symlink() && !metadata_file {
+                continue;
+            }
+            if kind.is_symlink() {
+                found.count += 1;
+                if found.named.len() < NAMED {
+                    let rel = path.strip_prefix(root).unwrap_or(&path);
+                    found
+                        .named
+                        .push(format!("{} (a symlink git would follow)", rel.display()));
+                }
                 continue;
             }
             let what = if kind.is_fifo() {

@@ -74,7 +74,15 @@ fn prepare(
     reporter: &Arc<Reporter>,
 ) -> Result<PreparedCheckout, JobFailure> {
     let reporter = Arc::clone(reporter);
-    let progress = Arc::new(move |p: BaseProgress| reporter.report("base tree", p.done, p.total));
+    // Every file written: the index and the sync of the whole tree follow, which say nothing
+    // more — a step of their own, so that the idle deadline counts from there.
+    let progress = Arc::new(move |p: BaseProgress| {
+        let step = match p.total > 0 && p.done >= p.total {
+            true => "base tree: index and sync",
+            false => "base tree",
+        };
+        reporter.report(step, p.done, p.total)
+    });
     let options = PrepareOptions {
         owner,
         full: false,

@@ -444,7 +444,9 @@ impl Running {
                     .progress
                     .as_ref()
                     .is_none_or(|p| p.step != progress.step || p.done != progress.done);
-                if advanced && progress.total > 0 {
+                // Counted progress starts the idle clock; once it runs, any step moves it too
+                // (the index and sync after the last file write: jobs/deadline.rs).
+                if advanced && (progress.total > 0 || self.advanced.is_some()) {
                     self.advanced = Some(Instant::now());
                 }
                 self.progress = Some(progress);
@@ -492,7 +494,7 @@ pub(crate) fn overrun_message(
     message.push_str(&overrun.describe());
     if let Some(p) = progress.filter(|p| p.total > 0) {
         let what = match p.step.as_str() {
-            "base tree" => "files written",
+            s if s.starts_with("base tree") => "files written",
             "check paths" => "paths checked",
             _ => "done",
         };

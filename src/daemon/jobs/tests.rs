@@ -124,6 +124,12 @@ fn only_counted_progress_that_moves_keeps_a_preparation_alive() {
     job.take_line(progress("base tree", 11, 100));
     assert!(job.advanced.unwrap() > first);
     assert_eq!(job.progress.as_ref().unwrap().done, 11);
+    // Once counted progress ran, a step of its own moves it too: the index and the sync
+    // after the last file say nothing more, and must not be taken for a hang.
+    let counted = job.advanced.unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    job.take_line(progress("base tree: index and sync", 100, 100));
+    assert!(job.advanced.unwrap() > counted);
 }
 
 #[test]
