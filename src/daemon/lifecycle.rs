@@ -22,6 +22,17 @@ use std::time::{Duration, Instant};
 
 /// How long to wait before trying again to start a task whose start could not be persisted.
 const START_RETRY: Duration = Duration::from_secs(5);
+/// The longest wait between two retries of a start deferred again and again.
+const START_RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// How long a start deferred `deferrals` times in a row waits before its next try: 5 s,
+/// doubled each time up to 5 minutes (a worker killed by the OOM killer every time must not
+/// rebuild a large base every 5 s for ever; a passing problem is retried soon).
+pub(crate) fn deferral_delay(deferrals: u32) -> Duration {
+    START_RETRY
+        .saturating_mul(1u32 << deferrals.min(16))
+        .min(START_RETRY_MAX)
+}
 /// How soon a start waiting for the previous attempt's cgroup to empty is tried again.
 const SLICE_BUSY_RETRY: Duration = Duration::from_millis(20);
 
@@ -38,12 +49,14 @@ fn defer_start(
     let repeated = before.reason.as_deref() == Some(reason.as_str());
     task.record = before;
     task.record.reason = Some(reason);
-    task.start_retry_at = Some(Instant::now() + START_RETRY);
+    let delay = deferral_delay(task.start_deferrals);
+    task.start_deferrals = task.start_deferrals.saturating_add(1);
+    task.start_retry_at = Some(Instant::now() + delay);
     if !repeated {
         log::error!("{}: start deferred: {why}", task.name);
         store.task_event(task, "start-deferred", why);
     }
-    timers.add_after(START_RETRY, Timer::Schedule);
+    timers.add_after(delay, Timer::Schedule);
 }
 
 impl Daemon {
@@ -386,6 +399,7 @@ impl Daemon {
                     boot_id: self.instance.boot_id.clone(),
                 });
                 task.shim = Some(shim);
+                task.start_deferrals = 0;
                 transition(
                     task,
                     TaskState::Running,
@@ -547,3 +561,6 @@ fn user_namespace_for<'t>(
     }
     task.user_namespace.as_ref().map(|(_, ns)| ns.as_fd())
 }
+
+#[cfg(test)]
+mod tests;

@@ -95,6 +95,9 @@ pub(crate) struct Task {
     pub started_at: Option<Instant>,
     /// A start that could not be persisted is retried after this instant.
     pub start_retry_at: Option<Instant>,
+    /// Starts deferred in a row (a host-side problem each time): the next retry waits longer
+    /// ([`crate::daemon::lifecycle`]'s `deferral_delay`). Back to 0 once a shim runs.
+    pub start_deferrals: u32,
     /// First scan that found the unit file missing (removal needs two scans, 0.5 s apart).
     pub missing_since: Option<Instant>,
     /// This daemon has seen the unit file. A task whose file was never seen (a wrong or not
@@ -166,6 +169,7 @@ impl Task {
             shim: None,
             started_at: None,
             start_retry_at: None,
+            start_deferrals: 0,
             missing_since: None,
             seen_file: false,
             waiting: None,
