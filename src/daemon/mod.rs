@@ -43,6 +43,7 @@ mod store;
 mod systemd;
 mod task;
 pub mod timers;
+mod trash;
 mod units_dir;
 mod unwritable;
 
@@ -283,6 +284,7 @@ impl Daemon {
             &format!("pid {}", std::process::id()),
         );
         self.reconcile_all();
+        self.sweep_trash();
         self.sweep_slices();
         self.scan_units();
         self.resume_shutdown();

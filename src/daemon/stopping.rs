@@ -328,7 +328,9 @@ impl Daemon {
         }
     }
 
-    fn delete_files_but_work(&self, unit: &str) -> String {
+    /// The loop never walks what an agent left: each tree goes to the trash (a rename) and a
+    /// worker deletes it (trash.rs).
+    fn delete_files_but_work(&mut self, unit: &str) -> String {
         let run = self.store.dirs.run_dir(unit);
         let work = self.store.dirs.work_dir(unit);
         let work_has_files = std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some());
@@ -336,13 +338,15 @@ impl Daemon {
             // Never pull run/ (and its lock) from under a live shim.
             log::error!("{unit}: removed while a shim still holds its attempt lock; run/ kept");
         } else {
-            let _ = std::fs::remove_dir_all(&run);
+            self.throw_away(unit, &run);
         }
-        let _ = std::fs::remove_dir_all(self.store.dirs.checkpoint_dir(unit));
+        let checkpoint = self.store.dirs.checkpoint_dir(unit);
+        self.throw_away(unit, &checkpoint);
         if work_has_files {
             format!("work directory kept: {}", work.display())
         } else {
-            let _ = std::fs::remove_dir_all(self.store.dirs.task_dir(unit));
+            let task_dir = self.store.dirs.task_dir(unit);
+            self.throw_away(unit, &task_dir);
             String::new()
         }
     }

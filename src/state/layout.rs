@@ -57,6 +57,11 @@ impl StateDir {
     pub fn bases_dir(&self) -> PathBuf {
         self.root.join("bases")
     }
+    /// What `keel rm` took away, renamed here at once (the same filesystem) and deleted by a
+    /// worker: the loop never walks an agent's files.
+    pub fn trash_dir(&self) -> PathBuf {
+        self.root.join("trash")
+    }
     /// The sandbox templates' build directories (`crate::sandbox::templates`).
     pub fn templates_dir(&self) -> PathBuf {
         self.root.join("templates")

@@ -56,6 +56,8 @@ pub enum Job {
     },
     /// `keel status`'s figures: the checkout's disk use and the kept branches.
     DiskUse { unit: String },
+    /// Delete a tree the daemon renamed into its trash (`keel rm`'s files).
+    Delete { path: PathBuf },
 }
 
 /// A unit's `repo`, as the worker needs it.
@@ -76,6 +78,7 @@ impl Job {
             Job::Remove { .. } => "remove",
             Job::Prune { .. } => "prune",
             Job::DiskUse { .. } => "disk-use",
+            Job::Delete { .. } => "delete",
         }
     }
 
@@ -90,6 +93,7 @@ impl Job {
             Job::Remove { unit, .. } => format!("the removal of {unit}'s checkout"),
             Job::Prune { .. } => "keel prune".to_string(),
             Job::DiskUse { unit } => format!("the disk use of {unit}'s checkout"),
+            Job::Delete { path } => format!("the deletion of {}", path.display()),
         }
     }
 }
@@ -126,6 +130,8 @@ pub enum JobResult {
         bytes: Option<u64>,
         kept_branches: Vec<String>,
     },
+    /// The tree is gone.
+    Deleted,
 }
 
 /// [`crate::checkout::Prepared`], as it crosses the pipe.

@@ -47,6 +47,9 @@ pub(crate) enum Then {
     Prune { reply: Token },
     /// Keep the figures for `keel status`.
     DiskUse,
+    /// Nothing: a deletion's failure is logged by the jobs (the trash is swept at the next
+    /// daemon start).
+    Nothing,
 }
 
 /// A job as submitted.
