@@ -122,9 +122,12 @@ pub(crate) fn ensure_base(
 
 /// Write the tree of `commit` into `target` (created) and its index, with the stat data of
 /// the files as written, at `index`; with `owner`, every file and directory is that user's.
-/// By several threads when the files are the blobs as stored (`super::write`), else through
-/// libgit2's checkout, so that the repository's attributes and filters (eol, ident) apply as
-/// `git checkout` would apply them. `progress` is told as files are written.
+/// Through libgit2's checkout, one file at a time — which applies the repository's attributes
+/// and filters (eol, ident) as `git checkout` would, and was measured faster than several
+/// writer threads on this 2-core host, 2.5× on a quiet machine (docs/benchmarks.md, "Base
+/// tree build rate") — except for a tree with a submodule, which libgit2's checkout refuses:
+/// its blobs as stored are written by `super::write`'s threads. `progress` is told as files are
+/// written.
 pub(crate) fn write_checkout(
     common_dir: &Path,
     commit: Oid,
@@ -139,7 +142,7 @@ pub(crate) fn write_checkout(
         .and_then(|c| c.tree())
         .map_err(git_err("reading the base commit", common_dir))?;
     match write::plan(&repo, &tree)? {
-        Some(plan) => {
+        Some(plan) if plan.has_submodules() => {
             fs::create_dir(target).map_err(io_err("creating", target))?;
             if let Some((uid, gid)) = owner {
                 std::os::unix::fs::lchown(target, Some(uid), Some(gid))
@@ -156,7 +159,7 @@ pub(crate) fn write_checkout(
                 .map_err(git_err("writing the index", index))?;
             Ok(written.len())
         }
-        None => write_with_libgit2(&repo, &tree, target, index, owner, progress),
+        _ => write_with_libgit2(&repo, &tree, target, index, owner, progress),
     }
 }
 

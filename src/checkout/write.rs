@@ -74,6 +74,12 @@ impl Plan {
     pub(crate) fn total(&self) -> u64 {
         self.entries.len() as u64
     }
+
+    /// Whether the tree has a submodule, which libgit2's checkout refuses ("cannot get
+    /// submodules without a working tree").
+    pub(crate) fn has_submodules(&self) -> bool {
+        self.entries.iter().any(|e| e.kind == Kind::Submodule)
+    }
 }
 
 /// What the tree of `repo`'s `tree` needs written, or `None` when a plain copy of its blobs
