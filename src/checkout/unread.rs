@@ -30,6 +30,17 @@ pub(crate) struct Unreadable {
     pub count: usize,
 }
 
+impl Unreadable {
+    /// Count `path` (under `root`), and name it with `what` while fewer than [`NAMED`] are.
+    fn note(&mut self, root: &Path, path: &Path, what: &str) {
+        self.count += 1;
+        if self.named.len() < NAMED {
+            let rel = path.strip_prefix(root).unwrap_or(path);
+            self.named.push(format!("{} ({what})", rel.display()));
+        }
+    }
+}
+
 /// Which layout `root` is: an overlay's upper layer (whiteouts are deletions) or files as
 /// they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,14 +67,7 @@ pub(crate) fn find(root: &Path, layer: Layer) -> Result<Unreadable, CheckoutErro
             // would open its git directory — its config, index, links — which the agent
             // wrote. The checkout's own `.git` is at the top.
             if entry.file_name() == ".git" && dir != root {
-                found.count += 1;
-                if found.named.len() < NAMED {
-                    let rel = path.strip_prefix(root).unwrap_or(&path);
-                    found.named.push(format!(
-                        "{} (a repository keel will not read)",
-                        rel.display()
-                    ));
-                }
+                found.note(root, &path, "a repository keel will not read");
                 continue;
             }
             if kind.is_dir() {
@@ -73,23 +77,16 @@ pub(crate) fn find(root: &Path, layer: Layer) -> Result<Unreadable, CheckoutErro
             if kind.is_file() {
                 continue;
             }
-            // libgit2 follows a symlinked `.gitignore`, `.gitattributes` or `.gitmodules`
-            // wherever it points (a FIFO in a writable path, a device): git ≥ 2.32 will not,
-            // and neither does keel. Any other symlink is only read as a link.
-            let metadata_file = matches!(
-                entry.file_name().to_str(),
-                Some(".gitignore" | ".gitattributes" | ".gitmodules")
-            );
-            if kind.is_symlink() && !metadata_file {
-                continue;
-            }
             if kind.is_symlink() {
-                found.count += 1;
-                if found.named.len() < NAMED {
-                    let rel = path.strip_prefix(root).unwrap_or(&path);
-                    found
-                        .named
-                        .push(format!("{} (a symlink git would follow)", rel.display()));
+                // libgit2 follows a symlinked `.gitignore`, `.gitattributes` or `.gitmodules`
+                // wherever it points (a FIFO in a writable path, a device): git ≥ 2.32 will
+                // not, and neither does keel. Any other symlink is only read as a link.
+                let metadata_file = matches!(
+                    entry.file_name().to_str(),
+                    Some(".gitignore" | ".gitattributes" | ".gitmodules")
+                );
+                if metadata_file {
+                    found.note(root, &path, "a symlink git would follow");
                 }
                 continue;
             }
@@ -106,11 +103,7 @@ pub(crate) fn find(root: &Path, layer: Layer) -> Result<Unreadable, CheckoutErro
                 }
                 "a character device"
             };
-            found.count += 1;
-            if found.named.len() < NAMED {
-                let rel = path.strip_prefix(root).unwrap_or(&path);
-                found.named.push(format!("{} ({what})", rel.display()));
-            }
+            found.note(root, &path, what);
         }
     }
     found.named.sort();
