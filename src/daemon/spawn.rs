@@ -104,7 +104,10 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         writable: unit.sandbox.writable.iter().map(Into::into).collect(),
         capabilities: unit.sandbox.capabilities.clone(),
         user: unit.sandbox.user.clone(),
-        network_none: unit.sandbox.network == crate::unit::Network::None,
+        network: match unit.sandbox.network {
+            crate::unit::Network::Host => spec::SandboxNetwork::Host,
+            crate::unit::Network::None => spec::SandboxNetwork::None,
+        },
         // tmpfs pages are the task's memory: /tmp may use its whole reservation, $HOME half.
         tmp_size: memory,
         home_size: memory / 2,

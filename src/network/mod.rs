@@ -11,6 +11,7 @@ pub mod dns;
 pub mod entry;
 pub mod fake;
 pub mod policy;
+pub mod relay_protocol;
 
 pub use entry::{Entry, EntryError, IpNet, Ports};
 pub use fake::FakeAddresses;

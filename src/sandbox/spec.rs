@@ -71,8 +71,9 @@ pub struct SandboxSpec {
     pub capabilities: Vec<String>,
     /// The unit's `sandbox.user` (`uid:gid` or a name); `None`: root, with no capabilities.
     pub user: Option<String>,
-    /// `sandbox.network: None`: a network namespace of its own, with only `lo`.
-    pub network_none: bool,
+    /// `sandbox.network`: the host's network, only `lo`, or an allow-list.
+    #[serde(default)]
+    pub network: SandboxNetwork,
     /// Size caps of the private tmpfs `/tmp` and `$HOME`.
     pub tmp_size: u64,
     pub home_size: u64,
@@ -85,6 +86,30 @@ pub struct SandboxSpec {
     /// namespace — the agent's ids are the host's (`user_namespaces: false` in `keel.ron`).
     #[serde(default)]
     pub id_block: Option<IdBlock>,
+}
+
+/// A sandbox's network (`sandbox.network`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub enum SandboxNetwork {
+    /// The host's network namespace (an explicit opt-in).
+    #[default]
+    Host,
+    /// A network namespace of its own with only `lo`.
+    None,
+    /// A network namespace of its own whose connections out go through the task's relay
+    /// ([`crate::network::relay_protocol`]): the unit's entries, as written (validated), and
+    /// the named lists of `keel.ron` they may refer to.
+    Allow {
+        entries: Vec<String>,
+        lists: std::collections::BTreeMap<String, Vec<String>>,
+    },
+}
+
+impl SandboxNetwork {
+    /// Whether the sandbox has a network namespace of its own (`None`, `Allow`).
+    pub fn own_namespace(&self) -> bool {
+        !matches!(self, SandboxNetwork::Host)
+    }
 }
 
 /// A block of host ids a task's user namespace maps: inside `0..count` is the host's

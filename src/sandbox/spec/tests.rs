@@ -39,7 +39,7 @@ fn sandbox(writable: &[&Path], state: &Path, units: Option<&Path>) -> SandboxSpe
         writable: writable.iter().map(|p| p.to_path_buf()).collect(),
         capabilities: Vec::new(),
         user: None,
-        network_none: false,
+        network: SandboxNetwork::Host,
         tmp_size: 1 << 20,
         home_size: 1 << 20,
         keel_dirs: KeelDirs {

@@ -171,7 +171,7 @@ pub fn prepare(
     let mut privileges = privileges::plan(
         &spec.capabilities,
         spec.user.as_deref(),
-        spec.network_none,
+        spec.network.own_namespace(),
         &passwd,
         &group,
     )
@@ -231,7 +231,7 @@ pub fn prepare(
         layout,
         host_root,
         privileges,
-        network_none: spec.network_none,
+        network_none: spec.network.own_namespace(),
         template: None,
         home,
         id_block: spec.id_block,
