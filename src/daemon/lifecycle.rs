@@ -16,7 +16,7 @@ use super::{checkouts, id_blocks, liveness, Daemon, Task};
 use crate::config::UserNamespaces;
 use crate::sandbox::spec::IdBlock;
 use crate::state::{self, now_ms};
-use crate::worker::protocol::{Job, JobResult, RepoRef};
+use crate::worker::protocol::{Job, JobResult, RepoRef, StartPaths};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -259,7 +259,7 @@ impl Daemon {
         };
         // What takes time that keel does not control (a checkout, a base tree, the paths the
         // unit names) is a job: the start goes on when it is done (`finish_start`).
-        match preparation_job(unit, &pending.unit_def) {
+        match preparation_job(unit, &pending.unit_def, pending.spec.sandbox.as_ref()) {
             Ok(None) => self.spawn_attempt(unit, pending),
             Ok(Some(job)) => {
                 log::info!("{unit}: preparing: {}", job.describe());
@@ -304,8 +304,11 @@ impl Daemon {
         };
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         match outcome {
-            Ok(JobResult::Prepared(prepared)) => {
-                if let Some(prepared) = prepared {
+            Ok(JobResult::Prepared { checkout, findings }) => {
+                if let Some(sandbox) = pending.spec.sandbox.as_mut() {
+                    sandbox.findings = Some(findings);
+                }
+                if let Some(prepared) = checkout {
                     let repo = pending
                         .unit_def
                         .repo
@@ -507,21 +510,27 @@ impl Daemon {
 }
 
 /// The job that prepares `unit`'s attempt, if it needs one: the unit's checkout (`repo`), and
-/// the `lstat` of every path its sandbox names (`writable`, `hidden`: a path on a filesystem
-/// that does not answer must hang a worker, not the loop). `Err`: the unit's mistake.
-fn preparation_job(unit: &str, unit_def: &crate::unit::Unit) -> Result<Option<Job>, String> {
-    let sandbox = &unit_def.sandbox;
-    let check_paths: Vec<std::path::PathBuf> = (sandbox.writable.iter())
-        .chain(&sandbox.hidden)
-        .map(std::path::PathBuf::from)
-        .collect();
-    if unit_def.repo.is_none() && check_paths.is_empty() {
+/// the `lstat` of every path its sandbox names (`writable`, `hidden`), whose findings the
+/// start's resolution then uses instead of reading them itself (a path on a filesystem that
+/// does not answer must hang a worker, not the loop). `Err`: the unit's mistake.
+fn preparation_job(
+    unit: &str,
+    unit_def: &crate::unit::Unit,
+    sandbox: Option<&crate::sandbox::spec::SandboxSpec>,
+) -> Result<Option<Job>, String> {
+    let names_paths = !unit_def.sandbox.writable.is_empty() || !unit_def.sandbox.hidden.is_empty();
+    if unit_def.repo.is_none() && !(names_paths && sandbox.is_some()) {
         return Ok(None);
     }
     let owner = match unit_def.repo {
         Some(_) => checkouts::agent_owner(unit_def)?,
         None => None,
     };
+    let paths = sandbox.map_or_else(StartPaths::default, |s| StartPaths {
+        hidden: s.hidden.clone(),
+        writable: s.writable.clone(),
+        keel_dirs: s.keel_dirs.clone(),
+    });
     Ok(Some(Job::Prepare {
         unit: unit.to_string(),
         repo: unit_def.repo.as_ref().map(|r| RepoRef {
@@ -530,7 +539,7 @@ fn preparation_job(unit: &str, unit_def: &crate::unit::Unit) -> Result<Option<Jo
             branch: r.branch.clone(),
         }),
         owner,
-        check_paths,
+        paths,
     }))
 }
 

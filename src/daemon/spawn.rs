@@ -118,6 +118,7 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         },
         // The task's block of host ids: given by the caller (`crate::daemon::id_blocks`).
         id_block: None,
+        findings: None,
     };
     AttemptSpec {
         unit: ctx.unit_name.to_string(),

@@ -11,18 +11,18 @@
 //! start, as before. So is a path that is itself a symlink, or has one on its way. A mount or
 //! unmount anywhere renews every watch (a watch is on an inode, and a mount hides it).
 
-use crate::sandbox::mounts::template::host_state;
+use crate::sandbox::mounts::template::host_state_with;
 use crate::sandbox::mounts::{list_host_root, RootEntry, SandboxLayout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
-/// The host's state for one sandbox layout ([`host_state`]), and its hash.
+/// The host's state for one sandbox layout ([`host_state_with`]), and its hash.
 #[derive(Clone, Debug)]
 pub struct HostState {
     pub text: Rc<str>,
@@ -86,7 +86,7 @@ pub struct HostView {
     /// (what the state depends on, epoch, state).
     states: Vec<(StateKey, u64, HostState)>,
     mounts: MountTable,
-    /// How many times [`host_state`] was computed (tests).
+    /// How many times [`host_state_with`] was computed (tests).
     computed: u64,
 }
 
@@ -167,14 +167,21 @@ impl HostView {
         Ok(entries)
     }
 
-    /// The host's state for `layout` over `host_root` ([`host_state`]).
-    pub fn state(&mut self, layout: &SandboxLayout, host_root: &[RootEntry]) -> HostState {
+    /// The host's state for `layout` over `host_root` ([`host_state_with`]), the lines of the
+    /// paths in `given` as a worker read them for this start (not watched, not read here, and
+    /// a state with any is not kept: the next start's worker reads them again).
+    pub fn state(
+        &mut self,
+        layout: &SandboxLayout,
+        host_root: &[RootEntry],
+        given: &BTreeMap<PathBuf, String>,
+    ) -> HostState {
         self.refresh();
         let epoch = self.epoch;
         if let Some((_, _, state)) = self
             .states
             .iter()
-            .find(|(key, at, _)| *at == epoch && key.matches(layout, host_root))
+            .find(|(key, at, _)| *at == epoch && given.is_empty() && key.matches(layout, host_root))
         {
             return state.clone();
         }
@@ -183,8 +190,10 @@ impl HostView {
             .hidden
             .iter()
             .chain(&layout.writable)
-            .chain(&layout.readonly);
+            .chain(&layout.readonly)
+            .filter(|path| !given.contains_key(*path));
         let cacheable = match self.watch.as_mut() {
+            Some(_) if !given.is_empty() => false,
             Some(watch) => {
                 let mut all = watch.watch_dir(Path::new("/"));
                 for path in listed {
@@ -194,7 +203,7 @@ impl HostView {
             }
             None => false,
         };
-        let text = host_state(layout, host_root, self.mounts.text());
+        let text = host_state_with(layout, host_root, self.mounts.text(), given);
         self.computed += 1;
         let mut hasher = DefaultHasher::new();
         text.hash(&mut hasher);

@@ -86,6 +86,22 @@ pub struct SandboxSpec {
     /// namespace — the agent's ids are the host's (`user_namespaces: false` in `keel.ron`).
     #[serde(default)]
     pub id_block: Option<IdBlock>,
+    /// What the start's preparation job found of the paths the unit names, in a worker: the
+    /// daemon's resolution of the start then does no I/O on them (a path on a filesystem that
+    /// does not answer hangs a worker, never the loop). `None`: no job ran (the unit names no
+    /// path and has no `repo`).
+    #[serde(default)]
+    pub findings: Option<PathFindings>,
+}
+
+/// What a worker found of a start's user-named paths (`crate::worker`'s preparation job).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PathFindings {
+    /// [`check_writable_paths`]'s verdict: `Some(why)` refuses the start.
+    pub writable: Option<String>,
+    /// Each hidden and writable path's line of the sandbox templates' host state
+    /// (`crate::sandbox::mounts::template::path_line`).
+    pub lines: std::collections::BTreeMap<PathBuf, String>,
 }
 
 /// A sandbox's network (`sandbox.network`).
@@ -146,77 +162,91 @@ impl SandboxSpec {
     /// (plus `objects` where a `HEAD` is) — the user's own paths, which the templates' key
     /// `lstat`s already; no directory is walked, so a repository deeper down is not seen.
     pub fn check_writable(&self) -> Result<(), String> {
-        use crate::unit::sandbox_rules::{relation, GIT_DIR_HARM};
-        if self.writable.is_empty() {
-            return Ok(());
+        // A worker checked them (the start's preparation job): its verdict, no I/O here.
+        if let Some(findings) = &self.findings {
+            return findings.writable.clone().map_or(Ok(()), Err);
         }
-        let mut keel_dirs: Vec<(&str, PathBuf)> = Vec::new();
-        let named = [
-            ("state directory", &self.keel_dirs.state),
-            ("units directory", &self.keel_dirs.units),
-        ];
-        for (what, dir) in named {
-            let Some(dir) = dir else { continue };
-            keel_dirs.push((what, dir.clone()));
-            if let Ok(real) = std::fs::canonicalize(dir) {
-                keel_dirs.push((what, real));
-            }
+        let objects = self.checkout.as_ref().map_or(&[][..], |c| &c.objects[..]);
+        check_writable_paths(&self.writable, &self.keel_dirs, objects)
+    }
+}
+
+/// [`SandboxSpec::check_writable`]'s checks, with their I/O: `objects`, the object
+/// directories the task's checkout borrows from (the main repository's first). Run by the
+/// start's preparation job, in a worker (`crate::worker`), whose verdict the spec then
+/// carries ([`PathFindings`]).
+pub fn check_writable_paths(
+    writable: &[PathBuf],
+    keel_dirs: &KeelDirs,
+    objects: &[PathBuf],
+) -> Result<(), String> {
+    use crate::unit::sandbox_rules::{relation, GIT_DIR_HARM};
+    if writable.is_empty() {
+        return Ok(());
+    }
+    let mut found: Vec<(&str, PathBuf)> = Vec::new();
+    let named = [
+        ("state directory", &keel_dirs.state),
+        ("units directory", &keel_dirs.units),
+    ];
+    for (what, dir) in named {
+        let Some(dir) = dir else { continue };
+        found.push((what, dir.clone()));
+        if let Ok(real) = std::fs::canonicalize(dir) {
+            found.push((what, real));
         }
-        let keel_dirs: Vec<(&str, &Path)> =
-            keel_dirs.iter().map(|(w, d)| (*w, d.as_path())).collect();
-        // The git directories the checkout reads: the main repository's (the parent of its
-        // object directory), and the object directories it borrows from.
-        let mut git_dirs: Vec<&Path> = Vec::new();
-        if let Some(checkout) = &self.checkout {
-            git_dirs.extend(checkout.objects.first().and_then(|o| o.parent()));
-            git_dirs.extend(checkout.objects.iter().map(PathBuf::as_path));
+    }
+    let keel_dirs: Vec<(&str, &Path)> = found.iter().map(|(w, d)| (*w, d.as_path())).collect();
+    // The git directories the checkout reads: the main repository's (the parent of its
+    // object directory), and the object directories it borrows from.
+    let mut git_dirs: Vec<&Path> = Vec::new();
+    git_dirs.extend(objects.first().and_then(|o| o.parent()));
+    git_dirs.extend(objects.iter().map(PathBuf::as_path));
+    for path in writable {
+        let refuse = |why: String| Err(format!("sandbox.writable: {why}"));
+        let shown = path.display().to_string();
+        if let Some(why) = crate::unit::keel_dir_problem(path, &keel_dirs) {
+            return refuse(why);
         }
-        for path in &self.writable {
-            let refuse = |why: String| Err(format!("sandbox.writable: {why}"));
-            let shown = path.display().to_string();
-            if let Some(why) = crate::unit::keel_dir_problem(path, &keel_dirs) {
-                return refuse(why);
-            }
-            for dir in &git_dirs {
-                if let Some(relation) = relation(path, dir) {
-                    return refuse(format!(
-                        "{shown:?} {} {}, which the task's checkout reads from its main repository: {}",
-                        relation.verb(),
-                        dir.display(),
-                        GIT_DIR_HARM
-                    ));
-                }
-            }
-            if path.components().any(|c| c.as_os_str() == ".git") {
+        for dir in &git_dirs {
+            if let Some(relation) = relation(path, dir) {
                 return refuse(format!(
-                    "{shown:?} lies in a git directory (.git): {GIT_DIR_HARM}"
-                ));
-            }
-            if std::fs::symlink_metadata(path.join(".git")).is_ok() {
-                return refuse(format!(
-                    "{shown:?} covers the git repository {shown} (its .git): {}",
-                    GIT_DIR_HARM
-                ));
-            }
-            let git_dir = path
-                .ancestors()
-                .filter(|dir| dir.parent().is_some())
-                .find(|dir| is_git_dir(dir));
-            if let Some(dir) = git_dir {
-                let verb = if dir == path.as_path() {
-                    "is"
-                } else {
-                    "lies inside"
-                };
-                return refuse(format!(
-                    "{shown:?} {verb} the git directory {}: {}",
+                    "{shown:?} {} {}, which the task's checkout reads from its main repository: {}",
+                    relation.verb(),
                     dir.display(),
                     GIT_DIR_HARM
                 ));
             }
         }
-        Ok(())
+        if path.components().any(|c| c.as_os_str() == ".git") {
+            return refuse(format!(
+                "{shown:?} lies in a git directory (.git): {GIT_DIR_HARM}"
+            ));
+        }
+        if std::fs::symlink_metadata(path.join(".git")).is_ok() {
+            return refuse(format!(
+                "{shown:?} covers the git repository {shown} (its .git): {}",
+                GIT_DIR_HARM
+            ));
+        }
+        let git_dir = path
+            .ancestors()
+            .filter(|dir| dir.parent().is_some())
+            .find(|dir| is_git_dir(dir));
+        if let Some(dir) = git_dir {
+            let verb = if dir == path.as_path() {
+                "is"
+            } else {
+                "lies inside"
+            };
+            return refuse(format!(
+                "{shown:?} {verb} the git directory {}: {}",
+                dir.display(),
+                GIT_DIR_HARM
+            ));
+        }
     }
+    Ok(())
 }
 
 /// A git directory as git itself recognises one: a `HEAD` file and an `objects` directory.

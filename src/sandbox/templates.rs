@@ -88,7 +88,7 @@ impl SandboxTemplates {
             return;
         }
         let (layout, host_root) = (prepared.layout(), prepared.host_root());
-        let host = self.host_state(layout, host_root);
+        let host = self.host.state(layout, host_root, prepared.path_lines());
         let Some(attempt) = self.shape(layout, host_root, &host) else {
             return;
         };
@@ -168,7 +168,7 @@ impl SandboxTemplates {
 
     /// The host's state for `layout` (see [`HostView`]): part of its template's key.
     pub fn host_state(&mut self, layout: &SandboxLayout, host_root: &[RootEntry]) -> HostState {
-        self.host.state(layout, host_root)
+        self.host.state(layout, host_root, &Default::default())
     }
 
     /// How `layout` starts on a template of its shape over the host as it is now

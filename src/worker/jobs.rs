@@ -1,10 +1,14 @@
 //! The jobs themselves, as a worker runs them: [`crate::checkout`]'s calls, with the figures
 //! and messages the daemon passes on.
 
-use super::protocol::{Job, JobFailure, JobRequest, JobResult, PreparedCheckout};
+use super::protocol::{Job, JobFailure, JobRequest, JobResult, PreparedCheckout, StartPaths};
 use super::Reporter;
 use crate::checkout::{self, BaseProgress, CheckoutError, PrepareOptions};
+use crate::sandbox::mounts::template::path_line;
+use crate::sandbox::spec::{check_writable_paths, PathFindings};
 use crate::state::StateDir;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Run the request's job; its result, or why it failed.
@@ -15,19 +19,31 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
             unit,
             repo,
             owner,
-            check_paths,
+            paths,
         } => {
-            check_paths_answer(check_paths, reporter);
-            let Some(repo) = repo else {
-                return Ok(JobResult::Prepared(None));
+            let lines = path_lines(paths, reporter);
+            let checkout = match repo {
+                Some(repo) => {
+                    reporter.report("checkout", 0, 0);
+                    let repo = crate::unit::Repo {
+                        path: repo.path.clone(),
+                        base: repo.base.clone(),
+                        branch: repo.branch.clone(),
+                    };
+                    Some(prepare(&dirs, unit, &repo, *owner, reporter)?)
+                }
+                None => None,
             };
-            reporter.report("checkout", 0, 0);
-            let repo = crate::unit::Repo {
-                path: repo.path.clone(),
-                base: repo.base.clone(),
-                branch: repo.branch.clone(),
-            };
-            prepare(&dirs, unit, &repo, *owner, reporter).map(|p| JobResult::Prepared(Some(p)))
+            reporter.report("check writable paths", 0, 0);
+            let objects = checkout.as_ref().map_or(&[][..], |c| &c.mounts.objects[..]);
+            let writable = check_writable_paths(&paths.writable, &paths.keel_dirs, objects);
+            Ok(JobResult::Prepared {
+                checkout,
+                findings: PathFindings {
+                    writable: writable.err(),
+                    lines,
+                },
+            })
         }
         Job::Harvest {
             unit,
@@ -63,14 +79,19 @@ fn unit_mistake(e: CheckoutError) -> JobFailure {
     }
 }
 
-/// `lstat` every path the unit names (`sandbox.writable`, `sandbox.hidden`): a path on a
-/// filesystem that does not answer hangs here, in the worker, until its deadline — never in
-/// the daemon's loop. What each path is, is the sandbox's resolution's business.
-fn check_paths_answer(paths: &[std::path::PathBuf], reporter: &Reporter) {
-    for (done, path) in paths.iter().enumerate() {
-        reporter.report("check paths", done as u64, paths.len() as u64);
-        let _ = std::fs::symlink_metadata(path);
+/// Each path the sandbox names (hidden, then writable), as the templates' key reads it
+/// (`lstat`): a path on a filesystem that does not answer hangs here, in the worker, until its
+/// deadline — never in the daemon's loop, which takes these lines instead of reading them.
+fn path_lines(paths: &StartPaths, reporter: &Reporter) -> BTreeMap<PathBuf, String> {
+    let all: Vec<(&PathBuf, bool)> = (paths.hidden.iter().map(|p| (p, true)))
+        .chain(paths.writable.iter().map(|p| (p, false)))
+        .collect();
+    let mut lines = BTreeMap::new();
+    for (done, (path, is_hidden)) in all.iter().enumerate() {
+        reporter.report("check paths", done as u64, all.len() as u64);
+        lines.insert((*path).clone(), path_line(path, *is_hidden));
     }
+    lines
 }
 
 fn prepare(

@@ -3,7 +3,7 @@
 //! one final `{"done":{...}}`.
 
 use crate::checkout::HarvestLimits;
-use crate::sandbox::spec::CheckoutMounts;
+use crate::sandbox::spec::{CheckoutMounts, KeelDirs, PathFindings};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -33,7 +33,7 @@ pub enum Job {
         unit: String,
         repo: Option<RepoRef>,
         owner: Option<(u32, u32)>,
-        check_paths: Vec<PathBuf>,
+        paths: StartPaths,
     },
     /// After an attempt (or `keel harvest`): bring the task's branch home.
     Harvest {
@@ -58,6 +58,17 @@ pub enum Job {
     DiskUse { unit: String },
     /// Delete a tree the daemon renamed into its trash (`keel rm`'s files).
     Delete { path: PathBuf },
+}
+
+/// The paths a start's sandbox names, which the preparation job reads so that the loop need
+/// not ([`PathFindings`]): hidden (keel's, the host's defaults, the unit's) and writable, and
+/// keel's own directories, which no writable path may be.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartPaths {
+    pub hidden: Vec<PathBuf>,
+    pub writable: Vec<PathBuf>,
+    pub keel_dirs: KeelDirs,
 }
 
 /// A unit's `repo`, as the worker needs it.
@@ -115,7 +126,10 @@ pub struct Progress {
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum JobResult {
     /// The checkout is ready (`None`: the unit has no repo; only its paths were checked).
-    Prepared(Option<PreparedCheckout>),
+    Prepared {
+        checkout: Option<PreparedCheckout>,
+        findings: PathFindings,
+    },
     /// The harvest's summary.
     Harvested { detail: String },
     /// The checkout is gone (`note`: what was freed, harvested, kept), or there was none.

@@ -493,6 +493,13 @@ pub(crate) fn overrun_message(
     if let Some(progress) = progress {
         message.push_str(&format!(" ({})", progress.step));
     }
+    // A path check that hangs: the path it was at (the mount that does not answer).
+    if let (Job::Prepare { paths, .. }, Some(p)) = (job, progress) {
+        let at = (paths.hidden.iter().chain(&paths.writable)).nth(p.done as usize);
+        if let Some(path) = at.filter(|_| p.step == "check paths") {
+            message.push_str(&format!(" at {}", path.display()));
+        }
+    }
     message.push(' ');
     message.push_str(&overrun.describe());
     if let Some(p) = progress.filter(|p| p.total > 0) {

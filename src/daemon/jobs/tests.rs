@@ -11,7 +11,7 @@ fn prepare(repo: &str) -> Job {
             branch: None,
         }),
         owner: None,
-        check_paths: vec![],
+        paths: Default::default(),
     }
 }
 
@@ -152,4 +152,35 @@ fn a_second_result_or_a_foreign_line_fails_the_job_and_the_first_reason_stays() 
         job.killed,
         Some(JobError::Worker("the worker wrote two results".into()))
     );
+}
+
+#[test]
+fn a_path_check_past_its_deadline_names_the_path_it_was_at() {
+    let job = Job::Prepare {
+        unit: "t".into(),
+        repo: None,
+        owner: None,
+        paths: crate::worker::protocol::StartPaths {
+            hidden: vec!["/var/lib/keel".into()],
+            writable: vec!["/srv/cache".into(), "/mnt/nfs/data".into()],
+            keel_dirs: Default::default(),
+        },
+    };
+    let progress = Progress {
+        step: "check paths".into(),
+        done: 2,
+        total: 3,
+    };
+    let message = overrun_message(
+        &job,
+        Some(&progress),
+        &Overrun::Total(Duration::from_secs(5)),
+    );
+    assert!(
+        message.starts_with(
+            "the check of the sandbox's paths (check paths) at /mnt/nfs/data took longer than"
+        ),
+        "{message}"
+    );
+    assert!(message.ends_with("; 2 of 3 paths checked"), "{message}");
 }

@@ -31,9 +31,9 @@ impl Drop for Scratch {
 fn steady(view: &mut HostView, layout: &SandboxLayout, root: &[RootEntry]) -> u64 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        view.state(layout, root);
+        view.state(layout, root, &Default::default());
         let before = view.computed();
-        view.state(layout, root);
+        view.state(layout, root, &Default::default());
         if view.computed() == before {
             return before;
         }
@@ -54,7 +54,7 @@ fn read_again_after(
 ) -> HostState {
     let before = steady(view, layout, root);
     change();
-    let state = view.state(layout, root);
+    let state = view.state(layout, root, &Default::default());
     assert!(view.computed() > before, "the change went unseen");
     state
 }
@@ -89,7 +89,7 @@ fn the_state_is_read_again_after_a_change_on_the_way_and_only_then() {
     let mut view = HostView::new();
     let root = view.root().unwrap();
 
-    let first = view.state(&layout, &root);
+    let first = view.state(&layout, &root, &Default::default());
     steady(&mut view, &layout, &root);
     assert!(first.text.contains(&format!("{} absent", secret.display())));
 
@@ -128,7 +128,7 @@ fn the_state_is_read_again_after_a_change_on_the_way_and_only_then() {
         let before = steady(&mut view, &layout, &root);
         std::fs::write(scratch.path(&format!("a/old/unrelated{round}")), b"").unwrap();
         std::fs::create_dir(scratch.path(&format!("w/inside{round}"))).unwrap();
-        view.state(&layout, &root);
+        view.state(&layout, &root, &Default::default());
         view.computed() == before
     });
     assert!(kept, "changes off the way made the view read again");
@@ -161,8 +161,8 @@ fn a_symlink_on_the_way_is_never_trusted() {
     let layout = layout(vec![scratch.path("link/secret")], Vec::new());
     let mut view = HostView::new();
     let root = view.root().unwrap();
-    view.state(&layout, &root);
-    view.state(&layout, &root);
+    view.state(&layout, &root, &Default::default());
+    view.state(&layout, &root, &Default::default());
     assert_eq!(
         view.computed(),
         2,
@@ -179,13 +179,16 @@ fn a_symlink_at_the_end_is_never_trusted() {
     let layout = layout(vec![scratch.path("link")], Vec::new());
     let mut view = HostView::new();
     let root = view.root().unwrap();
-    let first = view.state(&layout, &root);
-    view.state(&layout, &root);
+    let first = view.state(&layout, &root, &Default::default());
+    view.state(&layout, &root, &Default::default());
     assert_eq!(view.computed(), 2);
     // And the key follows the target: replaced by rename, the state differs.
     std::fs::write(scratch.path("target.new"), b"").unwrap();
     std::fs::rename(scratch.path("target.new"), scratch.path("target")).unwrap();
-    assert_ne!(view.state(&layout, &root).hash, first.hash);
+    assert_ne!(
+        view.state(&layout, &root, &Default::default()).hash,
+        first.hash
+    );
 }
 
 #[test]
@@ -194,8 +197,8 @@ fn a_path_on_a_filesystem_inotify_cannot_follow_is_read_every_time() {
     let layout = layout(vec!["/proc/sys/kernel/hostname".into()], Vec::new());
     let mut view = HostView::new();
     let root = view.root().unwrap();
-    view.state(&layout, &root);
-    view.state(&layout, &root);
+    view.state(&layout, &root, &Default::default());
+    view.state(&layout, &root, &Default::default());
     assert_eq!(view.computed(), 2);
 }
 
@@ -207,7 +210,7 @@ fn clearing_forgets_what_was_read() {
     let root = view.root().unwrap();
     let before = steady(&mut view, &layout, &root);
     view.clear();
-    view.state(&layout, &root);
+    view.state(&layout, &root, &Default::default());
     assert!(view.computed() > before);
     // And it watches again after the clear.
     read_again_after(&mut view, &layout, &root, || {

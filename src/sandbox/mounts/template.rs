@@ -15,6 +15,7 @@
 //! `$HOME`, a hidden path inside the work directory) — those take the full plan.
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -162,7 +163,17 @@ pub fn attempt_on_template(
 /// `mount_table`: the daemon's `/proc/self/mountinfo` (read again only when the kernel says it
 /// changed: [`crate::sandbox::host_view::HostView`]).
 pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry], mount_table: &str) -> String {
-    use std::os::unix::fs::MetadataExt;
+    host_state_with(layout, host_root, mount_table, &BTreeMap::new())
+}
+
+/// [`host_state`], with the lines of the paths in `given` as a worker read them
+/// ([`path_line`]; `crate::sandbox::spec::PathFindings`): not read here.
+pub fn host_state_with(
+    layout: &SandboxLayout,
+    host_root: &[RootEntry],
+    mount_table: &str,
+    given: &BTreeMap<PathBuf, String>,
+) -> String {
     let mut state = mount_table.to_owned();
     let top = host_root
         .iter()
@@ -177,32 +188,42 @@ pub fn host_state(layout: &SandboxLayout, host_root: &[RootEntry], mount_table: 
         if i == host_root.len() {
             state.push_str(LAYOUT_PATHS);
         }
-        // A hidden file's change time too: a file that replaces it by rename may be given the
-        // inode number of the one before, and the hide of the old one is gone. (Not a
-        // directory's: it changes with every entry made in it — keel's own state directory
-        // is hidden.)
-        let identity = |m: &std::fs::Metadata| {
-            let mut id = format!("{} {} {:o}", m.dev(), m.ino(), m.mode() & 0o170000);
-            if is_hidden && !m.is_dir() {
-                id.push_str(&format!(" {}.{:09}", m.ctime(), m.ctime_nsec()));
-            }
-            id
-        };
-        let line = match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let target = std::fs::metadata(&path)
-                    .map_or_else(|_| "dangling".to_string(), |t| identity(&t));
-                format!("{} {} -> {target}\n", path.display(), identity(&m))
-            }
-            Ok(m) => format!("{} {}\n", path.display(), identity(&m)),
-            Err(_) => format!("{} absent\n", path.display()),
-        };
-        state.push_str(&line);
+        match given.get(&path) {
+            Some(line) => state.push_str(line),
+            None => state.push_str(&path_line(&path, is_hidden)),
+        }
     }
     if !state.contains(LAYOUT_PATHS) {
         state.push_str(LAYOUT_PATHS);
     }
     state
+}
+
+/// A path's line of [`host_state`]: its identity (device, inode, type; a hidden file's change
+/// time too), and what it points to when it is a symlink. Its I/O: an `lstat` (and a `stat`
+/// of a symlink's target).
+pub fn path_line(path: &Path, is_hidden: bool) -> String {
+    use std::os::unix::fs::MetadataExt;
+    // A hidden file's change time too: a file that replaces it by rename may be given the
+    // inode number of the one before, and the hide of the old one is gone. (Not a
+    // directory's: it changes with every entry made in it — keel's own state directory
+    // is hidden.)
+    let identity = |m: &std::fs::Metadata| {
+        let mut id = format!("{} {} {:o}", m.dev(), m.ino(), m.mode() & 0o170000);
+        if is_hidden && !m.is_dir() {
+            id.push_str(&format!(" {}.{:09}", m.ctime(), m.ctime_nsec()));
+        }
+        id
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            let target =
+                std::fs::metadata(path).map_or_else(|_| "dangling".to_string(), |t| identity(&t));
+            format!("{} {} -> {target}\n", path.display(), identity(&m))
+        }
+        Ok(m) => format!("{} {}\n", path.display(), identity(&m)),
+        Err(_) => format!("{} absent\n", path.display()),
+    }
 }
 
 /// In [`host_state`], between what every shape's key has (the mount table, the entries of

@@ -40,6 +40,7 @@ fn sandbox(writable: &[&Path], state: &Path, units: Option<&Path>) -> SandboxSpe
         capabilities: Vec::new(),
         user: None,
         network: SandboxNetwork::Host,
+        findings: None,
         tmp_size: 1 << 20,
         home_size: 1 << 20,
         keel_dirs: KeelDirs {
@@ -140,4 +141,24 @@ fn the_main_repositorys_git_directory_is_never_writable() {
     }
     spec.writable = vec![dir.0.join("srv/app-cache")];
     assert_eq!(spec.check_writable(), Ok(()));
+}
+
+#[test]
+fn a_workers_findings_decide_the_check_of_writable_paths_without_reading_them() {
+    let dir = Dir::new("findings");
+    let repo = dir.mkdir("repo");
+    dir.mkdir("repo/.git");
+    let mut spec = sandbox(&[&repo], &dir.mkdir("state"), None);
+    // Read here: the repository's work tree is refused.
+    assert!(refused(&spec).contains("covers the git repository"));
+    // A worker found nothing wrong (say, before the .git was made): its verdict stands, and
+    // nothing is read here — a path on a filesystem that hangs is never touched by the loop.
+    spec.findings = Some(PathFindings::default());
+    assert_eq!(spec.check_writable(), Ok(()));
+    spec.writable = vec![PathBuf::from("/nonexistent/never/read")];
+    spec.findings = Some(PathFindings {
+        writable: Some("sandbox.writable: as the worker found".into()),
+        lines: Default::default(),
+    });
+    assert_eq!(refused(&spec), "sandbox.writable: as the worker found");
 }

@@ -150,6 +150,9 @@ pub struct Prepared {
     /// The seccomp filter, built here (once per process) rather than in the agent's child,
     /// which shares its parent's memory and should allocate little.
     pub(super) seccomp: &'static [crate::sys::seccomp::Instruction],
+    /// The host-state lines of the paths the unit names, as the start's preparation job read
+    /// them in a worker ([`crate::sandbox::spec::PathFindings`]; empty when none ran).
+    pub(super) path_lines: std::collections::BTreeMap<PathBuf, String>,
 }
 
 /// Resolve the sandbox of `spec`. Errors say what to fix (an unknown user, a capability
@@ -240,10 +243,20 @@ pub fn prepare(
         seccomp: crate::sandbox::seccomp::filter(),
         #[cfg(not(target_arch = "x86_64"))]
         seccomp: &[],
+        path_lines: spec
+            .findings
+            .as_ref()
+            .map(|f| f.lines.clone())
+            .unwrap_or_default(),
     })
 }
 
 impl Prepared {
+    /// The host-state lines a worker read of the paths the unit names (templates' key).
+    pub fn path_lines(&self) -> &std::collections::BTreeMap<PathBuf, String> {
+        &self.path_lines
+    }
+
     /// The checkout's overlay upper layer (host path), if the task has one.
     pub fn upper_layer(&self) -> Option<&Path> {
         match &self.layout.checkout.as_ref()?.files {
@@ -339,6 +352,8 @@ impl Prepared {
             seccomp: crate::sandbox::seccomp::filter(),
             #[cfg(not(target_arch = "x86_64"))]
             seccomp: &[],
+            // The daemon chose the template already.
+            path_lines: Default::default(),
         }
     }
 

@@ -74,7 +74,7 @@ fn every_job_kind_names_itself_for_the_test_hook() {
             unit: "u".into(),
             repo: None,
             owner: None,
-            check_paths: vec![],
+            paths: Default::default(),
         },
         Job::Harvest {
             unit: "u".into(),

@@ -190,3 +190,29 @@ fn a_changed_hidden_file_outdates_its_shapes_template_and_no_other() {
     assert_ne!(later.key, after.key);
     assert!(later.outdates(after.key, after.shape, after.host));
 }
+
+#[test]
+fn a_path_a_worker_read_is_given_its_line_and_not_read_again() {
+    let mut l = layout();
+    let named = p("/nonexistent/keel-test/hidden");
+    l.hidden.push(named.clone());
+    let read = host_state(&l, &host(), MOUNTS);
+    assert!(
+        read.contains("/nonexistent/keel-test/hidden absent\n"),
+        "{read}"
+    );
+    assert_eq!(
+        path_line(&named, true),
+        "/nonexistent/keel-test/hidden absent\n"
+    );
+    // As a worker read it (a file there then): that line, in its place.
+    let line = "/nonexistent/keel-test/hidden 1 2 100000 3.000000004\n".to_string();
+    let given = BTreeMap::from([(named, line.clone())]);
+    let with = host_state_with(&l, &host(), MOUNTS, &given);
+    assert!(with.contains(&line), "{with}");
+    assert!(!with.contains("hidden absent"), "{with}");
+    assert_eq!(
+        with.replace(&line, ""),
+        read.replace("/nonexistent/keel-test/hidden absent\n", "")
+    );
+}
