@@ -30,7 +30,7 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
                         base: repo.base.clone(),
                         branch: repo.branch.clone(),
                     };
-                    Some(prepare(&dirs, unit, &repo, *owner, reporter)?)
+                    Some(Box::new(prepare(&dirs, unit, &repo, *owner, reporter)?))
                 }
                 None => None,
             };

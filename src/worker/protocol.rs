@@ -127,7 +127,7 @@ pub struct Progress {
 pub enum JobResult {
     /// The checkout is ready (`None`: the unit has no repo; only its paths were checked).
     Prepared {
-        checkout: Option<PreparedCheckout>,
+        checkout: Option<Box<PreparedCheckout>>,
         findings: PathFindings,
     },
     /// The harvest's summary.
