@@ -16,6 +16,7 @@ pub mod mount;
 pub mod netlink;
 pub mod netns;
 pub mod own_userns;
+pub mod packet;
 pub mod pidns;
 pub mod process;
 pub mod seccomp;
