@@ -440,6 +440,7 @@ fn clone_into_cgroup_through_open_v2_dir() {
         pid_namespace: None,
         cgroup_fd: Some(dir.as_raw_fd()),
         keep_as_fd3: None,
+        keep_fds: &[],
         nofile: None,
         signals_blocked: false,
     };

@@ -404,6 +404,7 @@ fn sandbox_layout(dirs: &StateDir, unit: &str, prepared: &Prepared) -> SandboxLa
         writable: vec![],
         readonly: vec![],
         in_user_namespace: false,
+        own_network: false,
         veiled: vec![],
     }
 }

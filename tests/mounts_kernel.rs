@@ -52,6 +52,7 @@ fn layout(scratch: &Path) -> SandboxLayout {
         writable: vec![scratch.join("shared")],
         readonly: vec![read_only_dir(scratch)],
         in_user_namespace: false,
+        own_network: false,
         veiled: vec![],
     }
 }

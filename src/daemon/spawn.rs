@@ -307,6 +307,7 @@ pub fn spawn_shim_program(
         pid_namespace: pid_namespace.as_ref().map(|ns| ns.as_fd()),
         cgroup_fd: cgroup.map(|fd| fd.as_raw_fd()),
         keep_as_fd3: Some(lock.as_raw_fd()),
+        keep_fds: &[],
         nofile: super::ORIGINAL_NOFILE.get().copied(),
         // The clone runs keel's code before its exec: always so (crate::sandbox::start::clone).
         signals_blocked: true,

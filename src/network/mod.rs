@@ -12,6 +12,7 @@ pub mod entry;
 pub mod fake;
 pub mod policy;
 pub mod relay_protocol;
+pub mod task_namespace;
 
 pub use entry::{Entry, EntryError, IpNet, Ports};
 pub use fake::FakeAddresses;

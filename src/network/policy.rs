@@ -246,6 +246,16 @@ impl Policy {
         ports
     }
 
+    /// The ports listeners are made for before the relay runs: each `host:PORT` entry's (on
+    /// `host.keel.internal`) and each address entry's (on every address), sorted.
+    pub fn static_ports(&self) -> (Vec<u16>, Vec<u16>) {
+        let host: Vec<u16> = self.host_ports.iter().copied().collect();
+        let mut networks: Vec<u16> = self.networks.iter().map(|(_, p)| *p).collect();
+        networks.sort_unstable();
+        networks.dedup();
+        (host, networks)
+    }
+
     /// Whether `name` (lower case, no trailing dot) resolves inside the sandbox.
     pub fn name_listed(&self, name: &str) -> bool {
         !self.ports_of(name).is_empty()

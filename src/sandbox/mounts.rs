@@ -87,6 +87,11 @@ pub struct SandboxLayout {
     /// locked in its mount namespace, so `/sys` is bound with its submounts (the host's
     /// cgroup tree hidden under an empty tmpfs), and overlayfs needs `userxattr`.
     pub in_user_namespace: bool,
+    /// The sandbox has a network namespace of its own (`sandbox.network: None | Allow`): its
+    /// `/sys` is a fresh sysfs of that namespace, mounted by each attempt (not the host's,
+    /// which lists the host's interfaces). `serde(default)`: a spec of an older keel reads.
+    #[serde(default)]
+    pub own_network: bool,
 }
 
 /// One entry of the host's `/`.
@@ -150,6 +155,9 @@ pub enum MountOp {
     },
     /// A fresh procfs (of the caller's PID namespace), `nosuid,nodev,noexec`.
     Proc { target: PathBuf },
+    /// A fresh sysfs (of the caller's network namespace: `/sys/class/net` lists its
+    /// interfaces, not the host's), read-only, `nosuid,nodev,noexec`.
+    Sysfs { target: PathBuf },
     /// A new devpts instance: `newinstance,ptmxmode=0666,mode=620`, `nosuid,noexec`.
     Devpts { target: PathBuf },
     /// Make `target` invisible: an empty read-only tmpfs (mode 000) over a directory,
@@ -183,6 +191,7 @@ impl MountOp {
             | MountOp::Bind { target, .. }
             | MountOp::Overlay { target, .. }
             | MountOp::Proc { target }
+            | MountOp::Sysfs { target }
             | MountOp::Devpts { target }
             | MountOp::Hide { target }
             | MountOp::SetAttrRecursive { target, .. }
@@ -282,6 +291,7 @@ impl fmt::Display for MountOp {
                 if *in_user_namespace { " userxattr" } else { "" }
             ),
             MountOp::Proc { target } => write!(f, "proc          {}", target.display()),
+            MountOp::Sysfs { target } => write!(f, "sysfs         {} ro", target.display()),
             MountOp::Devpts { target } => write!(
                 f,
                 "devpts        {} newinstance,ptmxmode=0666,mode=620",
@@ -392,15 +402,11 @@ pub fn setup(layout: &SandboxLayout) -> Result<(), SandboxError> {
 /// The namespaces the agent's child unshares with its mount namespace, on every start path
 /// (the whole plan, a template, a spare's copy): IPC — its own SysV objects and POSIX message
 /// queues, which die with its last process, none of the host's or another task's in reach —
-/// and UTS (the host's hostname, copied; the task's to keep), with a network namespace of
-/// its own for `network: None`. The shim, which uses no IPC, stays in the host's.
-pub fn task_namespaces(network_none: bool) -> nix::sched::CloneFlags {
-    use nix::sched::CloneFlags;
-    let mut flags = CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS;
-    if network_none {
-        flags |= CloneFlags::CLONE_NEWNET;
-    }
-    flags
+/// and UTS (the host's hostname, copied; the task's to keep). (A network namespace of its own,
+/// for `network: None | Allow`, is joined first: `Prepared::enter`.) The shim, which uses no
+/// IPC, stays in the host's.
+pub fn task_namespaces() -> nix::sched::CloneFlags {
+    nix::sched::CloneFlags::CLONE_NEWIPC | nix::sched::CloneFlags::CLONE_NEWUTS
 }
 
 /// The directory `/etc/resolv.conf` really lives in, when that is under `/run`

@@ -261,6 +261,7 @@ impl Spare {
             pid_namespace: pid_namespace.as_ref().map(|ns| ns.as_fd()),
             cgroup_fd: None,
             keep_as_fd3: Some(theirs.as_raw_fd()),
+            keep_fds: &[],
             nofile,
             signals_blocked: true,
         };

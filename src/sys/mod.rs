@@ -82,6 +82,9 @@ pub struct SpawnRequest<'a> {
     /// A descriptor the child keeps as fd 3 (the attempt lock); every other inherited
     /// descriptor is closed at exec.
     pub keep_as_fd3: Option<RawFd>,
+    /// Descriptors the child keeps at their own numbers, open across exec (a relay's sockets:
+    /// `crate::network::relay_protocol::RelayFds`).
+    pub keep_fds: &'a [RawFd],
     /// `(soft, hard)` RLIMIT_NOFILE for the child: the limit the daemon was started with, not
     /// the one it raised for itself (select(2) breaks above 1024; agents expect the usual).
     pub nofile: Option<(u64, u64)>,
@@ -105,6 +108,9 @@ impl SpawnRequest<'_> {
         close_on_exec_from_3();
         if let Some(fd) = self.keep_as_fd3 {
             keep_as(fd, ATTEMPT_LOCK_FD)?;
+        }
+        for &fd in self.keep_fds {
+            keep_as(fd, fd)?;
         }
         if let Some((soft, hard)) = self.nofile {
             set_nofile(soft, hard);

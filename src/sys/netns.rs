@@ -38,6 +38,15 @@ pub fn create() -> io::Result<OwnedFd> {
         .map_err(|_| io::Error::other("the new network namespace's thread panicked"))?
 }
 
+/// A new network namespace (only `lo`, down) owned by the user namespace `userns` (a task's),
+/// or by the caller's when `None`. The caller must hold `CAP_SYS_ADMIN` over `userns`.
+pub fn create_in(userns: Option<BorrowedFd<'_>>) -> io::Result<OwnedFd> {
+    match userns {
+        Some(userns) => super::pidns::namespace_in(userns, super::pidns::Kind::Net),
+        None => create(),
+    }
+}
+
 /// The identity of a network namespace (the device and inode of its nsfs file).
 pub fn id_of(ns: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     let stat = nix::sys::stat::fstat(ns)?;

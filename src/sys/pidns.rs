@@ -37,9 +37,26 @@ const NS_GET_USERNS: libc::c_ulong = 0xb701;
 /// the caller, and exits. Every signal is blocked across its life (a handler of the
 /// caller's must not run on its stack).
 pub fn pid_namespace_in(userns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    namespace_in(userns, Kind::Pid)
+}
+
+/// Which namespace the maker makes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub(super) enum Kind {
+    /// A PID namespace, with no process yet.
+    Pid,
+    /// A network namespace (only `lo`, down), opened through the maker's `/proc/self/ns/net`
+    /// while it is in it.
+    Net,
+}
+
+/// A new namespace of `kind` owned by the user namespace `userns` ([`pid_namespace_in`]'s
+/// maker; `crate::sys::netns::create_in` for a network namespace).
+pub(super) fn namespace_in(userns: BorrowedFd<'_>, kind: Kind) -> io::Result<OwnedFd> {
     let stack = super::vfork::Stack::new(CHILD_STACK_BYTES)?;
     let old_mask = super::block_all_signals()?;
-    let made = spawn_maker(&stack, userns.as_raw_fd());
+    let made = spawn_maker(&stack, userns.as_raw_fd(), kind);
     super::restore_signal_mask(&old_mask);
     made
 }
@@ -48,20 +65,30 @@ pub fn pid_namespace_in(userns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 #[repr(C)]
 struct Made {
     userns: libc::c_int,
+    kind: Kind,
     /// The descriptor (>= 0) or -errno.
     result: libc::c_int,
     /// The step that failed (an index into [`STEPS`]).
     step: libc::c_int,
 }
 
-const STEPS: [&str; 4] = [
+const STEPS: [&str; 6] = [
     "join the task's user namespace (setns)",
     "unshare a PID namespace",
     "open a pidfd of its own",
     "open the new PID namespace (pidfd ioctl PIDFD_GET_PID_FOR_CHILDREN_NAMESPACE, Linux 6.11)",
+    "unshare a network namespace",
+    "open the new network namespace (/proc/self/ns/net)",
 ];
 
-fn spawn_maker(stack: &super::vfork::Stack, userns: libc::c_int) -> io::Result<OwnedFd> {
+/// The maker's `/proc/self/ns/net`, as open(2) takes it.
+const OWN_NET_NAMESPACE: &[u8] = b"/proc/self/ns/net\0";
+
+fn spawn_maker(
+    stack: &super::vfork::Stack,
+    userns: libc::c_int,
+    kind: Kind,
+) -> io::Result<OwnedFd> {
     extern "C" fn make_then_exit(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` points at the caller's `Made`, alive while the caller is suspended
         // (CLONE_VFORK). Raw syscall(2)s only, which touch no thread state of libc's (the
@@ -77,6 +104,19 @@ fn spawn_maker(stack: &super::vfork::Stack, userns: libc::c_int) -> io::Result<O
             };
             if libc::syscall(libc::SYS_setns, made.userns, libc::CLONE_NEWUSER) < 0 {
                 fail(made, 0);
+            }
+            if made.kind == Kind::Net {
+                if libc::syscall(libc::SYS_unshare, libc::CLONE_NEWNET) < 0 {
+                    fail(made, 4);
+                }
+                let path = OWN_NET_NAMESPACE.as_ptr();
+                let flags = libc::O_RDONLY | libc::O_CLOEXEC;
+                let ns = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path, flags);
+                if ns < 0 {
+                    fail(made, 5);
+                }
+                made.result = ns as libc::c_int;
+                libc::_exit(0)
             }
             if libc::syscall(libc::SYS_unshare, libc::CLONE_NEWPID) < 0 {
                 fail(made, 1);
@@ -105,6 +145,7 @@ fn spawn_maker(stack: &super::vfork::Stack, userns: libc::c_int) -> io::Result<O
     }
     let mut made = Made {
         userns,
+        kind,
         result: -libc::EINVAL,
         step: 0,
     };
@@ -128,7 +169,7 @@ fn spawn_maker(stack: &super::vfork::Stack, userns: libc::c_int) -> io::Result<O
         let step = STEPS.get(made.step as usize).copied().unwrap_or("?");
         return Err(io::Error::new(
             why.kind(),
-            format!("the maker of the task's PID namespace could not {step}: {why}"),
+            format!("the maker of the task's namespace could not {step}: {why}"),
         ));
     }
     // SAFETY: the child opened this descriptor (close-on-exec, as nsfs opens them) in the

@@ -45,6 +45,7 @@ pub(super) fn spawn(request: &JobRequest, cgroup_fd: Option<RawFd>) -> std::io::
         pid_namespace: None,
         cgroup_fd,
         keep_as_fd3: None,
+        keep_fds: &[],
         nofile: super::super::ORIGINAL_NOFILE.get().copied(),
         // keel's code runs in the clone before its exec (the daemon's signal handlers must
         // not): signals stay blocked until the worker unblocks them (worker::run).

@@ -175,3 +175,20 @@ fn named_lists_expand_nest_and_refuse_circles_and_unknowns() {
     lists.insert("cdn".to_string(), entries(&["*.jsdelivr.net"]));
     assert!(Policy::new(&entries(&["@cdn", "@npm"]), &lists).is_ok());
 }
+
+#[test]
+fn static_ports_are_the_host_entries_and_the_address_entries_ports() {
+    let p = policy(&[
+        "host:8080",
+        "host:11434",
+        "10.0.0.0/8:5432",
+        "192.168.1.7:5432",
+        "203.0.113.7:22",
+        "api.example.com",
+    ]);
+    assert_eq!(p.static_ports(), (vec![8080, 11434], vec![22, 5432]));
+    assert_eq!(
+        policy(&["api.example.com"]).static_ports(),
+        (vec![], vec![])
+    );
+}

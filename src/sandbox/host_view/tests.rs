@@ -75,6 +75,7 @@ fn layout(hidden: Vec<PathBuf>, writable: Vec<PathBuf>) -> SandboxLayout {
         writable,
         readonly: Vec::new(),
         in_user_namespace: false,
+        own_network: false,
         veiled: vec![],
     }
 }

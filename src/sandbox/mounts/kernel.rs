@@ -435,7 +435,7 @@ impl Mounter for KernelMounter {
                     sys::mount_fs("overlay", at, "overlay", flags, Some(&data))
                 })
             }
-            MountOp::Proc { target } | MountOp::Devpts { target } => {
+            MountOp::Proc { target } | MountOp::Devpts { target } | MountOp::Sysfs { target } => {
                 self.mount_on(target, Known::Mount, |at| mount_fresh(op, at, false))
             }
             MountOp::Hide { target } => self.hide(target),
@@ -484,6 +484,11 @@ pub(super) fn mount_fresh(op: &MountOp, at: &Path, read_only: bool) -> io::Resul
             // them, and stays in the host's mount namespace): /proc/1 — its mountinfo,
             // cmdline and root — is out of the agent's sight, its own processes are not.
             sys::mount_fs("proc", at, "proc", flags, Some("hidepid=ptraceable"))?;
+        }
+        MountOp::Sysfs { .. } => {
+            let flags =
+                MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            sys::mount_fs("sysfs", at, "sysfs", flags, None)?;
         }
         MountOp::Devpts { .. } => {
             let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;

@@ -320,6 +320,13 @@ impl<'a> Planner<'a> {
                     self.push(&Step::Hidden(cgroups.clone()), MountOp::Hide { target });
                     self.mounted(&cgroups, Layer::Opaque);
                 }
+                // A network namespace of its own: the sysfs of that namespace over the
+                // host's (mounted by the attempt, which is in it).
+                RootEntryKind::Dir if entry.name == "sys" && self.layout.own_network => {
+                    self.bind(&step, &at, &at, false, false);
+                    let target = self.host(&at);
+                    self.push(&step, MountOp::Sysfs { target });
+                }
                 RootEntryKind::Dir => self.bind(&step, &at, &at, entry.name != "sys", false),
                 RootEntryKind::File => self.bind(&step, &at, &at, false, true),
                 RootEntryKind::Symlink(target) => {

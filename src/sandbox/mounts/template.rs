@@ -237,6 +237,7 @@ fn with_targets(op: &MountOp, map: impl Fn(&PathBuf) -> PathBuf) -> MountOp {
         MountOp::Tmpfs { target, .. }
         | MountOp::MakeUnbindable { target }
         | MountOp::Proc { target }
+        | MountOp::Sysfs { target }
         | MountOp::Devpts { target }
         | MountOp::Hide { target }
         | MountOp::SetAttrRecursive { target, .. }
@@ -290,7 +291,7 @@ fn split(plan: &[(Step, MountOp)], new_root: &Path, own_sources: &[&PathBuf]) ->
                 fresh.push(mapped.clone());
                 continue;
             }
-            MountOp::Proc { .. } | MountOp::Devpts { .. } => {
+            MountOp::Proc { .. } | MountOp::Devpts { .. } | MountOp::Sysfs { .. } => {
                 fresh.push(mapped.clone());
                 continue;
             }

@@ -113,9 +113,13 @@ impl Prepared {
     /// read-only mount writable — with the IPC, UTS (and network) namespaces, all owned by
     /// the task's user namespace. Without one, all of them are made with the mounts.
     pub fn enter(&self, userns: Option<BorrowedFd<'_>>) -> Result<(), SandboxSetupError> {
+        // The network namespace first, before any mount: the sandbox's sysfs is of it.
+        if self.network_none {
+            self.enter_network_namespace()?;
+        }
         let others = match userns {
             Some(_) => nix::sched::CloneFlags::empty(),
-            None => mounts::task_namespaces(self.network_none),
+            None => mounts::task_namespaces(),
         };
         match &self.template {
             Some((attempt, ns)) => match ns.enter(attempt, others, userns) {
@@ -129,7 +133,7 @@ impl Prepared {
             None => self.build_in_full(others, userns)?,
         }
         if let Some(userns) = userns {
-            enter_user_namespace(userns, self.network_none)?;
+            enter_user_namespace(userns)?;
         }
         privileges::apply(&self.privileges).map_err(SandboxSetupError::Privileges)?;
         // Last: it needs no_new_privs (set just above) and denies the mount calls used before.
@@ -137,6 +141,18 @@ impl Prepared {
         crate::sys::seccomp::install_seccomp_filter(self.seccomp)
             .map_err(SandboxSetupError::Seccomp)?;
         Ok(())
+    }
+
+    /// The attempt's network namespace, as the daemon made it (owned by the task's user
+    /// namespace; for `Allow`, with its routes and the relay's sockets); a new one of the
+    /// caller's when none was given (a shim started on its own).
+    fn enter_network_namespace(&self) -> Result<(), SandboxSetupError> {
+        use nix::sched::CloneFlags;
+        match &self.netns {
+            Some(ns) => nix::sched::setns(ns, CloneFlags::CLONE_NEWNET),
+            None => nix::sched::unshare(CloneFlags::CLONE_NEWNET),
+        }
+        .map_err(SandboxSetupError::NetworkNamespace)
     }
 
     /// The whole mount plan, in a mount namespace copied from the caller's (with the task's
@@ -195,12 +211,9 @@ impl Prepared {
 /// In the agent's child, its sandbox built: join the task's user namespace as its root, and
 /// make the sandbox's mount namespace (a copy of the one built, every mount locked), IPC and
 /// UTS namespaces (and network, for `network: None`) in it.
-fn enter_user_namespace(
-    userns: BorrowedFd<'_>,
-    network_none: bool,
-) -> Result<(), SandboxSetupError> {
+fn enter_user_namespace(userns: BorrowedFd<'_>) -> Result<(), SandboxSetupError> {
     crate::sys::userns::enter(userns).map_err(SandboxSetupError::JoinUserNamespace)?;
-    let flags = nix::sched::CloneFlags::CLONE_NEWNS | mounts::task_namespaces(network_none);
+    let flags = nix::sched::CloneFlags::CLONE_NEWNS | mounts::task_namespaces();
     nix::sched::unshare(flags).map_err(SandboxSetupError::NamespacesInUserNamespace)
 }
 
@@ -239,6 +252,8 @@ pub enum SandboxSetupError {
     JoinUserNamespace(io::Error),
     /// `unshare` of the sandbox's namespaces in the task's user namespace.
     NamespacesInUserNamespace(nix::errno::Errno),
+    /// `setns` into the attempt's network namespace (or `unshare` of one).
+    NetworkNamespace(nix::errno::Errno),
     /// Capabilities, groups and ids (the error names the step).
     Privileges(privileges::PrivilegeError),
     /// The seccomp filter.
@@ -264,6 +279,11 @@ impl std::fmt::Display for SandboxSetupError {
             SandboxSetupError::NamespacesInUserNamespace(e) => write!(
                 f,
                 "cannot create the task's namespaces in its user namespace (unshare: {e})"
+            ),
+            SandboxSetupError::NetworkNamespace(e) => write!(
+                f,
+                "cannot enter the task's network namespace ({e}): network namespaces need \
+                 CAP_SYS_ADMIN; sandbox.network: Host is the only network that needs none"
             ),
             SandboxSetupError::Privileges(e) => e.fmt(f),
             SandboxSetupError::Seccomp(e) => write!(

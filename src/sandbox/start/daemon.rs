@@ -147,6 +147,9 @@ pub struct Prepared {
     pub(super) id_block: Option<IdBlock>,
     /// That namespace, when the daemon made it (else the shim's clone makes it).
     pub(super) userns: Option<OwnedFd>,
+    /// The attempt's network namespace, when the daemon made it (`network: None | Allow`:
+    /// `crate::network::task_namespace`); else one of its own is made by the agent's child.
+    pub(super) netns: Option<OwnedFd>,
     /// The seccomp filter, built here (once per process) rather than in the agent's child,
     /// which shares its parent's memory and should allocate little.
     pub(super) seccomp: &'static [crate::sys::seccomp::Instruction],
@@ -228,6 +231,9 @@ pub fn prepare(
         // own of: keep the host's resolver directory visible, read-only.
         readonly: mounts::resolv_conf_run_dir().into_iter().collect(),
         in_user_namespace,
+        // A daemon in a user namespace of its own may not mount a sysfs over the host's
+        // (mount_namespaces(7): a filesystem it could see more of than it is shown).
+        own_network: spec.network.own_namespace() && !in_user_namespace,
     };
     let host_root = list_host_root().map_err(ResolveError::ListHostRoot)?;
     Ok(Prepared {
@@ -239,6 +245,7 @@ pub fn prepare(
         home,
         id_block: spec.id_block,
         userns: None,
+        netns: None,
         #[cfg(target_arch = "x86_64")]
         seccomp: crate::sandbox::seccomp::filter(),
         #[cfg(not(target_arch = "x86_64"))]
@@ -263,6 +270,16 @@ impl Prepared {
             CheckoutFiles::Overlay { upper, .. } => Some(upper),
             CheckoutFiles::Bind(_) => None,
         }
+    }
+
+    /// Hold the attempt's network namespace, made by the daemon.
+    pub fn hold_network_namespace(&mut self, netns: OwnedFd) {
+        self.netns = Some(netns);
+    }
+
+    /// The attempt's network namespace, when the daemon made it.
+    pub fn network_namespace(&self) -> Option<BorrowedFd<'_>> {
+        self.netns.as_ref().map(|fd| fd.as_fd())
     }
 
     /// Hold the task's user namespace, made by the daemon (for the block of
@@ -348,6 +365,7 @@ impl Prepared {
             home: parts.home,
             id_block: parts.id_block,
             userns,
+            netns: None,
             #[cfg(target_arch = "x86_64")]
             seccomp: crate::sandbox::seccomp::filter(),
             #[cfg(not(target_arch = "x86_64"))]

@@ -51,6 +51,7 @@ pub(super) fn layout() -> SandboxLayout {
         writable: vec![],
         readonly: vec![],
         in_user_namespace: false,
+        own_network: false,
         veiled: vec![],
     }
 }
@@ -517,13 +518,32 @@ fn read_only_paths_are_bound_inside_keel_mounts_and_stay_read_only() {
 }
 
 #[test]
-fn every_task_has_its_own_ipc_and_uts_namespaces_and_a_network_one_for_none() {
+fn every_task_has_its_own_ipc_and_uts_namespaces() {
     use nix::sched::CloneFlags;
     let own = CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS;
-    assert_eq!(task_namespaces(false), own);
-    assert_eq!(task_namespaces(true), own | CloneFlags::CLONE_NEWNET);
-    // The mount namespace is made apart (copied from a template, or a spare's copy joined).
-    assert!(!task_namespaces(true).contains(CloneFlags::CLONE_NEWNS));
+    assert_eq!(task_namespaces(), own);
+    // The mount namespace is made apart (copied from a template, or a spare's copy joined);
+    // the network one is joined first (made by the daemon).
+    assert!(!task_namespaces().intersects(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWNET));
+}
+
+#[test]
+fn a_sandbox_with_a_network_of_its_own_mounts_a_sysfs_of_it_over_the_hosts() {
+    let host = host();
+    let mut l = layout();
+    let plain = printed(&plan(&l, &host));
+    assert!(!plain.iter().any(|o| o.starts_with("sysfs")), "{plain:?}");
+    l.own_network = true;
+    let own = printed(&plan(&l, &host));
+    let bind = own
+        .iter()
+        .position(|o| o.starts_with("bind") && o.ends_with("/sys"))
+        .unwrap();
+    let sysfs = own
+        .iter()
+        .position(|o| o.starts_with("sysfs"))
+        .expect("a sysfs");
+    assert!(sysfs > bind, "{own:?}");
 }
 
 mod checkout;

@@ -1,0 +1,280 @@
+//! The daemon's side of a task's network (`sandbox.network: None | Allow`): the attempt's
+//! network namespace, made before the shim's spawn ([`crate::network::task_namespace`]), and for
+//! `Allow` the task's relay (`keel relay`, the policy side), spawned into the task's cgroup —
+//! it dies with the attempt, its CPU and memory are the task's, and it outlives a daemon that
+//! dies (a re-adopted task's connections, open ones included, go on). The daemon looks at
+//! the relay every few seconds ([`Timer::Network`]): one that died is started again (its
+//! sockets made anew in the namespace; the fake addresses it handed out are in its `names`
+//! file), and its report's new refusals are journaled as `net-denied`, coalesced per
+//! destination.
+
+use super::store::Store;
+use super::task::Task;
+use super::timers::{Timer, Timers};
+use crate::network::relay_protocol::{RelayReport, RelaySpec};
+use crate::network::task_namespace::{self, RelaySockets};
+use crate::sandbox::spec::SandboxNetwork;
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How often the daemon looks at each relay and its report.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
+/// The first wait before a relay that died is started again; doubled per death, at most
+/// [`RESTART_MAX`].
+const RESTART_FIRST: Duration = Duration::from_secs(1);
+const RESTART_MAX: Duration = Duration::from_secs(30);
+/// A relay's log is cut back past this size (one line per event, refusals coalesced).
+const RELAY_LOG_MAX_BYTES: u64 = 1 << 20;
+
+/// An attempt's network, as the daemon holds it.
+pub(crate) struct TaskNetwork {
+    /// The namespace (its `lo`, its routes), held while the attempt runs.
+    pub netns: OwnedFd,
+    /// The relay, for `Allow`.
+    relay: Option<Relay>,
+}
+
+struct Relay {
+    spec: RelaySpec,
+    spec_path: PathBuf,
+    /// `(pid, pidfd)` of the running one; `None` between a death and its restart.
+    process: Option<(i32, OwnedFd)>,
+    deaths: u32,
+    restart_at: Option<Instant>,
+    cgroup: Option<OwnedFd>,
+    v1_procs: Vec<PathBuf>,
+    /// Refusals journaled so far, per destination (the report's counts).
+    journaled: BTreeMap<String, u64>,
+}
+
+/// Where the attempt's relay asks names on the host (`keel.ron`), and what it inherits of the
+/// task's cgroup.
+pub(crate) struct NetworkContext<'a> {
+    pub unit: &'a str,
+    pub run_dir: &'a Path,
+    pub resolver: Option<SocketAddr>,
+    pub cgroup: Option<BorrowedFd<'a>>,
+    pub v1_procs: &'a [PathBuf],
+}
+
+/// The network of an attempt of `network`: `None` for `Host`; else its namespace (owned by
+/// `userns`, the task's) and, for `Allow`, its relay, started. `Err`: why not (the host's
+/// problem: no network namespace can be made, or the relay cannot run).
+pub(crate) fn start(
+    network: &SandboxNetwork,
+    userns: Option<BorrowedFd<'_>>,
+    ctx: &NetworkContext<'_>,
+) -> Result<Option<TaskNetwork>, String> {
+    let Some((netns, sockets)) = task_namespace::make(network, userns)? else {
+        return Ok(None);
+    };
+    let Some(sockets) = sockets else {
+        return Ok(Some(TaskNetwork { netns, relay: None }));
+    };
+    let dir = task_namespace::network_dir(ctx.run_dir);
+    // A new namespace: what an earlier attempt's relay counted and handed out is not this one's.
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    let fds = sockets.relay_fds(netns.as_fd());
+    let spec = task_namespace::relay_spec(ctx.unit, network, ctx.run_dir, ctx.resolver, fds)
+        .ok_or("no relay spec for an Allow network")?;
+    let cgroup = (ctx.cgroup)
+        .map(|fd| fd.try_clone_to_owned())
+        .transpose()
+        .map_err(|e| format!("cannot keep the task's cgroup for its relay: {e}"))?;
+    let mut relay = Relay {
+        spec,
+        spec_path: dir.join("relay.json"),
+        process: None,
+        deaths: 0,
+        restart_at: None,
+        cgroup,
+        v1_procs: ctx.v1_procs.to_vec(),
+        journaled: BTreeMap::new(),
+    };
+    relay.spawn(netns.as_fd(), &sockets)?;
+    Ok(Some(TaskNetwork {
+        netns,
+        relay: Some(relay),
+    }))
+}
+
+impl Relay {
+    /// Write its spec (the descriptors' numbers are this daemon's, which the relay inherits)
+    /// and start `keel relay` in the task's cgroup.
+    fn spawn(&mut self, netns: BorrowedFd<'_>, sockets: &RelaySockets) -> Result<(), String> {
+        self.spec.fds = sockets.relay_fds(netns);
+        let text = serde_json::to_vec_pretty(&self.spec).map_err(|e| e.to_string())?;
+        crate::state::atomic_write(&self.spec_path, &text)
+            .map_err(|e| format!("cannot write {}: {e}", self.spec_path.display()))?;
+        let log_path = self.spec_path.with_file_name("relay.log");
+        if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > RELAY_LOG_MAX_BYTES) {
+            let _ = std::fs::rename(&log_path, log_path.with_extension("log.1"));
+        }
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&log_path)
+            .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+        let devnull = crate::sys::fds::open_dev_null().map_err(|e| e.to_string())?;
+        let nul = |s: &str| CString::new(s).map_err(|_| format!("a NUL in {s:?}"));
+        let program = nul("/proc/self/exe")?;
+        let spec_arg = CString::new(self.spec_path.as_os_str().as_encoded_bytes())
+            .map_err(|_| "a NUL in the relay's spec path".to_string())?;
+        let argv = [nul("keel")?, nul("relay")?, nul("--spec")?, spec_arg];
+        let envp: Vec<CString> = std::env::vars_os()
+            .filter_map(|(k, v)| {
+                let mut pair = k.into_encoded_bytes();
+                pair.push(b'=');
+                pair.extend_from_slice(v.as_encoded_bytes());
+                CString::new(pair).ok()
+            })
+            .collect();
+        let keep = sockets.raw_fds(netns);
+        let request = crate::sys::SpawnRequest {
+            program: &program,
+            argv: &argv,
+            envp: &envp,
+            stdin: devnull.as_raw_fd(),
+            stdout: log.as_raw_fd(),
+            stderr: log.as_raw_fd(),
+            extra_flags: 0,
+            pid_namespace: None,
+            cgroup_fd: self.cgroup.as_ref().map(|fd| fd.as_raw_fd()),
+            keep_as_fd3: None,
+            keep_fds: &keep,
+            nofile: None,
+            signals_blocked: false,
+        };
+        let (pid, pidfd) = crate::sys::spawn_with_pidfd(&request)
+            .map_err(|e| format!("cannot start the task's relay: {e}"))?;
+        // Hybrid hosts: the v1 controllers' cgroups too (the v2 one was joined at the clone).
+        for procs in &self.v1_procs {
+            if let Err(e) = std::fs::write(procs, pid.to_string()) {
+                log::warn!("{}: relay {pid}: cannot join {}: {e}", self.spec.unit, procs.display());
+            }
+        }
+        log::info!("{}: network relay started (pid {pid})", self.spec.unit);
+        self.process = Some((pid, pidfd));
+        Ok(())
+    }
+
+    /// Whether the running relay has exited (its pidfd readable).
+    fn exited(&self) -> bool {
+        self.process
+            .as_ref()
+            .is_some_and(|(_, pidfd)| crate::sys::fds::wait_readable(pidfd.as_fd(), Some(Duration::ZERO)))
+    }
+}
+
+impl TaskNetwork {
+    /// The relay's pid, while it runs.
+    pub(crate) fn relay_pid(&self) -> Option<i32> {
+        self.relay.as_ref()?.process.as_ref().map(|(pid, _)| *pid)
+    }
+
+    /// The periodic look ([`CHECK_EVERY`]): a relay that died is started again (after its
+    /// backoff); the report's new refusals are journaled.
+    pub(crate) fn check(&mut self, task_name: &str, now: Instant) -> Vec<String> {
+        let Some(relay) = self.relay.as_mut() else {
+            return Vec::new();
+        };
+        if relay.exited() {
+            let pid = relay.process.take().map_or(0, |(pid, _)| pid);
+            relay.deaths += 1;
+            let wait = RESTART_FIRST
+                .saturating_mul(2u32.saturating_pow(relay.deaths.saturating_sub(1).min(8)))
+                .min(RESTART_MAX);
+            log::warn!(
+                "{task_name}: network relay {pid} ended: starting it again in {} (the task goes on; new connections are refused meanwhile)",
+                crate::fmt::duration_precise(wait)
+            );
+            relay.restart_at = Some(now + wait);
+        }
+        if relay.process.is_none() && relay.restart_at.is_some_and(|at| at <= now) {
+            relay.restart_at = None;
+            let policy = task_namespace::policy_of(&relay.spec.entries, &relay.spec.lists);
+            let respawned = policy
+                .and_then(|p| task_namespace::remake_sockets(self.netns.as_fd(), p))
+                .and_then(|sockets| relay.spawn(self.netns.as_fd(), &sockets));
+            if let Err(e) = respawned {
+                log::error!("{task_name}: cannot start the network relay again: {e}");
+                relay.restart_at = Some(now + RESTART_MAX);
+            }
+        }
+        new_refusals(&relay.spec.report, &mut relay.journaled)
+    }
+}
+
+/// The relay's last report for the attempt whose run directory is `run_dir`, if it wrote one.
+pub(crate) fn read_report(run_dir: &Path) -> Option<RelayReport> {
+    let text = std::fs::read(task_namespace::report_path(run_dir)).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// The refusals the report at `path` counts beyond those `journaled`, as `net-denied` event
+/// details; `journaled` brought up to date.
+fn new_refusals(path: &Path, journaled: &mut BTreeMap<String, u64>) -> Vec<String> {
+    let Some(report) = std::fs::read(path)
+        .ok()
+        .and_then(|text| serde_json::from_slice::<RelayReport>(&text).ok())
+    else {
+        return Vec::new();
+    };
+    refusals_since(&report, journaled)
+}
+
+/// [`new_refusals`] of a report read: one line per destination refused again since
+/// (`example.com:443 ×3: the name is not listed`).
+pub(crate) fn refusals_since(
+    report: &RelayReport,
+    journaled: &mut BTreeMap<String, u64>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    for refused in &report.refused {
+        let before = journaled.get(&refused.destination).copied().unwrap_or(0);
+        // A relay started again counts on from its last report; fewer means a new count.
+        let new = match refused.count.checked_sub(before) {
+            Some(0) => continue,
+            Some(n) => n,
+            None => refused.count,
+        };
+        journaled.insert(refused.destination.clone(), refused.count);
+        let times = if new == 1 { String::new() } else { format!(" \u{d7}{new}") };
+        lines.push(format!("{}{times}: {}", refused.destination, refused.reason));
+    }
+    lines
+}
+
+/// Journal what each running task's relay refused since the last look, start again a relay
+/// that died, and look again in [`CHECK_EVERY`] while any task has a relay.
+pub(crate) fn check_all<'a>(
+    tasks: impl Iterator<Item = &'a mut Task>,
+    store: &mut Store,
+    timers: &mut Timers,
+) {
+    let now = Instant::now();
+    let mut any = false;
+    for task in tasks {
+        let Some(network) = task.network.as_mut() else {
+            continue;
+        };
+        any |= network.relay.is_some();
+        let name = task.name.clone();
+        for line in network.check(&name, now) {
+            log::info!("{name}: net-denied {line}");
+            store.task_event(task, "net-denied", &line);
+        }
+    }
+    if any {
+        timers.add_after(CHECK_EVERY, Timer::Network);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+//! A task's network namespace, as the daemon makes it for an attempt of a sandbox with a
+//! network of its own (`sandbox.network: None` or `Allow`), and the relay it starts for
+//! `Allow` ([`super::relay_protocol`]).
+//!
+//! The namespace is owned by the task's user namespace (made by a child that joins it:
+//! `crate::sys::netns::create_in`), its `lo` up. For `Allow`, every address is routed `local`
+//! on `lo` (IPv4 and IPv6): a connection to anywhere nobody listens on inside is reset by the
+//! kernel at once — never a wait — and the relay's listeners take the rest. The sockets the
+//! agent may use before the relay runs are made here, inside the namespace (a thread that
+//! joins it): the resolver's (UDP and TCP on `198.18.0.2:53`), the proxy's and each
+//! `host:PORT` entry's on `198.18.0.1`, each address entry's port on every address, and the
+//! packet sniffer that sees what was refused. No start waits for the relay: what the agent
+//! sends first waits in those sockets' queues.
+
+use super::fake::{HOST_ADDRESS, RESOLVER_ADDRESS};
+use super::relay_protocol::{RelayFds, RelaySpec, PROXY_PORT};
+use super::{entry, Policy};
+use crate::sandbox::spec::SandboxNetwork;
+use crate::sys::{netlink, netns};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+/// How long the relay gives an upstream's connect before the agent's connection is reset.
+const CONNECT_TIMEOUT_MS: u64 = 10_000;
+
+/// The sockets a relay inherits, made inside the task's namespace.
+pub struct RelaySockets {
+    pub dns_udp: OwnedFd,
+    pub dns_tcp: OwnedFd,
+    pub sniffer: Option<OwnedFd>,
+    pub listeners: Vec<(SocketAddr, OwnedFd)>,
+}
+
+impl RelaySockets {
+    /// Every descriptor, for the relay's spawn to keep open across its exec.
+    pub fn raw_fds(&self, netns: BorrowedFd<'_>) -> Vec<RawFd> {
+        let mut fds = vec![
+            netns.as_raw_fd(),
+            self.dns_udp.as_raw_fd(),
+            self.dns_tcp.as_raw_fd(),
+        ];
+        fds.extend(self.sniffer.as_ref().map(|s| s.as_raw_fd()));
+        fds.extend(self.listeners.iter().map(|(_, fd)| fd.as_raw_fd()));
+        fds
+    }
+
+    /// Their numbers, as the relay's spec names them (the relay inherits them as they are).
+    pub fn relay_fds(&self, netns: BorrowedFd<'_>) -> RelayFds {
+        RelayFds {
+            netns: netns.as_raw_fd(),
+            dns_udp: self.dns_udp.as_raw_fd(),
+            dns_tcp: self.dns_tcp.as_raw_fd(),
+            sniffer: self.sniffer.as_ref().map(|s| s.as_raw_fd()),
+            listeners: (self.listeners.iter())
+                .map(|(at, fd)| (*at, fd.as_raw_fd()))
+                .collect(),
+        }
+    }
+}
+
+/// The policy of an `Allow` network: its entries parsed (validated when the unit was
+/// loaded), its lists expanded.
+pub fn policy_of(
+    entries: &[String],
+    lists: &BTreeMap<String, Vec<String>>,
+) -> Result<Policy, String> {
+    let parse = |texts: &[String]| -> Result<Vec<entry::Entry>, String> {
+        (texts.iter())
+            .map(|t| entry::parse(t).map_err(|e| format!("{t:?}: {e}")))
+            .collect()
+    };
+    let mut parsed = BTreeMap::new();
+    for (name, members) in lists {
+        parsed.insert(name.clone(), parse(members)?);
+    }
+    Policy::new(&parse(entries)?, &parsed).map_err(|e| e.to_string())
+}
+
+/// The network namespace of an attempt of `network` (`None` for `Host`), owned by `userns`
+/// (the task's; `None`: the daemon's own), `lo` up; for `Allow` its routes and the relay's
+/// sockets too. Errors name the step.
+pub fn make(
+    network: &SandboxNetwork,
+    userns: Option<BorrowedFd<'_>>,
+) -> Result<Option<(OwnedFd, Option<RelaySockets>)>, String> {
+    let allow = match network {
+        SandboxNetwork::Host => return Ok(None),
+        SandboxNetwork::None => None,
+        SandboxNetwork::Allow { entries, lists } => Some(policy_of(entries, lists)?),
+    };
+    let ns = netns::create_in(userns).map_err(|e| {
+        format!(
+            "cannot make the task's network namespace ({e}): this host does not allow \
+             network namespaces to keel (is it in a container without CAP_SYS_ADMIN, or is \
+             user.max_net_namespaces 0?); sandbox.network: Host is the only network that \
+             needs none"
+        )
+    })?;
+    let sockets = netns::run_in(ns.as_fd(), move || {
+        netlink::loopback_up().map_err(|e| step("bring lo up", e))?;
+        match allow {
+            Some(policy) => configure_allow(&policy).map(Some),
+            None => Ok(None),
+        }
+    })
+    .map_err(|e| format!("cannot set up the task's network namespace: {e}"))?;
+    Ok(Some((ns, sockets)))
+}
+
+/// The relay's sockets made again in the namespace `ns` (for a relay started again: the
+/// sockets of the one before died with it).
+pub fn remake_sockets(ns: BorrowedFd<'_>, policy: Policy) -> Result<RelaySockets, String> {
+    netns::run_in(ns, move || configure_allow(&policy))
+        .map_err(|e| format!("cannot make the relay's sockets again: {e}"))
+}
+
+fn step(what: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// In the task's namespace (a thread that joined it): every address local on `lo`, and the
+/// sockets of [`RelaySockets`].
+fn configure_allow(policy: &Policy) -> io::Result<RelaySockets> {
+    for (addr, what) in [
+        (IpAddr::V4(Ipv4Addr::UNSPECIFIED), "route 0.0.0.0/0 to lo"),
+        (IpAddr::V6(Ipv6Addr::UNSPECIFIED), "route ::/0 to lo"),
+    ] {
+        match netlink::add_local_route(addr, 0) {
+            // Made already: the sockets of a relay started again.
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            // IPv6 turned off on the host (ipv6.disable=1): there is no IPv6 to leave by.
+            Err(e) if addr.is_ipv6() && e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {}
+            Err(e) => return Err(step(what, e)),
+        }
+    }
+    let resolver = SocketAddr::new(IpAddr::V4(RESOLVER_ADDRESS), 53);
+    let dns_udp = UdpSocket::bind(resolver).map_err(|e| step("bind the resolver (UDP)", e))?;
+    let dns_tcp = TcpListener::bind(resolver).map_err(|e| step("bind the resolver (TCP)", e))?;
+    let (host_ports, network_ports) = policy.static_ports();
+    let host = |port| SocketAddr::new(IpAddr::V4(HOST_ADDRESS), port);
+    let mut wanted: Vec<SocketAddr> = vec![host(PROXY_PORT)];
+    wanted.extend(
+        host_ports
+            .iter()
+            .map(|p| host(*p))
+            .filter(|a| a.port() != PROXY_PORT),
+    );
+    wanted.extend(
+        (network_ports.iter()).map(|p| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), *p)),
+    );
+    let mut listeners = Vec::new();
+    for at in wanted {
+        let listener = TcpListener::bind(at).map_err(|e| step(&format!("listen on {at}"), e))?;
+        listeners.push((at, OwnedFd::from(listener)));
+    }
+    let sniffer = match crate::sys::packet::open_attempt_sniffer() {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            log::warn!("no packet sniffer in the task's network namespace ({e}): refusals of addresses nobody listens on go unrecorded");
+            None
+        }
+    };
+    Ok(RelaySockets {
+        dns_udp: OwnedFd::from(dns_udp),
+        dns_tcp: OwnedFd::from(dns_tcp),
+        sniffer,
+        listeners,
+    })
+}
+
+/// Where an attempt's network files live: `RUN/network/`.
+pub fn network_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("network")
+}
+
+/// The relay's report (`RUN/network/report.json`).
+pub fn report_path(run_dir: &Path) -> PathBuf {
+    network_dir(run_dir).join("report.json")
+}
+
+/// The relay's spec for `unit`'s attempt over `sockets`.
+pub fn relay_spec(
+    unit: &str,
+    network: &SandboxNetwork,
+    run_dir: &Path,
+    resolver: Option<SocketAddr>,
+    fds: RelayFds,
+) -> Option<RelaySpec> {
+    let SandboxNetwork::Allow { entries, lists } = network else {
+        return None;
+    };
+    let dir = network_dir(run_dir);
+    Some(RelaySpec {
+        unit: unit.to_string(),
+        entries: entries.clone(),
+        lists: lists.clone(),
+        report: dir.join("report.json"),
+        names: dir.join("names"),
+        resolver,
+        connect_timeout_ms: CONNECT_TIMEOUT_MS,
+        fds,
+    })
+}
+
+#[cfg(test)]
+mod tests;
