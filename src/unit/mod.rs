@@ -28,7 +28,8 @@ mod test_support;
 mod tests;
 
 pub use validate::{
-    keel_dir_problem, keel_dir_problems, validate_unit, FieldPath, PathSeg, Problem,
+    keel_dir_problem, keel_dir_problems, network_list_problems, validate_unit, FieldPath, PathSeg,
+    Problem,
 };
 pub use values::{
     cpu_millis, format_duration, format_size, parse_capability, parse_duration, parse_signal,
@@ -282,11 +283,35 @@ pub struct Sandbox {
     pub hidden: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+/// `sandbox.network`: what the agent may reach over the network.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub enum Network {
-    #[default]
+    /// The host's network namespace: everything the host reaches (an explicit opt-in that
+    /// `keel status` marks).
     Host,
+    /// A network namespace of its own with only `lo`.
     None,
+    /// A network namespace of its own from which only these destinations are reached
+    /// (`crate::network::entry`'s syntax; `"@name"` a list of `keel.ron`), as written.
+    /// `Allow([])`, the default: nothing out.
+    Allow(Vec<String>),
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network::Allow(Vec::new())
+    }
+}
+
+impl Network {
+    /// `host`, `none` or `allow`, as `keel status` names the mode.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Network::Host => "host",
+            Network::None => "none",
+            Network::Allow(_) => "allow",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
