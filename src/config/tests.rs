@@ -511,3 +511,98 @@ fn jobs_and_harvest_limits_are_read_and_checked() {
     let small = parse_config(path, r#"Config(jobs: Jobs(memory: "1M"))"#).unwrap_err();
     assert!(small.to_string().contains("too little"), "{small}");
 }
+
+#[test]
+fn network_lists_and_resolver_are_read() {
+    let config = parse(
+        r#"Config(network: Network(
+    lists: {
+        "anthropic": ["api.anthropic.com", "statsig.anthropic.com"],
+        "model": ["@anthropic", "host:11434"],
+    },
+    resolver: Some("127.0.0.1:5353"),
+))"#,
+    );
+    assert_eq!(
+        config.network.lists["anthropic"],
+        ["api.anthropic.com", "statsig.anthropic.com"]
+    );
+    assert_eq!(config.network.lists["model"], ["@anthropic", "host:11434"]);
+    assert_eq!(
+        config.network.resolver,
+        Some("127.0.0.1:5353".parse().unwrap())
+    );
+    assert_eq!(
+        parse("Config(network: Network())").network,
+        NetworkConfig::default()
+    );
+    assert_eq!(
+        parse("Config(network: Network(resolver: None))")
+            .network
+            .resolver,
+        None
+    );
+}
+
+#[test]
+fn network_errors_are_at_line_and_col() {
+    // A malformed entry, at its string, with the entry parser's message.
+    assert_bad(
+        "Config(\n    network: Network(lists: {\n        \"npm\": [\"registry.npmjs.org\", \"*.org\"],\n    }),\n)",
+        3,
+        39,
+        "network.lists[\"npm\"][1]: \"*.org\" is too broad",
+    );
+    // A list that names one there is not, at that entry.
+    assert_bad(
+        "Config(network: Network(lists: {\"a\": [\"a.com\"], \"b\": [\"@a\", \"@c\"]}))",
+        1,
+        61,
+        "network.lists[\"b\"][1]: @c: keel.ron's network lists have no list \"c\" (it has @a, @b)",
+    );
+    // Lists that include each other, at the first of them.
+    assert_bad(
+        "Config(network: Network(lists: {\n    \"a\": [\"@b\"],\n    \"b\": [\"x.com\", \"@a\"],\n}))",
+        2,
+        5,
+        "the list includes itself",
+    );
+    assert_bad(
+        "Config(network: Network(lists: {\"npm registry\": [\"registry.npmjs.org\"]}))",
+        1,
+        33,
+        "cannot be a list's name",
+    );
+    assert_bad(
+        "Config(network: Network(resolver: Some(\"localhost\")))",
+        1,
+        40,
+        "network.resolver: \"localhost\" is not an address and port",
+    );
+    assert_bad(
+        "Config(network: Network(list: {}))",
+        1,
+        25,
+        "unknown field \"list\"",
+    );
+}
+
+#[test]
+fn lists_reached_follows_lists_through_lists_only() {
+    let lists: std::collections::BTreeMap<String, Vec<String>> = [
+        ("a", vec!["a.com", "@b"]),
+        ("b", vec!["b.com", "@a"]),
+        ("c", vec!["c.com"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+    .collect();
+    let entries = |e: &[&str]| e.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let reached = network::lists_reached(&entries(&["x.org", "@a", "@missing"]), &lists);
+    assert_eq!(reached.keys().collect::<Vec<_>>(), ["a", "b"]);
+    assert!(network::lists_reached(&entries(&["x.org"]), &lists).is_empty());
+    assert_eq!(
+        network::lists_reached(&entries(&["@c"]), &lists)["c"],
+        ["c.com"]
+    );
+}

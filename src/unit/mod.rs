@@ -432,6 +432,20 @@ pub fn parse_unit(file: &Path, text: &str) -> Result<Unit, UnitError> {
     })
 }
 
+/// [`parse_unit`] with the problems `more` finds as well (see [`check_unit_with`]).
+pub fn parse_unit_with(
+    file: &Path,
+    text: &str,
+    more: impl FnOnce(&Unit) -> Vec<Problem>,
+) -> Result<Unit, UnitError> {
+    check_unit_with(file, text, more).map_err(|errors| {
+        errors
+            .into_iter()
+            .next()
+            .expect("check_unit_with reports at least one error")
+    })
+}
+
 /// Parse a unit's text and validate it, reporting every problem found, in file order. A syntax
 /// or type error stops parsing, so it is reported alone; semantic problems (a backoff factor
 /// below 1, a relative path, …) are all reported. A leading byte-order mark is ignored.
@@ -550,6 +564,15 @@ pub(crate) fn read_ron_text(path: &Path, shape: &str, kind: &str) -> Result<Stri
 
 /// Read, name-check and parse a unit file: `(name, unit, text)`.
 pub fn load_unit_file(path: &Path) -> Result<(String, Unit, String), UnitError> {
+    load_unit_file_with(path, |_| Vec::new())
+}
+
+/// [`load_unit_file`] with the problems `more` finds as well (see [`check_unit_with`]): the
+/// daemon's rules that need its configuration (the named lists of `keel.ron`).
+pub fn load_unit_file_with(
+    path: &Path,
+    more: impl FnOnce(&Unit) -> Vec<Problem>,
+) -> Result<(String, Unit, String), UnitError> {
     let whole_file = |message: String| UnitError {
         file: path.to_path_buf(),
         line: 0,
@@ -564,6 +587,6 @@ pub fn load_unit_file(path: &Path) -> Result<(String, Unit, String), UnitError> 
     })?;
     validate_name(&name).map_err(whole_file)?;
     let text = read_ron_text(path, "a unit is a file NAME.ron", "a unit file")?;
-    let unit = parse_unit(path, &text)?;
+    let unit = parse_unit_with(path, &text, more)?;
     Ok((name, unit, text))
 }
