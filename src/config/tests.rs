@@ -606,3 +606,15 @@ fn lists_reached_follows_lists_through_lists_only() {
         ["c.com"]
     );
 }
+
+#[test]
+fn the_shipped_example_configuration_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("units/examples/config/keel.ron");
+    let config = load_config(&path, &host()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.network.lists["anthropic"], ["api.anthropic.com"]);
+    let reached = network::lists_reached(&["@registries".to_string()], &config.network.lists);
+    assert_eq!(
+        reached.keys().collect::<Vec<_>>(),
+        ["crates", "go", "npm", "pypi", "registries"]
+    );
+}
