@@ -136,3 +136,6 @@ pub fn lists_reached(
     }
     reached
 }
+
+#[cfg(test)]
+mod tests;
