@@ -395,6 +395,27 @@ fn the_network_is_shown_in_full_and_host_is_marked_not_contained() {
     );
     let (none, _) = network("none", &[]);
     assert_eq!(none, "  network      none (its own lo only)");
+    // The table marks a task with the host's network, and only that.
+    let mut host = task("open", "running");
+    host.network = Some(NetworkInfo {
+        mode: "host".into(),
+        entries: vec![],
+    });
+    let mut contained = task("closed", "running");
+    contained.network = Some(NetworkInfo {
+        mode: "allow".into(),
+        entries: vec!["a.com".into()],
+    });
+    let table = render(&report(vec![host, contained]), 0, false);
+    let row = |unit: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(unit))
+            .unwrap_or_else(|| panic!("no row {unit}: {table}"))
+            .to_string()
+    };
+    assert!(row("open ").contains("host network"), "{table}");
+    assert!(!row("closed ").contains("network"), "{table}");
     // A task without a valid unit has no network line; the JSON names the mode and entries.
     let plain = render(&report(vec![detailed()]), 100_000, false);
     assert!(!plain.contains("  network"), "{plain}");
