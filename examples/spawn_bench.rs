@@ -114,6 +114,7 @@ fn main() {
             generation,
             last_exit: None,
             last_progress: None,
+            network_lists: &Default::default(),
         };
         let mut spec = attempt_spec(&dirs, &unit, &ctx);
         // As the daemon gives it: the task's block of host ids (its user namespace's).

@@ -6,6 +6,7 @@
 //!     starvation_limit: "10m",
 //!     user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024),
 //!     jobs: Jobs(workers: 2, memory: "1G", deadline: "10m"),
+//!     network: Network(lists: {"anthropic": ["api.anthropic.com"]}, resolver: None),
 //! )
 //! ```
 //!
@@ -17,6 +18,7 @@
 //! and read the same way.
 
 pub mod jobs;
+pub mod network;
 
 use crate::fmt::format_bytes;
 use crate::unit::source_map::SourceMap;
@@ -47,6 +49,8 @@ pub struct RawConfig {
     pub jobs: jobs::RawJobs,
     #[serde(default, deserialize_with = "written")]
     pub harvest_limits: Option<crate::checkout::HarvestLimits>,
+    #[serde(default)]
+    pub network: network::RawNetwork,
 }
 
 /// `user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024)` or
@@ -95,6 +99,8 @@ pub struct Config {
     pub jobs: jobs::Jobs,
     /// What a harvest refuses to bring home.
     pub harvest_limits: crate::checkout::HarvestLimits,
+    /// The named allow-lists units reuse, and the DNS server of the tasks' relays.
+    pub network: network::NetworkConfig,
 }
 
 /// The ids of a task's user namespace: each task holds one block of [`ID_BLOCK_SIZE`] host ids
@@ -268,6 +274,7 @@ pub fn resolve(raw: &RawConfig, host: &HostCapacity) -> Config {
         },
         jobs: jobs::resolve(&raw.jobs),
         harvest_limits: raw.harvest_limits.unwrap_or_default(),
+        network: network::resolve(&raw.network),
     }
 }
 
@@ -389,6 +396,7 @@ fn check(raw: &RawConfig) -> Vec<(FieldPath, String)> {
         problems.extend(check_id_range(first_id, blocks));
     }
     problems.extend(jobs::check(&raw.jobs));
+    problems.extend(network::check(&raw.network));
     problems
 }
 

@@ -120,6 +120,10 @@ enum Command {
     Check {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// The configuration whose named network lists (`"@name"` entries) the units may use
+        /// (default: STATE/keel.ron; missing = no lists).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Exit 0 iff the daemon answers and its loop is live.
     Health,
@@ -260,7 +264,11 @@ fn main() {
                 lines,
             },
         ),
-        Command::Check { files } => cli::check::run(&files, &state_dir),
+        Command::Check { files, config } => cli::check::run(
+            &files,
+            &state_dir,
+            &config.unwrap_or_else(|| state_dir.join(keel::config::CONFIG_FILE)),
+        ),
         Command::Health => cli::health::run(&state_dir),
         Command::Reload => cli::simple::run(&state_dir, Request::Reload),
         Command::Shutdown { keep_tasks } => {

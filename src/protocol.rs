@@ -150,9 +150,49 @@ pub struct TaskInfo {
     /// While the attempt's checkout is prepared (a job: `starting` until it is done).
     #[serde(default)]
     pub preparing: Option<PreparingInfo>,
+    /// What the task may reach over the network: its unit's `sandbox.network` (the unit the
+    /// live attempt started with; else the unit file's). `None`: no valid unit.
+    #[serde(default)]
+    pub network: Option<NetworkInfo>,
     /// Only when one unit is asked for (`keel status UNIT`): the task in full.
     #[serde(default)]
     pub detail: Option<TaskDetail>,
+}
+
+/// A task's `sandbox.network`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkInfo {
+    /// `host` (the host's network: not contained), `none` (only its own `lo`) or `allow`
+    /// (only `entries`).
+    pub mode: String,
+    /// `allow`'s entries, as the unit writes them (`"@name"` for a list of `keel.ron`).
+    #[serde(default)]
+    pub entries: Vec<String>,
+}
+
+impl NetworkInfo {
+    /// `host (not contained: …)`, `none (its own lo only)`, `allow: 3 entries (a.com, b.org:22,
+    /// @npm)`. Not escaped: `keel status` escapes the report's strings before it shows them.
+    pub fn text(&self) -> String {
+        match self.mode.as_str() {
+            "host" => "host (not contained: the host's whole network)".to_string(),
+            "none" => "none (its own lo only)".to_string(),
+            "allow" if self.entries.is_empty() => {
+                "allow: nothing (its own lo only: Allow([]))".to_string()
+            }
+            "allow" => format!(
+                "allow: {} {} ({})",
+                self.entries.len(),
+                if self.entries.len() == 1 {
+                    "entry"
+                } else {
+                    "entries"
+                },
+                self.entries.join(", ")
+            ),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// How far a task's preparation has come: its step (`queued`, `check paths`, `checkout`,

@@ -175,6 +175,54 @@ fn tasks_cannot_see_each_others_files_or_tmp() {
 }
 
 #[test]
+fn the_default_network_is_the_tasks_own_and_host_is_an_opt_in_status_marks() {
+    if !require_root("the_default_network_is_the_tasks_own_and_host_is_an_opt_in_status_marks") {
+        return;
+    }
+    let d = Daemon::start("sb-net-default");
+    let script = r#"echo "ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\n' ' ')""#;
+    // The default, Allow([]): a network namespace of its own, nothing out, only its lo.
+    let (task, out) = run_agent(&d, "net-default", script, "");
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert_eq!(line(&out, "ifaces "), "lo");
+    assert_eq!(task["network"]["mode"], "allow", "{task}");
+    assert_eq!(task["network"]["entries"], serde_json::json!([]), "{task}");
+    // Host: the host's interfaces, and keel status says so.
+    let (task, out) = run_agent(&d, "net-host", script, "sandbox: Sandbox(network: Host)");
+    assert_eq!(task["state"], "succeeded", "{out}");
+    let host_dev = std::fs::read_to_string("/proc/net/dev").unwrap();
+    let mut host: Vec<&str> = host_dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    host.sort();
+    assert_eq!(line(&out, "ifaces "), host.join(" "));
+    assert_eq!(task["network"]["mode"], "host", "{task}");
+    let shown = stdout_of(&d.keel(&["status", "net-host"]));
+    assert!(shown.contains("host (not contained"), "{shown}");
+    // Allow with entries: the entries as written, counted in keel status UNIT.
+    let (task, out) = run_agent(
+        &d,
+        "net-allow",
+        script,
+        r#"sandbox: Sandbox(network: Allow(["api.example.com", "host:11434"]))"#,
+    );
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert_eq!(line(&out, "ifaces "), "lo");
+    assert_eq!(
+        task["network"]["entries"],
+        serde_json::json!(["api.example.com", "host:11434"])
+    );
+    let shown = stdout_of(&d.keel(&["status", "net-allow"]));
+    assert!(
+        shown.contains("allow: 2 entries (api.example.com, host:11434)"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn network_none_has_only_loopback_and_user_runs_unprivileged() {
     if !require_root("network_none_has_only_loopback_and_user_runs_unprivileged") {
         return;
@@ -358,13 +406,65 @@ fn the_agent_cannot_signal_its_shim() {
 }
 
 #[test]
+fn keel_check_checks_network_entries_and_lists_against_keel_ron() {
+    let scratch = Scratch::new("sb-net-check");
+    let config = scratch.dir.join("keel.ron");
+    std::fs::write(
+        &config,
+        r#"Config(network: Network(lists: {"anthropic": ["api.anthropic.com"]}))"#,
+    )
+    .unwrap();
+    let unit = scratch.dir.join("net.ron");
+    let check = |text: &str| {
+        std::fs::write(&unit, text).unwrap();
+        std::process::Command::new(keel_bin())
+            .arg("check")
+            .arg("--config")
+            .arg(&config)
+            .arg(&unit)
+            .output()
+            .unwrap()
+    };
+    let out = check(
+        "Unit(\n  command: [\"x\"],\n  sandbox: Sandbox(network: Allow([\"@anthropic\", \"*\", \"@npm\"])),\n)",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout_of(&out));
+    let errors = stderr_of(&out);
+    let file = unit.display();
+    assert!(
+        errors.contains(&format!(
+            "{file}:3:50: sandbox.network[1]: \"*\" is too broad"
+        )),
+        "{errors}"
+    );
+    assert!(
+        errors.contains(&format!(
+            "{file}:3:55: sandbox.network[2]: @npm: keel.ron's network lists have no list \"npm\" (it has @anthropic)"
+        )),
+        "{errors}"
+    );
+    let out = check(r#"Unit(command: ["x"], sandbox: Sandbox(network: Allow(["@anthropic"])))"#);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    // A configuration with an error is reported, and fails the check.
+    std::fs::write(&config, r#"Config(network: Network(lists: {"a": ["@b"]}))"#).unwrap();
+    let out = check(r#"Unit(command: ["x"])"#);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("network.lists[\"a\"][0]: @b"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
 fn capabilities_that_reach_past_the_sandbox_are_refused() {
     let scratch = Scratch::new("sb-caps");
     for (cap, extra) in [
         ("CAP_SYS_PTRACE", ""),
         ("CAP_SYS_ADMIN", ""),
         ("CAP_DAC_READ_SEARCH", ""),
-        ("CAP_NET_ADMIN", ""),
+        // Only with the host's network (the default is a network of the task's own).
+        ("CAP_NET_ADMIN", ", network: Host"),
     ] {
         let file = scratch.dir.join("caps.ron");
         std::fs::write(

@@ -29,7 +29,9 @@ fn a_sandbox_on_a_template_is_the_sandbox_built_in_full() {
         .push(("KEEL_NO_SANDBOX_TEMPLATES".into(), "1".into()));
     full.spawn();
     let network = r#"sandbox: Sandbox(network: None)"#;
-    for (unit, extra) in [("plain", ""), ("isolated", network)] {
+    // Both shapes: the host's network (an explicit opt-in) and a network of the task's own.
+    let host = r#"sandbox: Sandbox(network: Host)"#;
+    for (unit, extra) in [("plain", host), ("isolated", network)] {
         let a = mount_table(&templated, unit, extra);
         let b = mount_table(&full, unit, extra);
         assert!(a.len() > 20, "{a:#?}");

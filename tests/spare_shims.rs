@@ -72,7 +72,9 @@ fn a_spare_takes_the_next_start_with_the_sandbox_of_the_usual_path() {
     let network = r#"sandbox: Sandbox(network: None)"#;
     // A spare is made for the task started last (PID 1 of a PID namespace of its user
     // namespace): each task's restart takes one (common::sandbox::run_agent_on_spare).
-    for (unit, extra) in [("plain", ""), ("isolated", network)] {
+    // Both shapes: the host's network (an explicit opt-in) and a network of the task's own.
+    let host = r#"sandbox: Sandbox(network: Host)"#;
+    for (unit, extra) in [("plain", host), ("isolated", network)] {
         let a = mount_table_on_spare(&d, unit, extra);
         let log = shim_log(&d, unit);
         assert!(

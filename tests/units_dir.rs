@@ -239,3 +239,43 @@ fn rm_removes_what_a_forgotten_task_left_behind() {
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(!d.task_dir("old").exists());
 }
+
+/// A unit's `"@name"` network entries are checked against `keel.ron`'s lists as the daemon
+/// reads the unit, and again when `keel reload` changes the lists.
+#[test]
+fn a_unit_naming_a_network_list_keel_ron_lacks_is_invalid_until_the_list_exists() {
+    let mut d = Daemon::prepare("net-lists");
+    let config = d.state().join("keel.ron");
+    std::fs::create_dir_all(d.state()).unwrap();
+    std::fs::write(
+        &config,
+        r#"Config(network: Network(lists: {"a": ["a.example.com"]}))"#,
+    )
+    .unwrap();
+    d.spawn();
+    d.write_unit(
+        "listed",
+        "Unit(\n    command: [\"/bin/sh\", \"-c\", \"exec sleep 60\"],\n    sandbox: Sandbox(network: Allow([\"@a\", \"@b\"])),\n)",
+    );
+    let invalid = || d.status()["invalid_units"].to_string();
+    wait_until(PATIENCE, "the unit reported invalid", || {
+        invalid().contains("listed.ron:3:44: sandbox.network[1]: @b")
+    });
+    assert!(invalid().contains("(it has @a)"), "{}", invalid());
+    assert!(d.task("listed").is_none(), "an invalid unit made a task");
+    // The list appears: the reload reads the unit again, and the task starts.
+    std::fs::write(
+        &config,
+        r#"Config(network: Network(lists: {"a": ["a.example.com"], "b": ["host:8080"]}))"#,
+    )
+    .unwrap();
+    let out = d.keel(&["reload"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let task = d.wait_state("listed", "running", PATIENCE);
+    assert_eq!(
+        task["network"]["entries"],
+        serde_json::json!(["@a", "@b"]),
+        "{task}"
+    );
+    assert!(!invalid().contains("listed.ron"), "{}", invalid());
+}

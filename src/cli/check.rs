@@ -4,13 +4,17 @@
 //!
 //! Beyond the rules every unit obeys, a writable path may not be, cover or lie inside keel's
 //! state directory (`--state`, `$KEEL_STATE_DIR` or the default) or its default units
-//! directory (`STATE/units`); the daemon checks its own at each start.
+//! directory (`STATE/units`); the daemon checks its own at each start. A `"@name"` entry of
+//! `sandbox.network` must name a list of the configuration (`--config`, or `STATE/keel.ron`),
+//! as the daemon requires when it reads the unit; a configuration with an error is reported
+//! (and fails the check) and that rule is then left out.
 
 use super::{CliError, CliResult};
 use crate::fmt::printable;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub fn run(files: &[PathBuf], state_dir: &Path) -> CliResult {
+pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
     let units_dir = state_dir.join("units");
     // The real directories as well: a writable path must be a real path (binds refuse
     // symlinks), and the state directory may be reached through one.
@@ -25,8 +29,18 @@ pub fn run(files: &[PathBuf], state_dir: &Path) -> CliResult {
         }
     }
     let dirs: Vec<(&str, &Path)> = dirs.iter().map(|(w, d)| (*w, d.as_path())).collect();
-    let more = |unit: &crate::unit::Unit| crate::unit::keel_dir_problems(unit, &dirs);
     let mut bad = 0;
+    let lists = network_lists(config);
+    if let Err(error) = &lists {
+        eprintln!("{}", printable(&error.to_string()));
+    }
+    let more = |unit: &crate::unit::Unit| {
+        let mut problems = crate::unit::keel_dir_problems(unit, &dirs);
+        if let Ok(lists) = &lists {
+            problems.extend(crate::unit::network_list_problems(unit, lists));
+        }
+        problems
+    };
     for file in files {
         let checked = crate::unit::load_unit_file(file).and_then(|(name, _, text)| {
             match crate::unit::check_unit_with(file, &text, more) {
@@ -54,6 +68,13 @@ pub fn run(files: &[PathBuf], state_dir: &Path) -> CliResult {
             }
         }
     }
+    if let Err(error) = &lists {
+        return Err(CliError(format!(
+            "{}: invalid, so \"@name\" entries went unchecked ({bad} of {} unit files invalid)",
+            printable(&error.file.display().to_string()),
+            files.len()
+        )));
+    }
     if bad > 0 {
         return Err(CliError(format!(
             "{bad} of {} unit files invalid",
@@ -61,4 +82,18 @@ pub fn run(files: &[PathBuf], state_dir: &Path) -> CliResult {
         )));
     }
     Ok(())
+}
+
+/// The named network lists of the configuration at `path` (none: no file).
+fn network_lists(path: &Path) -> Result<BTreeMap<String, Vec<String>>, crate::unit::UnitError> {
+    if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(BTreeMap::new());
+    }
+    let text = crate::unit::read_ron_text(
+        path,
+        "the configuration is a file Config(...)",
+        "the configuration",
+    )?;
+    let raw = crate::config::parse_config(path, &text)?;
+    Ok(raw.network.lists)
 }

@@ -1,6 +1,7 @@
 //! Tests of the configuration file: defaults, each field, and errors at `file:line:col`.
 
 use super::jobs::Jobs;
+use super::network::NetworkConfig;
 use super::*;
 use crate::checkout::HarvestLimits;
 
@@ -54,6 +55,7 @@ fn defaults() {
         }),
         jobs: Jobs::default(),
         harvest_limits: HarvestLimits::default(),
+        network: NetworkConfig::default(),
     };
     assert_eq!(parse("Config()"), defaults);
     assert_eq!(parse("()"), defaults);
@@ -83,6 +85,7 @@ fn the_example_of_the_issue() {
             }),
             jobs: Jobs::default(),
             harvest_limits: HarvestLimits::default(),
+            network: NetworkConfig::default(),
         }
     );
 }

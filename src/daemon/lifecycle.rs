@@ -232,6 +232,7 @@ impl Daemon {
             generation,
             last_exit,
             last_progress: spawn::last_progress_line(&run_dir),
+            network_lists: &self.settings.config.network.lists,
         };
         let mut attempt_spec = spawn::attempt_spec(&self.store.dirs, &unit_def, &ctx);
         if let Some(sandbox) = attempt_spec.sandbox.as_mut() {

@@ -217,8 +217,13 @@ impl Daemon {
             );
             self.store.queue_changed |= self.slices.is_ok();
         }
+        let lists = self.settings.config.network.lists.clone();
         if self.settings.reload(&self.store.dirs)? {
             self.store.queue_changed = true;
+            if self.settings.config.network.lists != lists {
+                // Units' "@name" entries are checked against the lists as units are read.
+                self.scan_units();
+            }
         }
         self.jobs.reconfigure(self.settings.config.jobs);
         Ok(())

@@ -42,6 +42,9 @@ pub struct AttemptContext<'a> {
     pub generation: u64,
     pub last_exit: Option<String>,
     pub last_progress: Option<String>,
+    /// The named allow-lists of `keel.ron` (`network: Network(lists: ...)`): those the unit's
+    /// `sandbox.network: Allow([...])` reaches go into the sandbox's spec.
+    pub network_lists: &'a std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// The spec of one attempt: `resume_command` replaces `command` from attempt 2 on. The agent
@@ -104,9 +107,15 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         writable: unit.sandbox.writable.iter().map(Into::into).collect(),
         capabilities: unit.sandbox.capabilities.clone(),
         user: unit.sandbox.user.clone(),
-        network: match unit.sandbox.network {
+        network: match &unit.sandbox.network {
             crate::unit::Network::Host => spec::SandboxNetwork::Host,
             crate::unit::Network::None => spec::SandboxNetwork::None,
+            // The entries as written; only the lists they reach (a list `keel.ron` no longer
+            // has is the relay's to refuse, with the policy's message).
+            crate::unit::Network::Allow(entries) => spec::SandboxNetwork::Allow {
+                entries: entries.clone(),
+                lists: crate::config::network::lists_reached(entries, ctx.network_lists),
+            },
         },
         // tmpfs pages are the task's memory: /tmp may use its whole reservation, $HOME half.
         tmp_size: memory,

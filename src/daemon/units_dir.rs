@@ -8,7 +8,7 @@ use super::store::transition;
 use super::timers::Timer;
 use super::{Daemon, DaemonError, Task};
 use crate::state::now_ms;
-use crate::unit::{load_unit_file, unit_name_of};
+use crate::unit::{load_unit_file_with, network_list_problems, unit_name_of};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -236,7 +236,10 @@ impl Daemon {
                 .and_then(|n| n.to_str())
                 .unwrap_or("")
                 .to_string();
-            match load_unit_file(&path) {
+            // A unit's "@name" entries need keel.ron's lists: checked here, where units are
+            // accepted, and again whenever keel.ron's lists change (`reload_config`).
+            let lists = &self.settings.config.network.lists;
+            match load_unit_file_with(&path, |unit| network_list_problems(unit, lists)) {
                 Ok((name, unit, text)) => {
                     present.insert(name.clone());
                     self.accept_unit(&name, unit, text);

@@ -150,11 +150,11 @@ impl fmt::Display for PolicyError {
         match self {
             PolicyError::UnknownList { list, known } if known.is_empty() => write!(
                 f,
-                "@{list}: keel.ron names no lists (network_lists: {{\"{list}\": [...]}})"
+                "@{list}: keel.ron names no lists (network: Network(lists: {{\"{list}\": [...]}}))"
             ),
             PolicyError::UnknownList { list, known } => write!(
                 f,
-                "@{list}: keel.ron's network_lists has no list {list:?} (it has {})",
+                "@{list}: keel.ron's network lists have no list {list:?} (it has {})",
                 known
                     .iter()
                     .map(|k| format!("@{k}"))

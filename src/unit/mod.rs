@@ -28,7 +28,8 @@ mod test_support;
 mod tests;
 
 pub use validate::{
-    keel_dir_problem, keel_dir_problems, validate_unit, FieldPath, PathSeg, Problem,
+    keel_dir_problem, keel_dir_problems, network_list_problems, validate_unit, FieldPath, PathSeg,
+    Problem,
 };
 pub use values::{
     cpu_millis, format_duration, format_size, parse_capability, parse_duration, parse_signal,
@@ -282,11 +283,35 @@ pub struct Sandbox {
     pub hidden: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+/// `sandbox.network`: what the agent may reach over the network.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub enum Network {
-    #[default]
+    /// The host's network namespace: everything the host reaches (an explicit opt-in that
+    /// `keel status` marks).
     Host,
+    /// A network namespace of its own with only `lo`.
     None,
+    /// A network namespace of its own from which only these destinations are reached
+    /// (`crate::network::entry`'s syntax; `"@name"` a list of `keel.ron`), as written.
+    /// `Allow([])`, the default: nothing out.
+    Allow(Vec<String>),
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network::Allow(Vec::new())
+    }
+}
+
+impl Network {
+    /// `host`, `none` or `allow`, as `keel status` names the mode.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Network::Host => "host",
+            Network::None => "none",
+            Network::Allow(_) => "allow",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -404,6 +429,20 @@ pub fn parse_unit(file: &Path, text: &str) -> Result<Unit, UnitError> {
             .into_iter()
             .next()
             .expect("check_unit reports at least one error")
+    })
+}
+
+/// [`parse_unit`] with the problems `more` finds as well (see [`check_unit_with`]).
+pub fn parse_unit_with(
+    file: &Path,
+    text: &str,
+    more: impl FnOnce(&Unit) -> Vec<Problem>,
+) -> Result<Unit, UnitError> {
+    check_unit_with(file, text, more).map_err(|errors| {
+        errors
+            .into_iter()
+            .next()
+            .expect("check_unit_with reports at least one error")
     })
 }
 
@@ -525,6 +564,15 @@ pub(crate) fn read_ron_text(path: &Path, shape: &str, kind: &str) -> Result<Stri
 
 /// Read, name-check and parse a unit file: `(name, unit, text)`.
 pub fn load_unit_file(path: &Path) -> Result<(String, Unit, String), UnitError> {
+    load_unit_file_with(path, |_| Vec::new())
+}
+
+/// [`load_unit_file`] with the problems `more` finds as well (see [`check_unit_with`]): the
+/// daemon's rules that need its configuration (the named lists of `keel.ron`).
+pub fn load_unit_file_with(
+    path: &Path,
+    more: impl FnOnce(&Unit) -> Vec<Problem>,
+) -> Result<(String, Unit, String), UnitError> {
     let whole_file = |message: String| UnitError {
         file: path.to_path_buf(),
         line: 0,
@@ -539,6 +587,6 @@ pub fn load_unit_file(path: &Path) -> Result<(String, Unit, String), UnitError> 
     })?;
     validate_name(&name).map_err(whole_file)?;
     let text = read_ron_text(path, "a unit is a file NAME.ron", "a unit file")?;
-    let unit = parse_unit(path, &text)?;
+    let unit = parse_unit_with(path, &text, more)?;
     Ok((name, unit, text))
 }

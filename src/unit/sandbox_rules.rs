@@ -245,12 +245,12 @@ pub fn refused_capability(number: u8, host_network: bool) -> Option<String> {
         ),
         12 if host_network => (
             "CAP_NET_ADMIN with network: Host reconfigures the host's network".to_string(),
-            "use network: None",
+            "give the task a network of its own (network: Allow([...]), the default, or network: None)",
         ),
         13 if host_network => (
             "CAP_NET_RAW with network: Host reads and forges the host's traffic, loopback included"
                 .to_string(),
-            "use network: None",
+            "give the task a network of its own (network: Allow([...]), the default, or network: None)",
         ),
         15 => (
             "CAP_IPC_OWNER bypasses the permissions of System V IPC objects (the task's own, in its \

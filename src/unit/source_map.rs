@@ -66,9 +66,16 @@ pub(super) const SCHEMA: &[(&str, &str)] = &[
     ("workdir", "an absolute path such as \"/work\""),
     (
         "sandbox",
-        "Sandbox(network: Host, user: None, capabilities: [], writable: [], hidden: [])",
+        "Sandbox(network: Allow([\"api.example.com\"]), user: None, capabilities: [], writable: [], hidden: [])",
     ),
-    ("sandbox.network", "Host or None"),
+    (
+        "sandbox.network",
+        "Allow([\"api.example.com\", ...]), None or Host",
+    ),
+    (
+        "sandbox.network[]",
+        "an allow-list entry such as \"api.example.com\", \"github.com:22\", \"*.npmjs.org\", \"10.0.0.0/8:5432\", \"host:11434\" or \"@list\"",
+    ),
     ("sandbox.user", "None or Some(\"uid:gid\")"),
     (
         "sandbox.capabilities",

@@ -283,6 +283,13 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
             problems.add(at.field("user"), message);
         }
     }
+    if let super::Network::Allow(entries) = &sandbox.network {
+        for (index, entry) in entries.iter().enumerate() {
+            if let Err(error) = crate::network::entry::parse(entry) {
+                problems.add(at.field("network").index(index), error.to_string());
+            }
+        }
+    }
     for (index, capability) in sandbox.capabilities.iter().enumerate() {
         let refused = parse_capability(capability).and_then(|number| {
             refused_capability(number, sandbox.network == super::Network::Host).map_or(Ok(()), Err)
@@ -337,6 +344,34 @@ pub fn keel_dir_problems(unit: &Unit, dirs: &[(&str, &Path)]) -> Vec<Problem> {
     for (index, path) in unit.sandbox.writable.iter().enumerate() {
         if let Some(message) = keel_dir_problem(Path::new(path), dirs) {
             problems.add(at.index(index), message);
+        }
+    }
+    problems.0
+}
+
+/// The unit's `"@name"` entries against the named lists of `keel.ron` (`lists`), which only
+/// the caller knows: `keel check` (the state directory's `keel.ron`), the daemon as it
+/// accepts a unit file. A list that names one `keel.ron` lacks is reported at its entry,
+/// with the lists there are. (The lists themselves are checked with `keel.ron`.)
+pub fn network_list_problems(
+    unit: &Unit,
+    lists: &std::collections::BTreeMap<String, Vec<String>>,
+) -> Vec<Problem> {
+    let super::Network::Allow(entries) = &unit.sandbox.network else {
+        return Vec::new();
+    };
+    let at = FieldPath::default().field("sandbox").field("network");
+    let mut problems = Problems::default();
+    for (index, entry) in entries.iter().enumerate() {
+        let Ok(crate::network::Entry::List(list)) = crate::network::entry::parse(entry) else {
+            continue;
+        };
+        if !lists.contains_key(&list) {
+            let error = crate::network::PolicyError::UnknownList {
+                list,
+                known: lists.keys().cloned().collect(),
+            };
+            problems.add(at.index(index), error.to_string());
         }
     }
     problems.0

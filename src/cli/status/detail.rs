@@ -34,6 +34,13 @@ pub(super) fn render(task: &TaskInfo, d: &TaskDetail, now: u64, colour: bool) ->
             .unwrap_or_default();
         out.fit_field("progress", &format!("“{progress}”{changed}"));
     }
+    if let Some(network) = &task.network {
+        let tone = match network.mode.as_str() {
+            "host" => Tone::Warn,
+            _ => Tone::Good,
+        };
+        out.fit_field("network", &paint(&network.text(), tone, colour));
+    }
     checkout(&mut out, task, d, colour);
     exits(&mut out, d, now, colour);
     liveness(&mut out, d, now, colour);

@@ -9,8 +9,8 @@
 
 use crate::fmt::printable;
 use crate::protocol::{
-    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, RestartInfo, SignalInfo, StatusReport,
-    TaskDetail, TaskInfo,
+    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, NetworkInfo, RestartInfo, SignalInfo,
+    StatusReport, TaskDetail, TaskInfo,
 };
 
 /// A copy of `report` whose every string is safe to print.
@@ -63,6 +63,7 @@ fn task(task: &mut TaskInfo) {
         watch,
         kept_branches,
         preparing,
+        network,
         detail,
     } = task;
     texts([unit, state]);
@@ -80,6 +81,9 @@ fn task(task: &mut TaskInfo) {
     );
     texts(kept_branches.iter_mut());
     texts(preparing.iter_mut().map(|p| &mut p.step));
+    if let Some(NetworkInfo { mode, entries }) = network {
+        texts([mode].into_iter().chain(entries.iter_mut()));
+    }
     if let Some(d) = detail {
         self::detail(d);
     }

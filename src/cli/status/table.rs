@@ -193,6 +193,10 @@ pub(super) fn note(task: &TaskInfo, now: u64, colour: bool) -> String {
             colour,
         ));
     }
+    if task.network.as_ref().is_some_and(|n| n.mode == "host") {
+        // Not contained: `network: Host` (`keel status UNIT` says more).
+        parts.push(paint("host network", Tone::Warn, colour));
+    }
     if task.restarts >= RESTART_LOOP {
         parts.push(paint(
             &format!("{} restarts", task.restarts),

@@ -11,7 +11,10 @@ impl Daemon {
             return Response::Error { message };
         }
         let path = self.units.file_of(name);
-        let unit = match crate::unit::parse_unit(&path, text) {
+        let lists = &self.settings.config.network.lists;
+        let unit = match crate::unit::parse_unit_with(&path, text, |unit| {
+            crate::unit::network_list_problems(unit, lists)
+        }) {
             Ok(unit) => unit,
             Err(e) => {
                 return Response::Error {

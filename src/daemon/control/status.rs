@@ -5,8 +5,8 @@ use crate::checkout;
 use crate::daemon::record::{PastExit, TaskState};
 use crate::daemon::{slices, Daemon, Task};
 use crate::protocol::{
-    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, PreparingInfo, Response, RestartInfo,
-    SignalInfo, StatusReport, TaskDetail, TaskInfo,
+    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, NetworkInfo, PreparingInfo, Response,
+    RestartInfo, SignalInfo, StatusReport, TaskDetail, TaskInfo,
 };
 use crate::unit::Unit;
 
@@ -88,8 +88,30 @@ impl Daemon {
             watch: self.watch_note(t),
             kept_branches: t.kept_branches.clone(),
             preparing: t.preparing.as_ref().map(|_| self.preparing_info(&t.name)),
+            network: self.network_info(t),
             detail: None,
         }
+    }
+
+    /// The network of the live attempt's unit (parsed again only when the file was edited
+    /// since it started), else of the unit file.
+    fn network_info(&self, t: &Task) -> Option<NetworkInfo> {
+        let edited = t.record.state.has_attempt() && t.accepted_text != t.unit_text;
+        let accepted: Option<Unit> = match edited {
+            true => t
+                .accepted_text
+                .as_deref()
+                .and_then(|text| crate::unit::parse_unit(&self.units.file_of(&t.name), text).ok()),
+            false => None,
+        };
+        let network = &accepted.as_ref().or(t.unit.as_ref())?.sandbox.network;
+        Some(NetworkInfo {
+            mode: network.mode().to_string(),
+            entries: match network {
+                crate::unit::Network::Allow(entries) => entries.clone(),
+                _ => Vec::new(),
+            },
+        })
     }
 
     /// One task in full. Reads the checkout's record (keel's own small file): only for

@@ -1,5 +1,6 @@
 use super::*;
 use crate::unit::parse_unit;
+use std::collections::BTreeMap;
 
 fn unit(text: &str) -> Unit {
     parse_unit(Path::new("t.ron"), text).unwrap()
@@ -23,6 +24,7 @@ fn first_attempt_uses_command_and_is_not_resumed() {
         generation: 7,
         last_exit: None,
         last_progress: None,
+        network_lists: &BTreeMap::new(),
     };
     let spec = attempt_spec(&dirs, &u, &ctx);
     assert_eq!(spec.argv, ["a"]);
@@ -56,6 +58,7 @@ fn later_attempts_resume() {
         generation: 8,
         last_exit: Some("exit:1".into()),
         last_progress: Some("step 3".into()),
+        network_lists: &BTreeMap::new(),
     };
     let spec = attempt_spec(&dirs, &u, &ctx);
     assert_eq!(spec.argv, ["b", "--continue"]);
@@ -79,4 +82,63 @@ fn a_users_home_is_read_from_its_passwd_line() {
         Some(std::path::PathBuf::from("/root"))
     );
     assert_eq!(super::home_of(1001, passwd), None);
+}
+
+#[test]
+fn the_units_network_becomes_the_sandboxs_with_the_lists_it_reaches() {
+    let dirs = StateDir::new("/s");
+    let lists: BTreeMap<String, Vec<String>> = [
+        ("anthropic", vec!["api.anthropic.com", "@telemetry"]),
+        ("telemetry", vec!["statsig.anthropic.com"]),
+        ("npm", vec!["registry.npmjs.org"]),
+    ]
+    .into_iter()
+    .map(|(name, entries)| {
+        let entries = entries.into_iter().map(String::from).collect();
+        (name.to_string(), entries)
+    })
+    .collect();
+    let ctx = AttemptContext {
+        unit_name: "t",
+        attempt: 1,
+        generation: 1,
+        last_exit: None,
+        last_progress: None,
+        network_lists: &lists,
+    };
+    let network = |text: &str| {
+        attempt_spec(&dirs, &unit(text), &ctx)
+            .sandbox
+            .unwrap()
+            .network
+    };
+    let allowed = network(
+        r#"Unit(command: ["a"], sandbox: Sandbox(network: Allow(["github.com:22", "@anthropic"])))"#,
+    );
+    let spec::SandboxNetwork::Allow {
+        entries,
+        lists: given,
+    } = allowed
+    else {
+        panic!("expected Allow, got {allowed:?}");
+    };
+    assert_eq!(entries, ["github.com:22", "@anthropic"]);
+    assert_eq!(
+        given.keys().collect::<Vec<_>>(),
+        ["anthropic", "telemetry"],
+        "the lists reached, through one another, and not @npm"
+    );
+    assert_eq!(given["telemetry"], ["statsig.anthropic.com"]);
+    assert_eq!(
+        network(r#"Unit(command: ["a"])"#),
+        spec::SandboxNetwork::Allow {
+            entries: Vec::new(),
+            lists: BTreeMap::new()
+        },
+        "the default lets nothing out"
+    );
+    let host = network(r#"Unit(command: ["a"], sandbox: Sandbox(network: Host))"#);
+    assert_eq!(host, spec::SandboxNetwork::Host);
+    let none = network(r#"Unit(command: ["a"], sandbox: Sandbox(network: None))"#);
+    assert_eq!(none, spec::SandboxNetwork::None);
 }

@@ -92,7 +92,22 @@ bad_inputs! {
     bad_liveness_signal: "Unit(\n    command: [\"agent\"],\n    liveness: Liveness(signals: [Heartbeat, Progress]),\n)"
         => 3:45, "liveness.signals[1]: unknown value Progress: use Heartbeat, Output or Cpu";
     variant_with_arguments: "Unit(\n    command: [\"agent\"],\n    sandbox: Sandbox(network: Host(1)),\n)"
-        => 3:31, "sandbox.network: expected Host or None, found Host(1)";
+        => 3:31, "sandbox.network: expected Allow([\"api.example.com\", ...]), None or Host, found Host(1)";
+    bad_network_variant: "Unit(\n    command: [\"agent\"],\n    sandbox: Sandbox(network: Open),\n)"
+        => 3:31, "sandbox.network: unknown value Open: use Host, None or Allow";
+    allow_without_a_list: "Unit(\n    command: [\"agent\"],\n    sandbox: Sandbox(network: Allow(\"a.com\")),\n)"
+        => 3:37, "sandbox.network";
+    // Allow-list entries: each at its own string, with network::entry's message.
+    malformed_network_entry: "Unit(\n    command: [\"agent\"],\n    sandbox: Sandbox(network: Allow([\n        \"api.anthropic.com\",\n        \"github.com:ssh\",\n    ])),\n)"
+        => 5:9, "sandbox.network[1]: \"github.com:ssh\": \"ssh\" is not a port (1 to 65535)";
+    too_broad_wildcard: "Unit(\n    command: [\"agent\"],\n    sandbox: Sandbox(network: Allow([\"*.com\"])),\n)"
+        => 3:38, "sandbox.network[0]: \"*.com\" is too broad";
+    everything_wildcard: "Unit(command: [\"a\"], sandbox: Sandbox(network: Allow([\"a.org\", \"*\"])))"
+        => 1:64, "sandbox.network[1]: \"*\" is too broad";
+    address_without_port: "Unit(command: [\"a\"], sandbox: Sandbox(network: Allow([\"10.0.0.0/8\"])))"
+        => 1:55, "an address entry needs its port";
+    bad_list_name: "Unit(command: [\"a\"], sandbox: Sandbox(network: Allow([\"@\"])))"
+        => 1:55, "a list is named by letters, digits";
     wrong_type_string_for_integer: "Unit(\n    command: [\"agent\"],\n    priority: \"high\",\n)"
         => 3:15, "priority: expected a whole number such as 0, 10 or -5, found \"high\"";
     wrong_type_float_for_integer: "Unit(\n    command: [\"agent\"],\n    priority: 1.5,\n)"

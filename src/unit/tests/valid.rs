@@ -186,7 +186,11 @@ fn only_command_gets_every_default() {
         ]
     );
     assert_eq!(unit.workdir, "/work");
-    assert_eq!(unit.sandbox.network, Network::Host);
+    assert_eq!(
+        unit.sandbox.network,
+        Network::Allow(vec![]),
+        "by default nothing goes out"
+    );
     assert_eq!(unit.sandbox.user, None);
     assert!(unit.sandbox.capabilities.is_empty());
     assert!(unit.sandbox.writable.is_empty());
@@ -242,6 +246,91 @@ fn network_none_is_the_enum_and_user_none_is_the_option() {
     assert_eq!(unit.sandbox.user.as_deref(), Some("agent"));
     let unit = parse(r#"Unit(command: ["a"], sandbox: Sandbox(network: None))"#);
     assert_eq!(unit.sandbox.network, Network::None);
+}
+
+#[test]
+fn network_allow_takes_every_kind_of_entry_as_written() {
+    let entries = [
+        "api.anthropic.com",
+        "github.com:22",
+        "*.npmjs.org",
+        "203.0.113.7:22",
+        "10.0.0.0/8:5432",
+        "[2001:db8::/32]:443",
+        "host:11434",
+        "@anthropic",
+    ];
+    let text = format!(
+        "Unit(command: [\"a\"], sandbox: Sandbox(network: Allow([{}])))",
+        entries.map(|e| format!("{e:?}")).join(", ")
+    );
+    let unit = parse(&text);
+    assert_eq!(unit.sandbox.network, Network::Allow(strings(&entries)));
+    assert_eq!(unit.sandbox.network.mode(), "allow");
+    let unit = parse(r#"Unit(command: ["a"], sandbox: Sandbox(network: Allow([])))"#);
+    assert_eq!(unit.sandbox.network, Network::Allow(vec![]));
+    assert_eq!(Network::Host.mode(), "host");
+    assert_eq!(Network::None.mode(), "none");
+}
+
+#[test]
+fn every_bad_network_entry_is_reported_at_its_string() {
+    let text = "Unit(\n    command: [\"a\"],\n    sandbox: Sandbox(network: Allow([\n        \"*\",\n        \"ok.example.com\",\n        \"host:0\",\n        \"1.2.3.4\",\n    ])),\n)";
+    let errors = check_unit(Path::new("t.ron"), text).expect_err("invalid");
+    let found: Vec<(usize, usize, &str)> = errors
+        .iter()
+        .map(|e| (e.line, e.col, e.message.split(':').next().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (4, 9, "sandbox.network[0]"),
+            (6, 9, "sandbox.network[2]"),
+            (7, 9, "sandbox.network[3]")
+        ],
+        "{errors:?}"
+    );
+    assert!(errors[1].message.contains("is not a port"), "{}", errors[1]);
+}
+
+#[test]
+fn network_lists_are_checked_against_the_callers_lists() {
+    let file = Path::new("units/t.ron");
+    let text = "Unit(\n    command: [\"a\"],\n    sandbox: Sandbox(network: Allow([\"@anthropic\", \"@npm\"])),\n)";
+    let lists: BTreeMap<String, Vec<String>> =
+        [("anthropic".to_string(), strings(&["api.anthropic.com"]))].into();
+    let errors = check_unit_with(file, text, |unit| network_list_problems(unit, &lists))
+        .expect_err("@npm is not a list");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!((errors[0].line, errors[0].col), (3, 52), "{}", errors[0]);
+    assert!(
+        errors[0]
+            .message
+            .starts_with("sandbox.network[1]: @npm: keel.ron's network lists have no list \"npm\" (it has @anthropic)"),
+        "{}",
+        errors[0]
+    );
+    let none = BTreeMap::new();
+    let errors = check_unit_with(file, text, |unit| network_list_problems(unit, &none))
+        .expect_err("no lists at all");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].message.contains("keel.ron names no lists"),
+        "{}",
+        errors[0]
+    );
+    let both: BTreeMap<String, Vec<String>> = [
+        ("anthropic".to_string(), strings(&["api.anthropic.com"])),
+        ("npm".to_string(), strings(&["registry.npmjs.org"])),
+    ]
+    .into();
+    check_unit_with(file, text, |unit| network_list_problems(unit, &both)).expect("both known");
+    // The lists do not matter to a unit without "@" entries, nor to Host or None.
+    for network in ["Host", "None", "Allow([\"a.com\"])"] {
+        let text = format!("Unit(command: [\"a\"], sandbox: Sandbox(network: {network}))");
+        check_unit_with(file, &text, |unit| network_list_problems(unit, &none))
+            .unwrap_or_else(|e| panic!("{network}: {e:?}"));
+    }
 }
 
 #[test]

@@ -2,8 +2,8 @@ use super::table::*;
 use super::*;
 use crate::cli::format::{strip_ansi, Tone};
 use crate::protocol::{
-    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, RestartInfo, SignalInfo, StatusReport,
-    TaskDetail, TaskInfo,
+    CheckoutInfo, DaemonInfo, ExitInfo, LivenessInfo, NetworkInfo, RestartInfo, SignalInfo,
+    StatusReport, TaskDetail, TaskInfo,
 };
 
 pub(super) fn task(unit: &str, state: &str) -> TaskInfo {
@@ -354,4 +354,89 @@ fn a_task_being_prepared_shows_how_far_in_the_table_and_in_full() {
     let json = serde_json::to_value(&t).unwrap();
     assert_eq!(json["preparing"]["done"], 24_600);
     assert_eq!(json["preparing"]["step"], "base tree");
+}
+
+#[test]
+fn the_network_is_shown_in_full_and_host_is_marked_not_contained() {
+    let network = |mode: &str, entries: &[&str]| {
+        let mut t = detailed();
+        t.network = Some(NetworkInfo {
+            mode: mode.into(),
+            entries: entries.iter().map(|e| e.to_string()).collect(),
+        });
+        let mut r = report(vec![t]);
+        r.invalid_units.clear();
+        let (plain, coloured) = both(&r, 100_000);
+        let line = plain
+            .lines()
+            .find(|l| l.starts_with("  network"))
+            .unwrap_or_else(|| panic!("no network line in:\n{plain}"))
+            .to_string();
+        (line, coloured)
+    };
+    let (host, coloured) = network("host", &[]);
+    assert_eq!(
+        host,
+        "  network      host (not contained: the host's whole network)"
+    );
+    assert!(
+        coloured.contains("\x1b[33mhost (not contained"),
+        "host is a warning: {coloured}"
+    );
+    let (allow, _) = network("allow", &["api.anthropic.com", "github.com:22", "@npm"]);
+    assert_eq!(
+        allow,
+        "  network      allow: 3 entries (api.anthropic.com, github.com:22, @npm)"
+    );
+    let (nothing, _) = network("allow", &[]);
+    assert_eq!(
+        nothing,
+        "  network      allow: nothing (its own lo only: Allow([]))"
+    );
+    let (none, _) = network("none", &[]);
+    assert_eq!(none, "  network      none (its own lo only)");
+    // The table marks a task with the host's network, and only that.
+    let mut host = task("open", "running");
+    host.network = Some(NetworkInfo {
+        mode: "host".into(),
+        entries: vec![],
+    });
+    let mut contained = task("closed", "running");
+    contained.network = Some(NetworkInfo {
+        mode: "allow".into(),
+        entries: vec!["a.com".into()],
+    });
+    let table = render(&report(vec![host, contained]), 0, false);
+    let row = |unit: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(unit))
+            .unwrap_or_else(|| panic!("no row {unit}: {table}"))
+            .to_string()
+    };
+    assert!(row("open ").contains("host network"), "{table}");
+    assert!(!row("closed ").contains("network"), "{table}");
+    // A task without a valid unit has no network line; the JSON names the mode and entries.
+    let plain = render(&report(vec![detailed()]), 100_000, false);
+    assert!(!plain.contains("  network"), "{plain}");
+    let json = serde_json::to_value(NetworkInfo {
+        mode: "allow".into(),
+        entries: vec!["a.com".into()],
+    })
+    .unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"mode": "allow", "entries": ["a.com"]})
+    );
+}
+
+#[test]
+fn a_tasks_network_entries_are_escaped_before_they_are_shown() {
+    let mut t = detailed();
+    t.network = Some(NetworkInfo {
+        mode: "allow".into(),
+        entries: vec!["evil\x1b]0;title\x07.com".into()],
+    });
+    let plain = render(&report(vec![t]), 100_000, false);
+    assert!(!plain.contains('\x1b'), "{plain:?}");
 }
