@@ -375,8 +375,12 @@ fn run_shim(
     output_log: &Path,
 ) -> String {
     let userns = task_userns(spec);
-    let (pid, _pidfd) =
-        spawn_shim_program(spec, keel_bin, cgroup, None, templates, userns).expect("spawn shim");
+    let namespaces = keel::daemon::spawn::TaskNamespaces {
+        userns,
+        netns: None,
+    };
+    let (pid, _pidfd) = spawn_shim_program(spec, keel_bin, cgroup, None, templates, namespaces)
+        .expect("spawn shim");
     let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
     if status != nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0) {
         let log =

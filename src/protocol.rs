@@ -260,6 +260,20 @@ pub struct TaskDetail {
     /// children).
     #[serde(default)]
     pub processes: Vec<i32>,
+    /// `network: Allow`: what the attempt's relay let through and refused, per destination
+    /// (its last report). `None`: no relay report.
+    #[serde(default)]
+    pub network_traffic: Option<NetworkTraffic>,
+}
+
+/// What a task's relay counted (`crate::network::relay_protocol::RelayReport`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkTraffic {
+    pub allowed: Vec<crate::network::relay_protocol::AllowedCount>,
+    pub refused: Vec<crate::network::relay_protocol::RefusedCount>,
+    pub open_connections: u64,
+    /// When the relay last wrote it (unix ms).
+    pub updated_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -405,6 +405,7 @@ fn sandbox_layout(dirs: &StateDir, unit: &str, prepared: &Prepared) -> SandboxLa
         readonly: vec![],
         in_user_namespace: false,
         own_network: false,
+        resolver_file: None,
         veiled: vec![],
     }
 }

@@ -53,6 +53,7 @@ fn layout(scratch: &Path) -> SandboxLayout {
         readonly: vec![read_only_dir(scratch)],
         in_user_namespace: false,
         own_network: false,
+        resolver_file: None,
         veiled: vec![],
     }
 }

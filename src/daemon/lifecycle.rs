@@ -12,7 +12,7 @@ use super::spawn::{self, AttemptContext, SpawnError};
 use super::store::{transition, Store};
 use super::task::PendingStart;
 use super::timers::{Timer, Timers};
-use super::{checkouts, id_blocks, liveness, Daemon, Task};
+use super::{checkouts, id_blocks, liveness, network, Daemon, Task};
 use crate::config::UserNamespaces;
 use crate::sandbox::spec::IdBlock;
 use crate::state::{self, now_ms};
@@ -383,10 +383,47 @@ impl Daemon {
             .map(|claim| claim.fd());
         let block = attempt_spec.sandbox.as_ref().and_then(|s| s.id_block);
         let userns = user_namespace_for(task, block, &mut self.sandboxing);
+        // The attempt's network namespace (owned by the task's user namespace) and, for
+        // `Allow`, its relay, in the task's cgroup: before the shim, so that the agent's
+        // first packet has somewhere to go. A host that cannot make one defers the start
+        // (never a silent fall back to the host's network).
+        let network_ctx = network::NetworkContext {
+            unit,
+            run_dir: &attempt_spec.run_dir,
+            resolver: self.settings.config.network.resolver,
+            cgroup: Some(cgroup_dir.as_fd()),
+            v1_procs: &attempt_spec.cgroup_v1_procs,
+        };
+        let task_network = match attempt_spec.sandbox.as_ref() {
+            Some(sandbox) => network::start(&sandbox.network, userns, &network_ctx),
+            None => Ok(None),
+        };
+        let task_network = match task_network {
+            Ok(network) => network,
+            Err(why) => {
+                log::error!("{unit}: cannot start: {why}");
+                defer_start(task, before, &why, &mut self.store, &mut self.events.timers);
+                let _ = self.store.persist(task);
+                return;
+            }
+        };
         let templates = Some(&mut self.sandboxing.templates);
         let cgroup = Some(cgroup_dir.as_fd());
-        match spawn::spawn_shim(&attempt_spec, cgroup, id_claim, templates, userns) {
+        let namespaces = spawn::TaskNamespaces {
+            userns,
+            netns: task_network.as_ref().map(|n| n.netns.as_fd()),
+        };
+        match spawn::spawn_shim(&attempt_spec, cgroup, id_claim, templates, namespaces) {
             Ok((pid, pidfd)) => {
+                if task_network
+                    .as_ref()
+                    .is_some_and(|n| n.relay_pid().is_some())
+                {
+                    self.events
+                        .timers
+                        .add_after(network::CHECK_EVERY, Timer::Network);
+                }
+                task.network = task_network;
                 state::crash_point("after-spawn");
                 // The next spare is made for this task's restart (its user namespace's).
                 let userns = block

@@ -27,6 +27,7 @@ pub mod id_blocks;
 mod jobs;
 mod lifecycle;
 mod liveness;
+mod network;
 pub mod policy;
 pub mod queue;
 pub mod reconcile;
@@ -405,6 +406,11 @@ impl Daemon {
             Timer::WatchFallback => self.on_watch_fallback_due(),
             Timer::AcceptRetry => self.control.accept_again(&mut self.events),
             Timer::JobDeadline { id } => self.on_job_deadline(id),
+            Timer::Network => network::check_all(
+                self.tasks.values_mut(),
+                &mut self.store,
+                &mut self.events.timers,
+            ),
             Timer::ReplenishSpare => self
                 .sandboxing
                 .replenish_spare(self.shutdown.is_some(), self.tasks.any_shim()),

@@ -78,8 +78,7 @@ pub(crate) fn start(
     let dir = task_namespace::network_dir(ctx.run_dir);
     // A new namespace: what an earlier attempt's relay counted and handed out is not this one's.
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
     let fds = sockets.relay_fds(netns.as_fd());
     let spec = task_namespace::relay_spec(ctx.unit, network, ctx.run_dir, ctx.resolver, fds)
         .ok_or("no relay spec for an Allow network")?;
@@ -156,7 +155,11 @@ impl Relay {
         // Hybrid hosts: the v1 controllers' cgroups too (the v2 one was joined at the clone).
         for procs in &self.v1_procs {
             if let Err(e) = std::fs::write(procs, pid.to_string()) {
-                log::warn!("{}: relay {pid}: cannot join {}: {e}", self.spec.unit, procs.display());
+                log::warn!(
+                    "{}: relay {pid}: cannot join {}: {e}",
+                    self.spec.unit,
+                    procs.display()
+                );
             }
         }
         log::info!("{}: network relay started (pid {pid})", self.spec.unit);
@@ -166,9 +169,9 @@ impl Relay {
 
     /// Whether the running relay has exited (its pidfd readable).
     fn exited(&self) -> bool {
-        self.process
-            .as_ref()
-            .is_some_and(|(_, pidfd)| crate::sys::fds::wait_readable(pidfd.as_fd(), Some(Duration::ZERO)))
+        self.process.as_ref().is_some_and(|(_, pidfd)| {
+            crate::sys::fds::wait_readable(pidfd.as_fd(), Some(Duration::ZERO))
+        })
     }
 }
 
@@ -245,8 +248,15 @@ pub(crate) fn refusals_since(
             None => refused.count,
         };
         journaled.insert(refused.destination.clone(), refused.count);
-        let times = if new == 1 { String::new() } else { format!(" \u{d7}{new}") };
-        lines.push(format!("{}{times}: {}", refused.destination, refused.reason));
+        let times = if new == 1 {
+            String::new()
+        } else {
+            format!(" \u{d7}{new}")
+        };
+        lines.push(format!(
+            "{}{times}: {}",
+            refused.destination, refused.reason
+        ));
     }
     lines
 }

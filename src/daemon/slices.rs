@@ -302,6 +302,8 @@ pub(crate) fn account_oom(
 /// exit.
 pub(crate) fn release_slice(task: &mut Task, slices: &Slices, events: &mut EventLoop) {
     unwatch_oom(task, events);
+    // Its relay is in the slice, and dies with it; the namespace goes with the agent.
+    task.network = None;
     let unit = task.name.as_str();
     let Some(slice) = slice_of(slices, unit) else {
         return;

@@ -171,6 +171,14 @@ pub fn last_progress_line(run_dir: &Path) -> Option<String> {
     Some(line.chars().take(200).collect())
 }
 
+/// The namespaces the daemon made for an attempt: the task's user namespace and the
+/// attempt's network namespace.
+#[derive(Clone, Copy, Default)]
+pub struct TaskNamespaces<'a> {
+    pub userns: Option<BorrowedFd<'a>>,
+    pub netns: Option<BorrowedFd<'a>>,
+}
+
 /// Spawn `keel shim --spec …` with a pidfd (its clone writes the spec: see
 /// [`crate::sandbox::start::clone::launch_for_exec`]). The shim's own stderr goes to `run/shim.log`, never to the daemon: a
 /// shim must outlive the daemon and its pipes.
@@ -182,7 +190,7 @@ pub fn spawn_shim(
     cgroup: Option<BorrowedFd<'_>>,
     id_claim: Option<BorrowedFd<'_>>,
     templates: Option<&mut SandboxTemplates>,
-    userns: Option<std::os::fd::BorrowedFd<'_>>,
+    namespaces: TaskNamespaces<'_>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
     // /proc/self/exe: this very binary, even if an upgrade replaced the file on disk.
     spawn_shim_program(
@@ -191,7 +199,7 @@ pub fn spawn_shim(
         cgroup,
         id_claim,
         templates,
-        userns,
+        namespaces,
     )
 }
 
@@ -209,8 +217,9 @@ pub fn spawn_shim_program(
     cgroup: Option<BorrowedFd<'_>>,
     id_claim: Option<BorrowedFd<'_>>,
     mut templates: Option<&mut SandboxTemplates>,
-    userns: Option<std::os::fd::BorrowedFd<'_>>,
+    namespaces: TaskNamespaces<'_>,
 ) -> Result<(i32, OwnedFd), SpawnError> {
+    let TaskNamespaces { userns, netns } = namespaces;
     let lock = take_attempt_lock(&spec.run_dir)
         .map_err(|e| SpawnError::Open(attempt_lock_path(&spec.run_dir).display().to_string(), e))?
         .ok_or(SpawnError::PreviousShimAlive)?;
@@ -235,6 +244,13 @@ pub fn spawn_shim_program(
                 .map_err(|e| SpawnError::Open("the task's user namespace".into(), e))?;
             sandbox.hold_user_namespace(held);
         }
+    }
+    // The attempt's network namespace (`network: None | Allow`), made by the daemon.
+    if let (Some(netns), Some(sandbox)) = (netns, launch.sandbox_mut()) {
+        let held = netns
+            .try_clone_to_owned()
+            .map_err(|e| SpawnError::Open("the task's network namespace".into(), e))?;
+        sandbox.hold_network_namespace(held);
     }
     let spec_path = spec::attempt_path(&spec.run_dir);
     // The previous attempt's spec goes before the clone writes this one: a daemon that finds

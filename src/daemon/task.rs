@@ -135,6 +135,8 @@ pub(crate) struct Task {
     /// The task's user namespace (for its block of host ids), made at its first start by this
     /// daemon and handed to every attempt: ~0.2 ms the agent's start does not wait for.
     pub user_namespace: Option<(crate::sandbox::spec::IdBlock, std::os::fd::OwnedFd)>,
+    /// The live attempt's network namespace and relay (`network: None | Allow`).
+    pub network: Option<super::network::TaskNetwork>,
 }
 
 impl Task {
@@ -187,6 +189,7 @@ impl Task {
             cpu_samples: std::cell::Cell::new((None, None)),
             left_running: false,
             user_namespace: None,
+            network: None,
         }
     }
 }

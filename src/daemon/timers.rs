@@ -46,6 +46,8 @@ pub enum Timer {
     /// A sandboxed start took (or found no) spare shim: make the next one, now that the
     /// start is done with the CPU.
     ReplenishSpare,
+    /// Look at the tasks' network relays: journal their refusals, start again one that died.
+    Network,
 }
 
 #[derive(Default)]

@@ -92,6 +92,10 @@ pub struct SandboxLayout {
     /// which lists the host's interfaces). `serde(default)`: a spec of an older keel reads.
     #[serde(default)]
     pub own_network: bool,
+    /// `network: Allow`: keel's resolv.conf (naming the sandbox's resolver, 198.18.0.2) and
+    /// where the host's `/etc/resolv.conf` really is (the sandbox shows it there instead).
+    #[serde(default)]
+    pub resolver_file: Option<(PathBuf, PathBuf)>,
 }
 
 /// One entry of the host's `/`.

@@ -177,9 +177,12 @@ pub struct Assignment {
     pub template: bool,
     #[serde(default)]
     pub id_claim: bool,
-    /// The task's user namespace, as the daemon made it, comes last.
+    /// The task's user namespace, as the daemon made it, comes next.
     #[serde(default)]
     pub userns: bool,
+    /// The attempt's network namespace, as the daemon made it, comes last.
+    #[serde(default)]
+    pub netns: bool,
 }
 
 /// A resolved sandbox without its descriptors, as the daemon hands it to a spare shim

@@ -141,6 +141,7 @@ fn become_shim(
         None
     };
     let userns = if assignment.userns { fds.next() } else { None };
+    let netns = if assignment.netns { fds.next() } else { None };
     let installed = shim_log.try_clone().and_then(|stderr| {
         crate::sys::install_fds(vec![(shim_log, 1), (stderr, 2), (lock, ATTEMPT_LOCK_FD)])
     });
@@ -157,7 +158,10 @@ fn become_shim(
         sandbox,
         ..
     } = assignment;
-    let sandbox = Prepared::from_parts(sandbox, template, prepared, userns);
+    let mut sandbox = Prepared::from_parts(sandbox, template, prepared, userns);
+    if let Some(netns) = netns {
+        sandbox.hold_network_namespace(netns);
+    }
     let built = if sandbox.on_prepared_copy() {
         "on the copy it prepared"
     } else if sandbox.template_fd().is_some() {
@@ -341,11 +345,13 @@ impl Spare {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no sandbox"))?;
         let template = launch.template_fd();
         let userns = sandbox.user_namespace().map(|fd| fd.as_raw_fd());
+        let netns = sandbox.network_namespace().map(|fd| fd.as_raw_fd());
         let mut fds = vec![lock.as_raw_fd(), shim_log.as_raw_fd()];
         fds.extend(cgroup.map(|fd| fd.as_raw_fd()));
         fds.extend(template);
         fds.extend(id_claim.map(|fd| fd.as_raw_fd()));
         fds.extend(userns);
+        fds.extend(netns);
         let assignment = Assignment {
             spec: spec.clone(),
             spec_path: spec_path.to_path_buf(),
@@ -354,6 +360,7 @@ impl Spare {
             template: template.is_some(),
             id_claim: id_claim.is_some(),
             userns: userns.is_some(),
+            netns: netns.is_some(),
         };
         self.send(&Request::Assign(Box::new(assignment)), &fds)?;
         let pidfd = self.pidfd.take().expect("a spare not yet assigned");

@@ -5,7 +5,7 @@
 use super::table::{tone, WIDTH};
 use crate::cli::format::{fit_visible, paint, Tone};
 use crate::fmt::{ago, duration, duration_precise, format_bytes};
-use crate::protocol::{TaskDetail, TaskInfo};
+use crate::protocol::{NetworkTraffic, TaskDetail, TaskInfo};
 use std::time::Duration;
 
 /// Label column width.
@@ -40,6 +40,9 @@ pub(super) fn render(task: &TaskInfo, d: &TaskDetail, now: u64, colour: bool) ->
             _ => Tone::Good,
         };
         out.fit_field("network", &paint(&network.text(), tone, colour));
+    }
+    if let Some(traffic) = &d.network_traffic {
+        network_traffic(&mut out, traffic, now, colour);
     }
     checkout(&mut out, task, d, colour);
     exits(&mut out, d, now, colour);
@@ -138,6 +141,45 @@ fn checkout(out: &mut Block, task: &TaskInfo, d: &TaskDetail, colour: bool) {
             "kept",
             &format!("{}  ({note})", task.kept_branches.join(", ")),
         );
+    }
+}
+
+/// `network: Allow`'s relay figures: each destination reached (connections, bytes each
+/// way), each refused (how often, when last), most recent first, at most a few of each.
+fn network_traffic(out: &mut Block, traffic: &NetworkTraffic, now: u64, colour: bool) {
+    const SHOWN: usize = 8;
+    let mut allowed: Vec<_> = traffic.allowed.iter().collect();
+    allowed.sort_by_key(|a| std::cmp::Reverse(a.last_ms));
+    for (i, a) in allowed.iter().take(SHOWN).enumerate() {
+        let label = if i == 0 { "reached" } else { "" };
+        out.fit_field(
+            label,
+            &format!(
+                "{} \u{d7}{} ({} out, {} in), {}",
+                a.destination,
+                a.connections,
+                format_bytes(a.bytes_out, true),
+                format_bytes(a.bytes_in, true),
+                ago(Some(a.last_ms), now)
+            ),
+        );
+    }
+    let mut refused: Vec<_> = traffic.refused.iter().collect();
+    refused.sort_by_key(|r| std::cmp::Reverse(r.last_ms));
+    for (i, r) in refused.iter().take(SHOWN).enumerate() {
+        let label = if i == 0 { "refused" } else { "" };
+        let text = format!(
+            "{} \u{d7}{}, {}: {}",
+            r.destination,
+            r.count,
+            ago(Some(r.last_ms), now),
+            r.reason
+        );
+        out.fit_field(label, &paint(&text, Tone::Warn, colour));
+    }
+    let more = allowed.len().saturating_sub(SHOWN) + refused.len().saturating_sub(SHOWN);
+    if more > 0 {
+        out.fit_field("", &format!("{more} more: keel status {{UNIT}} --json"));
     }
 }
 

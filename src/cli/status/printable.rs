@@ -103,8 +103,16 @@ fn detail(d: &mut TaskDetail) {
         memory_limit_bytes: _,
         pids_limit: _,
         processes: _,
+        network_traffic,
     } = d;
     texts([unit_file, log_path]);
+    // Destinations are what the agent asked for (a name it made up, say): escaped too.
+    if let Some(traffic) = network_traffic {
+        texts(traffic.allowed.iter_mut().map(|a| &mut a.destination));
+        for r in &mut traffic.refused {
+            texts([&mut r.destination, &mut r.reason]);
+        }
+    }
     texts(command.iter_mut().flatten());
     for e in recent_exits {
         let ExitInfo {

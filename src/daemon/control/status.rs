@@ -143,6 +143,14 @@ impl Daemon {
             cpu_limit: limits.map(|u| u.resources.cpu),
             memory_limit_bytes: limits.map(|u| u.resources.memory.0),
             pids_limit: limits.map(|u| u64::from(u.resources.pids)),
+            // keel's own small file (the relay's report), for `keel status UNIT` only.
+            network_traffic: super::super::network::read_report(&self.store.dirs.run_dir(&t.name))
+                .map(|report| crate::protocol::NetworkTraffic {
+                    allowed: report.allowed,
+                    refused: report.refused,
+                    open_connections: report.open_connections,
+                    updated_ms: report.updated_ms,
+                }),
             processes: match r.state.has_attempt() {
                 true => slices::slice_of(&self.slices, &t.name)
                     .and_then(|s| s.pids().ok())

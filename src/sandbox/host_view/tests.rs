@@ -76,6 +76,7 @@ fn layout(hidden: Vec<PathBuf>, writable: Vec<PathBuf>) -> SandboxLayout {
         readonly: Vec::new(),
         in_user_namespace: false,
         own_network: false,
+        resolver_file: None,
         veiled: vec![],
     }
 }

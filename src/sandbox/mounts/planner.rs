@@ -420,6 +420,11 @@ impl<'a> Planner<'a> {
                 path: PathBuf,
                 step: Step,
             },
+            /// A file of keel's shown over a host file (keel's resolv.conf).
+            Over {
+                source: PathBuf,
+                step: Step,
+            },
         }
         let layout = self.layout;
         let mut wanted = vec![
@@ -443,6 +448,14 @@ impl<'a> Planner<'a> {
                 step,
             };
             wanted.push((self.canon(path), kind));
+        }
+        if let Some((source, target)) = &layout.resolver_file {
+            let step = Step::HostBind(target.clone());
+            let kind = Kind::Over {
+                source: source.clone(),
+                step,
+            };
+            wanted.push((self.canon(target), kind));
         }
         for path in checkout_repositories(layout) {
             let step = Step::Repository(path.clone());
@@ -475,6 +488,16 @@ impl<'a> Planner<'a> {
                     self.keep.push((at, MountAttrs::RDONLY, step));
                 }
                 Kind::Work => self.work(&at),
+                Kind::Over { source, step } => {
+                    let op = MountOp::Mountpoint {
+                        path: self.host(&at),
+                        like: source.clone(),
+                    };
+                    self.ensure_leaf(&step, &at, op);
+                    let target = self.host(&at);
+                    self.push(&step, MountOp::Bind { source, target });
+                    self.mounted(&at, Layer::Opaque);
+                }
                 Kind::Repository(step) => self.veil(&at, step),
                 Kind::Bound { path, step } => {
                     let writable = matches!(step, Step::Writable(_));

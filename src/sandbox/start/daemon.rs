@@ -16,7 +16,7 @@ use crate::sandbox::mounts::template::AttemptOnTemplate;
 use crate::sandbox::mounts::{self, RootEntry, SandboxLayout};
 use crate::sandbox::privileges::{self, PrivilegePlan};
 use crate::sandbox::protocol::PreparedParts;
-use crate::sandbox::spec::{AttemptSpec, CheckoutFiles, IdBlock, SandboxSpec};
+use crate::sandbox::spec::{AttemptSpec, CheckoutFiles, IdBlock, SandboxNetwork, SandboxSpec};
 use crate::sys::process::ExecPlan;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
@@ -234,6 +234,10 @@ pub fn prepare(
         // A daemon in a user namespace of its own may not mount a sysfs over the host's
         // (mount_namespaces(7): a filesystem it could see more of than it is shown).
         own_network: spec.network.own_namespace() && !in_user_namespace,
+        resolver_file: match &spec.network {
+            SandboxNetwork::Allow { .. } => resolver_file(spec.keel_dirs.state.as_deref()),
+            _ => None,
+        },
     };
     let host_root = list_host_root().map_err(ResolveError::ListHostRoot)?;
     Ok(Prepared {
@@ -379,6 +383,36 @@ impl Prepared {
     pub fn on_prepared_copy(&self) -> bool {
         matches!(self.template, Some((_, TemplateNs::PreparedCopy(_))))
     }
+}
+
+/// What a sandbox with `network: Allow` reads as its `/etc/resolv.conf`: only the sandbox's
+/// resolver (198.18.0.2, served by the task's relay). The file is keel's (`STATE/network/
+/// resolv.conf`, written when it is missing or other), shown where the host's resolv.conf
+/// really is (it may be a symlink into `/run`). `None` (logged) when the host has none or the
+/// file cannot be written: names then do not resolve inside, which is fail-closed.
+fn resolver_file(state: Option<&Path>) -> Option<(PathBuf, PathBuf)> {
+    let text = format!(
+        "# keel: the sandbox's resolver (sandbox.network: Allow)\nnameserver {}\noptions ndots:0\n",
+        crate::network::fake::RESOLVER_ADDRESS
+    );
+    let dir = state?.join("network");
+    let file = dir.join("resolv.conf");
+    if std::fs::read(&file).ok().as_deref() != Some(text.as_bytes()) {
+        let written = std::fs::create_dir_all(&dir)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                crate::state::atomic_write(&file, text.as_bytes()).map_err(|e| e.to_string())
+            });
+        if let Err(e) = written {
+            log::warn!("cannot write {}: {e}", file.display());
+            return None;
+        }
+    }
+    let Ok(target) = std::fs::canonicalize("/etc/resolv.conf") else {
+        log::warn!("the host has no /etc/resolv.conf: names do not resolve in Allow sandboxes");
+        return None;
+    };
+    Some((file, target))
 }
 
 /// The host's ids of `(uid, gid)` inside the task's user namespace (`block`).

@@ -237,6 +237,7 @@ pub(super) fn detailed() -> TaskInfo {
         memory_limit_bytes: Some(2 << 30),
         pids_limit: Some(1024),
         processes: vec![4242, 4250],
+        network_traffic: None,
     });
     t
 }
@@ -282,6 +283,44 @@ fn one_task_in_full_reads_as_a_block() {
     let newest = plain.find("#2").unwrap();
     assert!(newest < plain.find("#1").unwrap());
     assert!(coloured.contains("\x1b[1;31msignal:SIGKILL"), "{coloured}");
+}
+
+#[test]
+fn what_the_relay_let_through_and_refused_is_shown_escaped() {
+    use crate::network::relay_protocol::{AllowedCount, RefusedCount};
+    let mut t = detailed();
+    let d = t.detail.as_mut().unwrap();
+    d.network_traffic = Some(crate::protocol::NetworkTraffic {
+        allowed: vec![AllowedCount {
+            destination: "api.anthropic.com:443".into(),
+            connections: 12,
+            bytes_out: 3 << 20,
+            bytes_in: 30 << 20,
+            last_ms: 90_000,
+        }],
+        refused: vec![RefusedCount {
+            destination: "evil\x1b[2J.example:443".into(),
+            reason: "the name is not listed".into(),
+            count: 3,
+            first_ms: 10_000,
+            last_ms: 40_000,
+        }],
+        open_connections: 1,
+        updated_ms: 99_000,
+    });
+    let mut r = report(vec![t]);
+    r.invalid_units.clear();
+    let (plain, _) = both(&r, 100_000);
+    assert!(
+        plain.contains("  reached      api.anthropic.com:443 \u{d7}12 (3M out, 30M in), 10s ago"),
+        "{plain}"
+    );
+    let refused = plain.lines().find(|l| l.contains("refused")).expect(&plain);
+    assert!(
+        refused.contains(".example:443 \u{d7}3, 1m ago: the name is not listed"),
+        "{refused}"
+    );
+    assert!(!plain.contains('\x1b'), "{plain:?}");
 }
 
 #[test]

@@ -52,6 +52,7 @@ pub(super) fn layout() -> SandboxLayout {
         readonly: vec![],
         in_user_namespace: false,
         own_network: false,
+        resolver_file: None,
         veiled: vec![],
     }
 }
