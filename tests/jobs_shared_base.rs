@@ -13,7 +13,7 @@ use jobs_support::*;
 use std::path::Path;
 use std::time::Duration;
 
-/// The base trees in the state directory (not the hidden builds and locks).
+/// The base trees in the state directory (not the hidden builds).
 fn bases(state: &Path) -> Vec<String> {
     std::fs::read_dir(state.join("bases"))
         .map(|entries| {
@@ -65,7 +65,7 @@ fn a_removal_keeps_the_base_a_concurrent_preparation_has_chosen() {
     wait_until(Duration::from_secs(30), "the base removed", || {
         bases(&d.state()).is_empty()
     });
-    let locks: Vec<_> = std::fs::read_dir(d.state().join("bases/.locks"))
+    let locks: Vec<_> = std::fs::read_dir(d.state().join("base-locks"))
         .map(|e| e.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(locks.is_empty(), "lock files left: {locks:?}");

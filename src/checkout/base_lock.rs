@@ -11,7 +11,8 @@
 //!   cannot lock at once is being prepared on, and is kept (a later `keel prune` removes it
 //!   once nothing uses it).
 //!
-//! The lock is `flock(2)` on `bases/.locks/<key>` (it dies with its holder: a killed worker
+//! The lock is `flock(2)` on `STATE/base-locks/<key>` (beside `bases/`, whose hidden
+//! entries are builds; it dies with its holder: a killed worker
 //! leaves nothing held). A removal unlinks the file while it holds it, so that the files do not
 //! pile up; a preparation that was waiting on the unlinked file finds the path no longer names
 //! what it locked, and locks anew (then builds the base again).
@@ -34,7 +35,7 @@ pub(crate) struct BaseLock {
 }
 
 fn locks_dir(dirs: &StateDir) -> PathBuf {
-    dirs.bases_dir().join(".locks")
+    dirs.root.join("base-locks")
 }
 
 /// Lock base `key` shared, waiting while a removal holds it.
@@ -71,9 +72,8 @@ enum Attempt {
 
 fn lock(dirs: &StateDir, key: &str, how: FlockArg) -> Result<Attempt, CheckoutError> {
     let dir = locks_dir(dirs);
-    for d in [dirs.bases_dir(), dir.clone()] {
-        crate::state::create_private_dir(&d).map_err(io_err("creating the bases directory", &d))?;
-    }
+    crate::state::create_private_dir(&dir)
+        .map_err(io_err("creating the base locks' directory", &dir))?;
     let path = dir.join(key);
     let file = OpenOptions::new()
         .read(true)
