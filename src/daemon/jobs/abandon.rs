@@ -6,7 +6,10 @@
 //! is only remembered here until the daemon's reaper (`waitid(P_ALL)` on SIGCHLD) takes it,
 //! whenever the kernel lets it go.
 
-use std::os::fd::OwnedFd;
+use super::{Finished, JobId, Jobs};
+use crate::daemon::event_loop::EventLoop;
+use mio::unix::SourceFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// How long a worker killed by SIGKILL has to exit before it is abandoned. A process that is
@@ -63,6 +66,47 @@ pub(super) fn outcome(killed: Option<super::JobError>, stuck: &str) -> super::Jo
         Some(JobError::Worker(why)) => JobError::Worker(format!("{why}; {note}")),
         Some(JobError::Failed(failure)) => JobError::Worker(format!("{}; {note}", failure.message)),
         None => JobError::Worker(format!("its worker was {note}")),
+    }
+}
+
+impl Jobs {
+    /// Job `id`'s worker was killed [`EXIT_GRACE`] ago and has not exited (stuck in
+    /// the kernel): decide that it is over (its outcome reported unless nobody wants it),
+    /// free its owner's slot and its registration, and keep only its pidfd until it is
+    /// reaped.
+    pub(super) fn abandon(&mut self, id: JobId, events: &mut EventLoop) {
+        let Some(mut job) = self.running.remove(&id) else {
+            return;
+        };
+        let stuck = kernel_state(job.pid);
+        let describe = job.pending.job.describe();
+        log::error!(
+            "job {id}: {describe}: worker {} has not exited {} after its SIGKILL ({stuck}): \
+             abandoned, its owner's next job may start; it is reaped whenever it exits",
+            job.pid,
+            crate::fmt::duration_precise(EXIT_GRACE)
+        );
+        let fd = job.stdout.as_raw_fd();
+        events.unwatch(&mut SourceFd(&fd), job.token);
+        self.queue.finished(&job.owner);
+        let took = job.started.elapsed();
+        let outcome = outcome(job.killed.take(), &stuck);
+        self.abandoned.insert(
+            job.pid,
+            Abandoned {
+                _pidfd: job.pidfd,
+                since: Instant::now(),
+                describe,
+            },
+        );
+        if !job.cancelled {
+            self.finished.push(Finished {
+                owner: job.owner,
+                pending: job.pending,
+                outcome: Err(outcome),
+                took,
+            });
+        }
     }
 }
 

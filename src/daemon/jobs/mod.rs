@@ -360,45 +360,6 @@ impl Jobs {
         }
     }
 
-    /// Job `id`'s worker was killed [`abandon::EXIT_GRACE`] ago and has not exited (stuck in
-    /// the kernel): decide that it is over (its outcome reported unless nobody wants it),
-    /// free its owner's slot and its registration, and keep only its pidfd until it is
-    /// reaped.
-    fn abandon(&mut self, id: JobId, events: &mut EventLoop) {
-        let Some(mut job) = self.running.remove(&id) else {
-            return;
-        };
-        let stuck = abandon::kernel_state(job.pid);
-        let describe = job.pending.job.describe();
-        log::error!(
-            "job {id}: {describe}: worker {} has not exited {} after its SIGKILL ({stuck}): \
-             abandoned, its owner's next job may start; it is reaped whenever it exits",
-            job.pid,
-            crate::fmt::duration_precise(abandon::EXIT_GRACE)
-        );
-        let fd = job.stdout.as_raw_fd();
-        events.unwatch(&mut SourceFd(&fd), job.token);
-        self.queue.finished(&job.owner);
-        let took = job.started.elapsed();
-        let outcome = abandon::outcome(job.killed.take(), &stuck);
-        self.abandoned.insert(
-            job.pid,
-            abandon::Abandoned {
-                _pidfd: job.pidfd,
-                since: Instant::now(),
-                describe,
-            },
-        );
-        if !job.cancelled {
-            self.finished.push(Finished {
-                owner: job.owner,
-                pending: job.pending,
-                outcome: Err(outcome),
-                took,
-            });
-        }
-    }
-
     /// Drop the queued jobs and kill the running ones that `unwanted` names.
     pub fn cancel(
         &mut self,
