@@ -233,15 +233,26 @@ fn restat(index: &mut Index, root: &Path) -> Result<(), CheckoutError> {
     Ok(())
 }
 
-/// Remove base `key` when no checkout uses it any more. Returns the bytes freed.
+/// Remove base `key` when no checkout uses it any more, nor a preparation being made on it
+/// (`base_lock.rs`: a base whose lock is held is kept for a later `keel prune`). Returns the
+/// bytes freed.
 pub(crate) fn remove_if_unused(dirs: &StateDir, key: &str) -> Result<u64, CheckoutError> {
+    let base = base_dir(dirs, key);
+    if !base.exists() {
+        return Ok(0);
+    }
+    // Taken before the records are read: a preparation's record appears only when its
+    // checkout is in place, and it holds the lock until then.
+    let Some(_lock) = super::base_lock::try_lock_exclusive(dirs, key)? else {
+        log::info!("base tree {key}: kept: a checkout is being prepared on it");
+        return Ok(0);
+    };
     let Some(records) = super::record::all(dirs) else {
         return Ok(0);
     };
     if records.iter().any(|r| r.base_key() == Some(key)) {
         return Ok(0);
     }
-    let base = base_dir(dirs, key);
     if !base.exists() {
         return Ok(0);
     }

@@ -241,8 +241,12 @@ fn build(
         overlay_refusal(dirs, &key, &checkout, tmp)
     };
     let mut base_built = false;
+    // Held until the checkout (whose record names the base) is in place: until then no
+    // removal may take the base (`base_lock.rs`).
+    let mut _base_lock = None;
     let files = match refusal {
         None => {
+            _base_lock = Some(super::base_lock::lock_shared(dirs, &key)?);
             base_built = base::ensure_base(
                 dirs,
                 &key,
@@ -251,6 +255,7 @@ fn build(
                 options.owner,
                 options.progress.as_ref(),
             )?;
+            super::base_lock::pause_if_asked(unit);
             let from = base::index_path(&base::base_dir(dirs, &key));
             let to = git.join("index");
             fs::copy(&from, &to).map_err(io_err("copying the base's index", &to))?;

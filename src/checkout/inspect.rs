@@ -457,6 +457,7 @@ pub fn prune_bases(dirs: &StateDir) -> Result<u64, CheckoutError> {
         return Ok(0);
     };
     files::remove_stale_builds(&bases);
+    super::base_lock::sweep(dirs);
     let mut freed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();

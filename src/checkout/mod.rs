@@ -42,6 +42,7 @@
 //! the same time by two callers. A base tree is written by a few threads of its own.
 
 mod base;
+mod base_lock;
 mod create;
 mod error;
 mod files;

@@ -97,18 +97,28 @@ fn write_line(line: &WorkerLine) -> i32 {
 }
 
 /// `KEEL_TEST_WORKER_HANG=<kind>` (docs/testing.md): a worker of that job kind hangs before
-/// its job, as one stuck on a FIFO or a dead NFS server would, until it is killed.
+/// its job, as one stuck on a FIFO or a dead NFS server would, until it is killed; with
+/// `KEEL_TEST_WORKER_HANG_WHILE=<path>`, only while that path exists (then it goes on).
 fn hang_if_asked(kind: &str) {
     let Some(asked) = std::env::var_os("KEEL_TEST_WORKER_HANG") else {
         return;
     };
-    if asked
+    if !asked
         .to_str()
         .is_some_and(|a| a.split(',').any(|k| k == kind))
     {
-        log::warn!("KEEL_TEST_WORKER_HANG={kind}: hanging until killed");
-        loop {
-            std::thread::sleep(Duration::from_secs(3600));
+        return;
+    }
+    let condition = std::env::var_os("KEEL_TEST_WORKER_HANG_WHILE").map(std::path::PathBuf::from);
+    if condition.as_ref().is_some_and(|path| !path.exists()) {
+        return;
+    }
+    log::warn!("KEEL_TEST_WORKER_HANG={kind}: hanging until killed");
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        if condition.as_ref().is_some_and(|path| !path.exists()) {
+            log::warn!("KEEL_TEST_WORKER_HANG_WHILE: the path is gone; going on");
+            return;
         }
     }
 }

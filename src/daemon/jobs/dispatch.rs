@@ -31,7 +31,7 @@ impl Daemon {
     /// abandoned: its worker is killed, its queued job dropped.
     fn fence_jobs(&mut self) {
         let tasks = &self.tasks;
-        self.jobs.cancel(|owner, pending| {
+        self.jobs.cancel(&mut self.events.timers, |owner, pending| {
             let (Owner::Task(unit), Then::Start) = (owner, &pending.then) else {
                 return false;
             };
@@ -49,8 +49,7 @@ impl Daemon {
     }
 
     pub(crate) fn on_job_deadline(&mut self, id: u64) {
-        self.jobs
-            .on_deadline_due(id as JobId, &mut self.events.timers);
+        self.jobs.on_deadline_due(id as JobId, &mut self.events);
     }
 
     fn on_job_finished(&mut self, finished: Finished) {

@@ -10,6 +10,7 @@
 //! an older one is dropped. The loop reads each worker's stdout (`Source::Job`), reaps it,
 //! and hands the daemon [`Finished`] jobs; what follows is the daemon's (`Then`).
 
+mod abandon;
 pub(crate) mod deadline;
 mod dispatch;
 mod process;
@@ -107,6 +108,11 @@ struct Running {
     done: Option<Result<JobResult, JobFailure>>,
     /// Why the daemon killed it (deadline, a bad line): its outcome, whatever it wrote.
     killed: Option<JobError>,
+    /// When the daemon sent it SIGKILL (for any reason): [`abandon::EXIT_GRACE`] later, a
+    /// worker still there is abandoned.
+    killed_at: Option<Instant>,
+    /// Whether the timer of that grace is set.
+    grace_armed: bool,
     /// Nobody wants its result any more (its task was stopped, removed, started again).
     cancelled: bool,
     eof: bool,
@@ -123,6 +129,8 @@ pub(crate) struct Jobs {
     pub cgroup: Result<WorkersCgroup, String>,
     state_dir: PathBuf,
     finished: Vec<Finished>,
+    /// Killed workers that did not exit, by pid, until they are reaped (`abandon.rs`).
+    abandoned: BTreeMap<i32, abandon::Abandoned>,
 }
 
 impl Jobs {
@@ -138,6 +146,7 @@ impl Jobs {
             cgroup,
             state_dir,
             finished: Vec::new(),
+            abandoned: BTreeMap::new(),
         }
     }
 
@@ -244,6 +253,8 @@ impl Jobs {
                 advanced: None,
                 done: None,
                 killed: None,
+                killed_at: None,
+                grace_armed: false,
                 cancelled: false,
                 eof: false,
                 status: None,
@@ -298,11 +309,20 @@ impl Jobs {
         if job.eof && job.status.is_none() {
             job.status = try_reap(job.pid);
         }
+        job.arm_grace(id, &mut events.timers);
         self.finish_if_over(id, events);
     }
 
     /// Whether `pid` is a worker; if so its status is kept (the daemon's reaper took it).
     pub fn on_reaped(&mut self, pid: i32, status: WaitStatus, events: &mut EventLoop) -> bool {
+        if let Some(gone) = self.abandoned.remove(&pid) {
+            log::info!(
+                "worker {pid} of an abandoned job ({}) exited at last, {} after it was abandoned",
+                gone.describe,
+                crate::fmt::duration_precise(gone.since.elapsed())
+            );
+            return true;
+        }
         let Some((&id, job)) = self.running.iter_mut().find(|(_, j)| j.pid == pid) else {
             return false;
         };
@@ -311,11 +331,21 @@ impl Jobs {
         true
     }
 
-    /// The deadline timer of job `id`: kill it if it is past, else look again later.
-    pub fn on_deadline_due(&mut self, id: JobId, timers: &mut Timers) {
+    /// The deadline timer of job `id`: kill it if it is past, else look again later; one
+    /// killed [`abandon::EXIT_GRACE`] ago and still there is abandoned.
+    pub fn on_deadline_due(&mut self, id: JobId, events: &mut EventLoop) {
         let Some(job) = self.running.get_mut(&id) else {
             return;
         };
+        if let Some(killed_at) = job.killed_at {
+            if Instant::now() >= killed_at + abandon::EXIT_GRACE {
+                self.abandon(id, events);
+            } else {
+                job.arm_grace(id, &mut events.timers);
+            }
+            return;
+        }
+        let timers = &mut events.timers;
         match job
             .deadline
             .judge(job.started, job.advanced, Instant::now())
@@ -325,12 +355,17 @@ impl Jobs {
                 let message = overrun_message(&job.pending.job, job.progress.as_ref(), &overrun);
                 log::error!("job {id}: {message}: killing worker {}", job.pid);
                 job.kill(JobError::Deadline(message));
+                job.arm_grace(id, timers);
             }
         }
     }
 
     /// Drop the queued jobs and kill the running ones that `unwanted` names.
-    pub fn cancel(&mut self, mut unwanted: impl FnMut(&Owner, &Pending) -> bool) {
+    pub fn cancel(
+        &mut self,
+        timers: &mut Timers,
+        mut unwanted: impl FnMut(&Owner, &Pending) -> bool,
+    ) {
         for pending in self.queue.drain_unwanted(&mut unwanted) {
             log::debug!("job: {} dropped: no longer wanted", pending.job.describe());
         }
@@ -342,7 +377,8 @@ impl Jobs {
                     job.pid
                 );
                 job.cancelled = true;
-                let _ = crate::sys::pidfd_send_signal(&job.pidfd, libc::SIGKILL);
+                job.signal_kill();
+                job.arm_grace(*id, timers);
             }
         }
     }
@@ -467,7 +503,21 @@ impl Running {
         if self.killed.is_none() {
             self.killed = Some(why);
         }
+        self.signal_kill();
+    }
+
+    /// SIGKILL through its pidfd; the first one starts the grace of [`abandon::EXIT_GRACE`].
+    fn signal_kill(&mut self) {
         let _ = crate::sys::pidfd_send_signal(&self.pidfd, libc::SIGKILL);
+        self.killed_at.get_or_insert_with(Instant::now);
+    }
+
+    /// Once killed: a timer at the end of its grace (once).
+    fn arm_grace(&mut self, id: JobId, timers: &mut Timers) {
+        if let (Some(killed_at), false) = (self.killed_at, self.grace_armed) {
+            timers.add(killed_at + abandon::EXIT_GRACE, Timer::JobDeadline { id });
+            self.grace_armed = true;
+        }
     }
 }
 

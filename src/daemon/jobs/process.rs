@@ -7,6 +7,28 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
+/// A worker's limit on open files, soft and hard (never above the daemon's original hard
+/// limit). A job needs a few dozen descriptors (the repository's packs, an index, one per
+/// directory level of a walk); the bound turns a leak, or a repository of thousands of packs,
+/// into a clear EMFILE in that job rather than a worker holding what the daemon raised its
+/// own limit for (a pidfd per task, a descriptor per client).
+const WORKER_NOFILE: u64 = 4096;
+
+fn worker_nofile() -> (u64, u64) {
+    use nix::sys::resource::{getrlimit, Resource};
+    let hard = super::super::ORIGINAL_NOFILE
+        .get()
+        .map(|(_, hard)| *hard)
+        .or_else(|| {
+            getrlimit(Resource::RLIMIT_NOFILE)
+                .ok()
+                .map(|(_, hard)| hard)
+        })
+        .unwrap_or(WORKER_NOFILE);
+    let limit = hard.min(WORKER_NOFILE);
+    (limit, limit)
+}
+
 /// A started worker: its pid, its pidfd (to kill it: never a recycled pid), its stdout.
 pub(super) struct Started {
     pub pid: i32,
@@ -46,7 +68,7 @@ pub(super) fn spawn(request: &JobRequest, cgroup_fd: Option<RawFd>) -> std::io::
         cgroup_fd,
         keep_as_fd3: None,
         keep_fds: &[],
-        nofile: super::super::ORIGINAL_NOFILE.get().copied(),
+        nofile: Some(worker_nofile()),
         // keel's code runs in the clone before its exec (the daemon's signal handlers must
         // not): signals stay blocked until the worker unblocks them (worker::run).
         signals_blocked: true,

@@ -89,6 +89,8 @@ fn running() -> Running {
         advanced: None,
         done: None,
         killed: None,
+        killed_at: None,
+        grace_armed: false,
         cancelled: false,
         eof: false,
         status: None,
@@ -147,10 +149,16 @@ fn a_second_result_or_a_foreign_line_fails_the_job_and_the_first_reason_stays() 
         job.killed,
         Some(JobError::Worker("the worker wrote two results".into()))
     );
+    let killed_at = job.killed_at.expect("the kill starts the grace");
     job.take_line(Err("garbage".into()));
     assert_eq!(
         job.killed,
         Some(JobError::Worker("the worker wrote two results".into()))
+    );
+    assert_eq!(
+        job.killed_at,
+        Some(killed_at),
+        "the first kill's instant stays"
     );
 }
 
