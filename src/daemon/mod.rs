@@ -364,6 +364,28 @@ impl Daemon {
         }
     }
 
+    /// [`Timer::Network`]: journal what each running task's relay refused since the last
+    /// look (`net-denied`, coalesced per destination), start again a relay that died, and
+    /// look again in [`network::CHECK_EVERY`] while any task has a relay.
+    fn on_network_due(&mut self) {
+        let now = std::time::Instant::now();
+        let mut any = false;
+        for task in self.tasks.values_mut() {
+            let Some(network) = task.network.as_mut() else {
+                continue;
+            };
+            any |= network.has_relay();
+            let name = task.name.clone();
+            for line in network.check(&name, now) {
+                log::info!("{name}: net-denied {line}");
+                self.store.task_event(task, "net-denied", &line);
+            }
+        }
+        if any {
+            (self.events.timers).add_after(network::CHECK_EVERY, Timer::Network);
+        }
+    }
+
     /// The one reaper: `waitid(P_ALL, WEXITED|WNOHANG)` until nothing is left. Shims' statuses
     /// are kept for their pidfd event; orphans reparented to us are simply reaped.
     fn reap_children(&mut self) {
@@ -406,11 +428,7 @@ impl Daemon {
             Timer::WatchFallback => self.on_watch_fallback_due(),
             Timer::AcceptRetry => self.control.accept_again(&mut self.events),
             Timer::JobDeadline { id } => self.on_job_deadline(id),
-            Timer::Network => network::check_all(
-                self.tasks.values_mut(),
-                &mut self.store,
-                &mut self.events.timers,
-            ),
+            Timer::Network => self.on_network_due(),
             Timer::ReplenishSpare => self
                 .sandboxing
                 .replenish_spare(self.shutdown.is_some(), self.tasks.any_shim()),

@@ -8,9 +8,6 @@
 //! file), and its report's new refusals are journaled as `net-denied`, coalesced per
 //! destination.
 
-use super::store::Store;
-use super::task::Task;
-use super::timers::{Timer, Timers};
 use crate::network::relay_protocol::{RelayReport, RelaySpec};
 use crate::network::task_namespace::{self, RelaySockets};
 use crate::sandbox::spec::SandboxNetwork;
@@ -69,9 +66,12 @@ pub(crate) fn start(
     userns: Option<BorrowedFd<'_>>,
     ctx: &NetworkContext<'_>,
 ) -> Result<Option<TaskNetwork>, String> {
-    let Some((netns, sockets)) = task_namespace::make(network, userns)? else {
-        return Ok(None);
+    let allow = match network {
+        SandboxNetwork::Host => return Ok(None),
+        SandboxNetwork::None => None,
+        SandboxNetwork::Allow { entries, lists } => Some((&entries[..], lists)),
     };
+    let (netns, sockets) = task_namespace::make(allow, userns)?;
     let Some(sockets) = sockets else {
         return Ok(Some(TaskNetwork { netns, relay: None }));
     };
@@ -80,8 +80,11 @@ pub(crate) fn start(
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
     let fds = sockets.relay_fds(netns.as_fd());
-    let spec = task_namespace::relay_spec(ctx.unit, network, ctx.run_dir, ctx.resolver, fds)
-        .ok_or("no relay spec for an Allow network")?;
+    let Some((entries, lists)) = allow else {
+        return Err("no relay spec for an Allow network".into());
+    };
+    let relay_ctx = (ctx.unit, ctx.run_dir, ctx.resolver);
+    let spec = task_namespace::relay_spec(entries, lists, relay_ctx, fds);
     let cgroup = (ctx.cgroup)
         .map(|fd| fd.try_clone_to_owned())
         .transpose()
@@ -176,6 +179,11 @@ impl Relay {
 }
 
 impl TaskNetwork {
+    /// Whether the attempt has a relay (`Allow`), running or to be started again.
+    pub(crate) fn has_relay(&self) -> bool {
+        self.relay.is_some()
+    }
+
     /// The relay's pid, while it runs.
     pub(crate) fn relay_pid(&self) -> Option<i32> {
         self.relay.as_ref()?.process.as_ref().map(|(pid, _)| *pid)
@@ -243,11 +251,13 @@ pub(crate) fn refusals_since(
         let before = journaled.get(&refused.destination).copied().unwrap_or(0);
         // A relay started again counts on from its last report; fewer means a new count.
         let new = match refused.count.checked_sub(before) {
-            Some(0) => continue,
             Some(n) => n,
             None => refused.count,
         };
         journaled.insert(refused.destination.clone(), refused.count);
+        if new == 0 {
+            continue;
+        }
         let times = if new == 1 {
             String::new()
         } else {
@@ -259,31 +269,6 @@ pub(crate) fn refusals_since(
         ));
     }
     lines
-}
-
-/// Journal what each running task's relay refused since the last look, start again a relay
-/// that died, and look again in [`CHECK_EVERY`] while any task has a relay.
-pub(crate) fn check_all<'a>(
-    tasks: impl Iterator<Item = &'a mut Task>,
-    store: &mut Store,
-    timers: &mut Timers,
-) {
-    let now = Instant::now();
-    let mut any = false;
-    for task in tasks {
-        let Some(network) = task.network.as_mut() else {
-            continue;
-        };
-        any |= network.relay.is_some();
-        let name = task.name.clone();
-        for line in network.check(&name, now) {
-            log::info!("{name}: net-denied {line}");
-            store.task_event(task, "net-denied", &line);
-        }
-    }
-    if any {
-        timers.add_after(CHECK_EVERY, Timer::Network);
-    }
 }
 
 #[cfg(test)]

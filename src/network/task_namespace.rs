@@ -15,7 +15,6 @@
 use super::fake::{HOST_ADDRESS, RESOLVER_ADDRESS};
 use super::relay_protocol::{RelayFds, RelaySpec, PROXY_PORT};
 use super::{entry, Policy};
-use crate::sandbox::spec::SandboxNetwork;
 use crate::sys::{netlink, netns};
 use std::collections::BTreeMap;
 use std::io;
@@ -79,18 +78,16 @@ pub fn policy_of(
     Policy::new(&parse(entries)?, &parsed).map_err(|e| e.to_string())
 }
 
-/// The network namespace of an attempt of `network` (`None` for `Host`), owned by `userns`
-/// (the task's; `None`: the daemon's own), `lo` up; for `Allow` its routes and the relay's
-/// sockets too. Errors name the step.
+/// The network namespace of an attempt, owned by `userns` (the task's; `None`: the daemon's
+/// own), `lo` up; for `Allow` (its entries and the lists they may name) its routes and the
+/// relay's sockets too. Errors name the step.
 pub fn make(
-    network: &SandboxNetwork,
+    allow: Option<(&[String], &BTreeMap<String, Vec<String>>)>,
     userns: Option<BorrowedFd<'_>>,
-) -> Result<Option<(OwnedFd, Option<RelaySockets>)>, String> {
-    let allow = match network {
-        SandboxNetwork::Host => return Ok(None),
-        SandboxNetwork::None => None,
-        SandboxNetwork::Allow { entries, lists } => Some(policy_of(entries, lists)?),
-    };
+) -> Result<(OwnedFd, Option<RelaySockets>), String> {
+    let allow = allow
+        .map(|(entries, lists)| policy_of(entries, lists))
+        .transpose()?;
     let ns = netns::create_in(userns).map_err(|e| {
         format!(
             "cannot make the task's network namespace ({e}): this host does not allow \
@@ -107,7 +104,7 @@ pub fn make(
         }
     })
     .map_err(|e| format!("cannot set up the task's network namespace: {e}"))?;
-    Ok(Some((ns, sockets)))
+    Ok((ns, sockets))
 }
 
 /// The relay's sockets made again in the namespace `ns` (for a relay started again: the
@@ -182,28 +179,25 @@ pub fn report_path(run_dir: &Path) -> PathBuf {
     network_dir(run_dir).join("report.json")
 }
 
-/// The relay's spec for `unit`'s attempt over `sockets`.
+/// The relay's spec for an attempt of `unit` (whose run directory is `run_dir`, whose relay
+/// asks `resolver` on the host) allowed `entries`.
 pub fn relay_spec(
-    unit: &str,
-    network: &SandboxNetwork,
-    run_dir: &Path,
-    resolver: Option<SocketAddr>,
+    entries: &[String],
+    lists: &BTreeMap<String, Vec<String>>,
+    (unit, run_dir, resolver): (&str, &Path, Option<SocketAddr>),
     fds: RelayFds,
-) -> Option<RelaySpec> {
-    let SandboxNetwork::Allow { entries, lists } = network else {
-        return None;
-    };
+) -> RelaySpec {
     let dir = network_dir(run_dir);
-    Some(RelaySpec {
+    RelaySpec {
         unit: unit.to_string(),
-        entries: entries.clone(),
+        entries: entries.to_vec(),
         lists: lists.clone(),
         report: dir.join("report.json"),
         names: dir.join("names"),
         resolver,
         connect_timeout_ms: CONNECT_TIMEOUT_MS,
         fds,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ fn an_allow_spec_becomes_its_policy_with_its_lists_expanded() {
 }
 
 #[test]
-fn the_relay_spec_is_only_for_allow_and_names_files_in_the_run_directory() {
+fn the_relay_spec_names_files_in_the_run_directory() {
     let fds = RelayFds {
         netns: 3,
         dns_udp: 4,
@@ -27,12 +27,12 @@ fn the_relay_spec_is_only_for_allow_and_names_files_in_the_run_directory() {
         listeners: vec![],
     };
     let run = Path::new("/var/lib/keel/tasks/t/run");
-    assert!(relay_spec("t", &SandboxNetwork::None, run, None, fds.clone()).is_none());
-    let allow = SandboxNetwork::Allow {
-        entries: vec!["host:8080".into()],
-        lists: BTreeMap::new(),
-    };
-    let spec = relay_spec("t", &allow, run, None, fds).unwrap();
+    let spec = relay_spec(
+        &["host:8080".into()],
+        &BTreeMap::new(),
+        ("t", run, None),
+        fds,
+    );
     assert_eq!(spec.report, report_path(run));
     assert_eq!(spec.names, run.join("network/names"));
     assert_eq!(spec.entries, ["host:8080"]);
