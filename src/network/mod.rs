@@ -11,7 +11,9 @@ pub mod dns;
 pub mod entry;
 pub mod fake;
 pub mod policy;
+pub mod relay;
 pub mod relay_protocol;
+pub mod resolver;
 
 pub use entry::{Entry, EntryError, IpNet, Ports};
 pub use fake::FakeAddresses;
