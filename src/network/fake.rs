@@ -77,9 +77,8 @@ impl FakeAddresses {
     /// range hands out, or either is taken already.
     pub fn restore(&mut self, name: &str, addr: Ipv4Addr) -> bool {
         let offset = u32::from(addr).wrapping_sub(u32::from(RANGE_START));
-        let handed_out = Self::in_range(addr)
-            && offset >= FIRST_NAME_ADDRESS
-            && offset < Self::range_size() - 1;
+        let handed_out =
+            Self::in_range(addr) && offset >= FIRST_NAME_ADDRESS && offset < Self::range_size() - 1;
         let full = self.capacity.is_some_and(|c| self.by_name.len() >= c);
         if !handed_out
             || full

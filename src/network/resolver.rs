@@ -123,14 +123,18 @@ pub fn resolve(
             }
         }
         let wait = if resent { deadline } else { resend_at };
-        let left = wait.saturating_duration_since(now).max(Duration::from_millis(1));
+        let left = wait
+            .saturating_duration_since(now)
+            .max(Duration::from_millis(1));
         socket.set_read_timeout(Some(left)).map_err(io)?;
         let read = match socket.recv(&mut buf) {
             Ok(read) => read,
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) =>
             {
                 continue

@@ -8,7 +8,11 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 /// Move up to `len` bytes from `from` to `to`, one of which is a pipe, without blocking
 /// (`SPLICE_F_NONBLOCK | SPLICE_F_MOVE`; the sockets themselves are non-blocking too).
 /// `Ok(0)`: `from` is at its end of file.
-pub fn splice_nonblocking(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+pub fn splice_nonblocking(
+    from: BorrowedFd<'_>,
+    to: BorrowedFd<'_>,
+    len: usize,
+) -> io::Result<usize> {
     // SAFETY: both descriptors are borrowed open ones; the offsets are NULL (no memory of
     // ours is handed to the kernel), so the call touches only the two files.
     let moved = unsafe {

@@ -77,7 +77,11 @@ impl Relay {
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
                 Err(e) => {
                     // EMFILE and the like: the listener's queue waits for the next turn.
-                    log::warn!("relay {}: accepting on {}: {e}", self.spec.unit, listener.bound);
+                    log::warn!(
+                        "relay {}: accepting on {}: {e}",
+                        self.spec.unit,
+                        listener.bound
+                    );
                     return;
                 }
             }
@@ -116,7 +120,10 @@ impl Relay {
         let local = match conn.client.local_addr() {
             Ok(local) => local,
             Err(e) => {
-                log::debug!("relay {}: an accepted connection's address: {e}", self.spec.unit);
+                log::debug!(
+                    "relay {}: an accepted connection's address: {e}",
+                    self.spec.unit
+                );
                 self.close(slot);
                 return;
             }
@@ -135,11 +142,16 @@ impl Relay {
 
     fn decided(&mut self, slot: usize, decision: Decision) {
         match decision {
-            Decision::Refuse(refusal) => self.refuse(slot, &refusal.destination(), &refusal.to_string()),
-            Decision::Connect(Upstream::Address(addr)) => self.connect(slot, VecDeque::from([addr])),
-            Decision::Connect(Upstream::HostLoopback { port }) => {
-                self.connect(slot, VecDeque::from([SocketAddr::from(([127, 0, 0, 1], port))]))
+            Decision::Refuse(refusal) => {
+                self.refuse(slot, &refusal.destination(), &refusal.to_string())
             }
+            Decision::Connect(Upstream::Address(addr)) => {
+                self.connect(slot, VecDeque::from([addr]))
+            }
+            Decision::Connect(Upstream::HostLoopback { port }) => self.connect(
+                slot,
+                VecDeque::from([SocketAddr::from(([127, 0, 0, 1], port))]),
+            ),
             Decision::Connect(Upstream::Name { name, port }) => {
                 if let Some((at, addrs)) = self.cache.get(&name) {
                     if at.elapsed() < CACHE_FOR {
@@ -187,7 +199,11 @@ impl Relay {
 
     /// A connection that could not be made (a name that did not resolve, an upstream down).
     fn failed(&mut self, slot: usize, why: &str) {
-        let label = self.conns.get_mut(slot).map(|c| c.label.clone()).unwrap_or_default();
+        let label = self
+            .conns
+            .get_mut(slot)
+            .map(|c| c.label.clone())
+            .unwrap_or_default();
         log::info!("relay {}: {label}: {why}", self.spec.unit);
         self.end_with(slot, "502 Bad Gateway", &format!("{label}: {why}"));
     }
@@ -196,7 +212,8 @@ impl Relay {
     pub(super) fn resolved(&mut self) {
         while let Ok(done) = self.pool.done.try_recv() {
             if let Ok(addrs) = &done.result {
-                self.cache.insert(done.name.clone(), (Instant::now(), addrs.clone()));
+                self.cache
+                    .insert(done.name.clone(), (Instant::now(), addrs.clone()));
             }
             let Some(conn) = self.conns.get_current(done.slot, done.generation) else {
                 continue; // closed meanwhile
@@ -210,7 +227,8 @@ impl Relay {
                 Err(e) => {
                     let reason = format!("{name}: {e}");
                     log::info!("relay {}: {reason}", self.spec.unit);
-                    self.counts.refused(&format!("{name}:{port}"), &reason, now_ms());
+                    self.counts
+                        .refused(&format!("{name}:{port}"), &reason, now_ms());
                     self.end_with(done.slot, "502 Bad Gateway", &reason);
                 }
             }
@@ -230,7 +248,9 @@ impl Relay {
             }
         }
         match (allowed.is_empty(), first_refusal) {
-            (true, Some(refusal)) => self.refuse(slot, &refusal.destination(), &refusal.to_string()),
+            (true, Some(refusal)) => {
+                self.refuse(slot, &refusal.destination(), &refusal.to_string())
+            }
             (true, None) => self.failed(slot, "no address"),
             (false, _) => self.connect(slot, allowed),
         }
@@ -250,7 +270,11 @@ impl Relay {
             if self
                 .poll
                 .registry()
-                .register(&mut upstream, token, Interest::READABLE | Interest::WRITABLE)
+                .register(
+                    &mut upstream,
+                    token,
+                    Interest::READABLE | Interest::WRITABLE,
+                )
                 .is_err()
             {
                 continue;
@@ -264,7 +288,10 @@ impl Relay {
             self.set_timer(slot, self.connect_timeout);
             return;
         }
-        self.failed(slot, "the upstream refused the connection or could not be reached");
+        self.failed(
+            slot,
+            "the upstream refused the connection or could not be reached",
+        );
     }
 
     fn set_timer(&mut self, slot: usize, after: Duration) {
@@ -281,7 +308,8 @@ impl Relay {
 
     /// The deadlines passed by `now`: a proxy head not read, a connect not made.
     pub(super) fn expire(&mut self, now: Instant) {
-        while let Some(std::cmp::Reverse((at, slot, generation, timer))) = self.timers.peek().copied()
+        while let Some(std::cmp::Reverse((at, slot, generation, timer))) =
+            self.timers.peek().copied()
         {
             if at > now {
                 return;
@@ -294,7 +322,11 @@ impl Relay {
                 continue;
             }
             match &mut conn.stage {
-                Stage::ReadingHead(_) => self.end_with(slot, "408 Request Timeout", "the request's head took too long"),
+                Stage::ReadingHead(_) => self.end_with(
+                    slot,
+                    "408 Request Timeout",
+                    "the request's head took too long",
+                ),
                 Stage::Connecting { upstream, rest } => {
                     let rest = std::mem::take(rest);
                     let _ = self.poll.registry().deregister(upstream);
@@ -441,7 +473,8 @@ impl Relay {
             Ok((sent, received)) => {
                 let done = out.finished() && back.finished();
                 let label = conn.label.clone();
-                self.counts.bytes(&label, sent.moved, received.moved, now_ms());
+                self.counts
+                    .bytes(&label, sent.moved, received.moved, now_ms());
                 if done {
                     self.close(slot);
                 } else if sent.more || received.more {

@@ -88,7 +88,11 @@ impl Relay {
     pub(super) fn restore_names(&mut self) {
         let mut text = String::new();
         if let Err(e) = (&self.names).read_to_string(&mut text) {
-            log::warn!("relay {}: reading {}: {e}", self.spec.unit, self.spec.names.display());
+            log::warn!(
+                "relay {}: reading {}: {e}",
+                self.spec.unit,
+                self.spec.names.display()
+            );
         }
         let mut restored = 0;
         for (addr, name) in dns_side::read_names(&text) {
@@ -99,7 +103,10 @@ impl Relay {
             restored += 1;
         }
         if restored > 0 {
-            log::info!("relay {}: {restored} names of an earlier relay served again", self.spec.unit);
+            log::info!(
+                "relay {}: {restored} names of an earlier relay served again",
+                self.spec.unit
+            );
         }
     }
 
@@ -110,12 +117,15 @@ impl Relay {
             .ports_for(name)
             .into_iter()
             .map(|port| SocketAddr::new(IpAddr::V4(addr), port))
-            .filter(|a| !self.listened.contains(a))
+            .filter(|a| !self.listened.contains(a) && !self.listened_ports.contains(&a.port()))
             .collect();
         let made = match dns_side::listen_in(self.netns.as_fd(), addrs) {
             Ok(made) => made,
             Err(e) => {
-                log::error!("relay {}: listeners for {name} at {addr}: {e}", self.spec.unit);
+                log::error!(
+                    "relay {}: listeners for {name} at {addr}: {e}",
+                    self.spec.unit
+                );
                 return;
             }
         };
@@ -124,7 +134,10 @@ impl Relay {
                 .map_err(|e| e.to_string())
                 .and_then(|l| self.add_listener(l, bound, false));
             if let Err(e) = added {
-                log::error!("relay {}: listening on {bound} for {name}: {e}", self.spec.unit);
+                log::error!(
+                    "relay {}: listening on {bound} for {name}: {e}",
+                    self.spec.unit
+                );
             }
         }
     }
@@ -184,7 +197,9 @@ impl Relay {
                 log::info!("relay {}: asked to stop", self.spec.unit);
                 self.stop = true;
             }
-            Token(t) if t >= CONN_BASE => self.conn_ready((t - CONN_BASE) / 2, (t - CONN_BASE) % 2 == 1),
+            Token(t) if t >= CONN_BASE => {
+                self.conn_ready((t - CONN_BASE) / 2, (t - CONN_BASE) % 2 == 1)
+            }
             Token(t) if t >= DNS_CONN_BASE => self.dns_conn_ready(t - DNS_CONN_BASE),
             Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
             Token(_) => {}
@@ -199,7 +214,11 @@ impl Relay {
         }
         let report = self.counts.report(std::process::id(), now_ms());
         if let Err(e) = report::write_report(&self.spec.report, &report) {
-            log::warn!("relay {}: writing {}: {e}", self.spec.unit, self.spec.report.display());
+            log::warn!(
+                "relay {}: writing {}: {e}",
+                self.spec.unit,
+                self.spec.report.display()
+            );
         }
         self.counts.mark_written(now);
     }
@@ -211,7 +230,11 @@ impl Relay {
             self.make_listeners(&name, addr);
             let line = dns_side::names_line(addr, &name);
             if let Err(e) = self.names.write_all(line.as_bytes()) {
-                log::warn!("relay {}: {}: {e}", self.spec.unit, self.spec.names.display());
+                log::warn!(
+                    "relay {}: {}: {e}",
+                    self.spec.unit,
+                    self.spec.names.display()
+                );
             }
             log::info!("relay {}: {name} is {addr}", self.spec.unit);
         }

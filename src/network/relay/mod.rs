@@ -200,24 +200,25 @@ impl Relay {
         let tcp = adopt(spec.fds.dns_tcp, "the resolver's TCP socket")?;
         nonblocking(&tcp, "the resolver's TCP socket")?;
         let poll = mio::Poll::new().map_err(|e| format!("epoll: {e}"))?;
-        let waker = Arc::new(
-            mio::Waker::new(poll.registry(), WAKER).map_err(|e| format!("eventfd: {e}"))?,
-        );
+        let waker =
+            Arc::new(mio::Waker::new(poll.registry(), WAKER).map_err(|e| format!("eventfd: {e}"))?);
         let server = match spec.resolver {
             Some(server) => Some(server),
             None => match crate::network::resolver::system_nameserver() {
                 Ok(server) => Some(server),
                 Err(e) => {
-                    log::error!("relay {}: no DNS server to resolve names with: {e}", spec.unit);
+                    log::error!(
+                        "relay {}: no DNS server to resolve names with: {e}",
+                        spec.unit
+                    );
                     None
                 }
             },
         };
         let pool = pool::Pool::start(RESOLVER_THREADS, server, RESOLVE_TIMEOUT, waker)
             .map_err(|e| format!("the resolver threads: {e}"))?;
-        let counts = report::Counts::from_report(
-            report::read_report(&spec.report).unwrap_or_default(),
-        );
+        let counts =
+            report::Counts::from_report(report::read_report(&spec.report).unwrap_or_default());
         let names = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

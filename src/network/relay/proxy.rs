@@ -74,7 +74,9 @@ pub fn read_head(buffer: &[u8]) -> Head {
         });
     }
     let Some(after_scheme) = target.strip_prefix("http://") else {
-        return Head::Bad("a proxy request names its target as http://host/path (or CONNECT host:port for https)");
+        return Head::Bad(
+            "a proxy request names its target as http://host/path (or CONNECT host:port for https)",
+        );
     };
     let (authority, path) = match after_scheme.find('/') {
         Some(slash) => (&after_scheme[..slash], &after_scheme[slash..]),
@@ -87,9 +89,14 @@ pub fn read_head(buffer: &[u8]) -> Head {
     let mut has_host = false;
     for line in lines {
         let name = line.split(':').next().unwrap_or_default().trim();
-        let hop_by_hop = ["proxy-connection", "proxy-authorization", "connection", "keep-alive"]
-            .iter()
-            .any(|h| name.eq_ignore_ascii_case(h));
+        let hop_by_hop = [
+            "proxy-connection",
+            "proxy-authorization",
+            "connection",
+            "keep-alive",
+        ]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h));
         if hop_by_hop {
             continue;
         }

@@ -109,7 +109,10 @@ impl Counts {
         if !self.dirty {
             return None;
         }
-        Some(self.written.map_or_else(Instant::now, |at| at + WRITE_PERIOD))
+        Some(
+            self.written
+                .map_or_else(Instant::now, |at| at + WRITE_PERIOD),
+        )
     }
 
     /// The report was written at `now`.

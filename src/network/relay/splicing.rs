@@ -5,8 +5,8 @@
 //! the next readiness event. At the source's end of file the destination is shut for writing
 //! (half-close), once the pipe is empty.
 
-use nix::errno::Errno;
 use crate::sys::splice::splice_nonblocking;
+use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use std::io;
 use std::net::Shutdown;
@@ -61,11 +61,7 @@ impl Flow {
 
     /// Move what can be moved now from `src` to `dst`. An error: the connection is broken
     /// (a reset, a closed peer).
-    pub fn pump(
-        &mut self,
-        src: &impl AsFd,
-        dst: &(impl AsFd + Shut),
-    ) -> io::Result<Turn> {
+    pub fn pump(&mut self, src: &impl AsFd, dst: &(impl AsFd + Shut)) -> io::Result<Turn> {
         let mut turn = Turn::default();
         for _ in 0..ROUNDS {
             while !self.head.is_empty() {
