@@ -207,8 +207,9 @@ impl Relay {
     }
 
     fn write_report_if_due(&mut self, now_anyway: bool) {
+        let due = self.counts.due();
         let now = Instant::now();
-        match self.counts.due() {
+        match due {
             Some(at) if at <= now || now_anyway => {}
             _ => return,
         }
