@@ -29,9 +29,13 @@ fn request(head: &Head) -> &proxy::Request {
 
 #[test]
 fn connect_names_its_target_and_keeps_what_follows_the_head() {
-    let head = proxy::read_head(b"CONNECT API.Example.com.:443 HTTP/1.1\r\nHost: x\r\n\r\n\x16\x03");
+    let head =
+        proxy::read_head(b"CONNECT API.Example.com.:443 HTTP/1.1\r\nHost: x\r\n\r\n\x16\x03");
     let r = request(&head);
-    assert_eq!((r.host.as_str(), r.port, r.tunnel), ("api.example.com", 443, true));
+    assert_eq!(
+        (r.host.as_str(), r.port, r.tunnel),
+        ("api.example.com", 443, true)
+    );
     assert_eq!(r.forward, b"\x16\x03");
     let v6 = proxy::read_head(b"CONNECT [2001:db8::1]:22 HTTP/1.1\r\n\r\n");
     assert_eq!(request(&v6).host, "2001:db8::1");
@@ -44,7 +48,10 @@ fn an_absolute_form_request_is_forwarded_in_origin_form_one_per_connection() {
         b"POST http://example.com:8080/a/b?c HTTP/1.1\r\nHost: example.com:8080\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi",
     );
     let r = request(&head);
-    assert_eq!((r.host.as_str(), r.port, r.tunnel), ("example.com", 8080, false));
+    assert_eq!(
+        (r.host.as_str(), r.port, r.tunnel),
+        ("example.com", 8080, false)
+    );
     let text = String::from_utf8(r.forward.clone()).unwrap();
     assert_eq!(
         text,
@@ -53,13 +60,19 @@ fn an_absolute_form_request_is_forwarded_in_origin_form_one_per_connection() {
     // No path, no Host header, no port: "/", the authority as Host, port 80.
     let r = proxy::read_head(b"GET http://example.com HTTP/1.0\r\n\r\n");
     let text = String::from_utf8(request(&r).forward.clone()).unwrap();
-    assert!(text.starts_with("GET / HTTP/1.0\r\nHost: example.com\r\n"), "{text}");
+    assert!(
+        text.starts_with("GET / HTTP/1.0\r\nHost: example.com\r\n"),
+        "{text}"
+    );
     assert_eq!(request(&r).port, 80);
 }
 
 #[test]
 fn a_head_not_served_is_told_apart_from_one_not_complete() {
-    assert_eq!(proxy::read_head(b"CONNECT a.com:443 HTTP/1.1\r\n"), Head::Incomplete);
+    assert_eq!(
+        proxy::read_head(b"CONNECT a.com:443 HTTP/1.1\r\n"),
+        Head::Incomplete
+    );
     assert_eq!(proxy::read_head(b""), Head::Incomplete);
     for bad in [
         &b"GET /relative HTTP/1.1\r\n\r\n"[..],
@@ -125,7 +138,10 @@ fn a_name_given_an_address_is_reported_once_so_its_listeners_come_first() {
     assert_eq!(again, None, "known already");
     let unlisted = dns::encode_query(2, "c.example.com", TYPE_A).unwrap();
     let (_, resolution, given) = dns_side::answer(&p, &mut fake, &unlisted);
-    assert_eq!((resolution, given), (Resolution::Unlisted("c.example.com".into()), None));
+    assert_eq!(
+        (resolution, given),
+        (Resolution::Unlisted("c.example.com".into()), None)
+    );
 }
 
 #[test]
@@ -184,15 +200,24 @@ fn refusals_are_coalesced_per_destination_and_counting_goes_on_after_a_restart()
     again.opened("c.example.com:443", 50);
     let next = again.report(43, 60);
     assert_eq!(next.allowed[0].connections, 2);
-    assert_eq!((next.allowed[0].bytes_out, next.allowed[0].bytes_in), (5, 7));
-    assert_eq!(next.open_connections, 1, "the last relay's open ones are not carried");
+    assert_eq!(
+        (next.allowed[0].bytes_out, next.allowed[0].bytes_in),
+        (5, 7)
+    );
+    assert_eq!(
+        next.open_connections, 1,
+        "the last relay's open ones are not carried"
+    );
     assert_eq!(next.refused, report.refused);
 }
 
 #[test]
 fn the_report_is_due_only_when_changed_and_not_more_than_twice_a_second() {
     let mut counts = Counts::from_report(RelayReport::default());
-    assert!(counts.due().is_some(), "a new relay writes its first report");
+    assert!(
+        counts.due().is_some(),
+        "a new relay writes its first report"
+    );
     let now = std::time::Instant::now();
     counts.mark_written(now);
     assert_eq!(counts.due(), None);
@@ -236,11 +261,17 @@ fn a_flow_splices_its_head_then_the_bytes_then_passes_the_end_of_file_on() {
     let mut moved = 0;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !flow.finished() {
-        assert!(std::time::Instant::now() < deadline, "the flow did not finish");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the flow did not finish"
+        );
         moved += flow.pump(&from_agent, &to_upstream).unwrap().moved;
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(moved, 4, "spliced bytes are counted, the relay's own head is not");
+    assert_eq!(
+        moved, 4,
+        "spliced bytes are counted, the relay's own head is not"
+    );
     let mut got = Vec::new();
     upstream.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"HEAD body");
