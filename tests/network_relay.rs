@@ -51,6 +51,12 @@ fn a_listed_host_port_is_reached_and_every_other_destination_refused() {
         "the sandbox's own 127.0.0.1",
     );
 
+    assert_eq!(
+        sandbox.query_tcp("host.keel.internal"),
+        (0, vec![HOST]),
+        "over TCP"
+    );
+    assert_eq!(sandbox.query_tcp("unlisted.example").0, 3, "over TCP");
     let (rcode, addrs) = sandbox.query("unlisted.example", 1);
     assert_eq!((rcode, addrs.len()), (3, 0), "NXDOMAIN");
 
@@ -307,6 +313,19 @@ fn a_relay_started_again_serves_the_cached_addresses_and_goes_on_counting() {
     // The same addresses again.
     assert_eq!(sandbox.resolve("named.test"), named);
     assert_eq!(sandbox.resolve("other.test"), other);
+
+    // SIGTERM: the relay ends cleanly, its last counts written.
+    let mut relay = sandbox.relay.take().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(relay.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = relay.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let last = sandbox.try_report().unwrap();
+    assert_eq!(last.open_connections, 0);
+    assert!(allowed(&last, &destination).is_some_and(|a| a.connections == 2));
 }
 
 #[test]

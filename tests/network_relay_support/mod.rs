@@ -294,6 +294,31 @@ impl Sandbox {
         .unwrap()
     }
 
+    /// The same over TCP: the response code and the `A` addresses.
+    pub fn query_tcp(&self, name: &str) -> (u16, Vec<Ipv4Addr>) {
+        let message = keel::network::dns::encode_query(0x4343, name, 1).unwrap();
+        let mut stream = self.dial(SocketAddr::from((RESOLVER, 53))).unwrap();
+        let mut framed = (message.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&message);
+        stream.write_all(&framed).unwrap();
+        let mut len = [0u8; 2];
+        stream.read_exact(&mut len).unwrap();
+        let mut answer = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        stream.read_exact(&mut answer).unwrap();
+        let rcode = u16::from_be_bytes([answer[2], answer[3]]) & 0xf;
+        let addrs = match keel::network::dns::parse_answer(&answer, 0x4343, 1) {
+            Some(keel::network::dns::Answer::Addresses { addresses, .. }) => addresses
+                .into_iter()
+                .filter_map(|a| match a {
+                    IpAddr::V4(v4) => Some(v4),
+                    IpAddr::V6(_) => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        (rcode, addrs)
+    }
+
     /// The fake address of a listed name.
     pub fn resolve(&self, name: &str) -> Ipv4Addr {
         let (rcode, addrs) = self.query(name, 1);

@@ -53,8 +53,7 @@ impl Relay {
             .registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)
             .map_err(|e| fail("signals", e))?;
-        // Kept for the relay's life (dropping it would unregister the handlers).
-        std::mem::forget(signals);
+        self.signals = Some(signals);
         Ok(())
     }
 
@@ -256,12 +255,19 @@ impl Relay {
 
     fn dns_udp_ready(&mut self) {
         let mut buf = [0u8; 4096];
+        let mut errors = 0;
         loop {
             let (read, peer) = match self.dns_udp.recv_from(&mut buf) {
                 Ok(got) => got,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
+                    // A datagram's error (EINTR, ENOMEM): the next one is read; a socket
+                    // that keeps failing is left until its next readiness.
                     log::debug!("relay {}: resolver socket: {e}", self.spec.unit);
+                    errors += 1;
+                    if errors > 16 {
+                        return;
+                    }
                     continue;
                 }
             };

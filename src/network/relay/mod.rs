@@ -129,6 +129,8 @@ pub struct Relay {
     names: std::fs::File,
     sniffer: Option<Box<dyn AttemptSource>>,
     connect_timeout: Duration,
+    /// SIGTERM and SIGINT, registered (kept: dropping them unregisters the handlers).
+    signals: Option<signal_hook_mio::v1_0::Signals>,
     stop: bool,
 }
 
@@ -244,6 +246,7 @@ impl Relay {
             names,
             sniffer,
             connect_timeout: Duration::from_millis(spec.connect_timeout_ms.max(1)),
+            signals: None,
             stop: false,
             poll,
             spec,
