@@ -3,12 +3,12 @@
 //! handling (a listed name's listeners made before its answer); deadlines; the report
 //! written when it changed.
 
+use super::attempts;
 use super::dns_side::{self, MAX_TCP_BUFFER};
 use super::report::{self, now_ms};
 use super::*;
 use crate::network::dns::Resolution;
-use crate::network::fake::RESOLVER_ADDRESS;
-use crate::network::policy::{Decision, Destination, Refusal};
+use crate::network::policy::{Destination, Refusal};
 use crate::network::relay_protocol::PROXY_PORT;
 use mio::{Events, Interest, Token};
 use std::io::{Read, Write};
@@ -379,26 +379,23 @@ impl Relay {
         }
     }
 
-    /// One connection attempt the sniffer saw (the hook's entry point).
+    /// One connection attempt the sniffer saw (the hook's entry point): counted as a
+    /// refusal when nothing serves its destination.
     pub fn attempt_seen(&mut self, protocol: Protocol, dst: SocketAddr) {
-        let refusal = match protocol {
-            Protocol::Udp if dst == SocketAddr::from((RESOLVER_ADDRESS, 53)) => return,
-            Protocol::Udp => Refusal::Udp(dst),
-            Protocol::Tcp => {
-                if self.listened.contains(&dst) || self.listened_ports.contains(&dst.port()) {
-                    return; // accepted, and counted there
-                }
-                match self.destination_at(dst.ip()) {
-                    None => Refusal::AddressNotListed(dst),
-                    Some(destination) => match self.policy.decide(&destination, dst.port()) {
-                        Decision::Refuse(refusal) => refusal,
-                        Decision::Connect(_) => return,
-                    },
-                }
-            }
-        };
-        log::info!("relay {}: refused: {refusal}", self.spec.unit);
-        self.counts
-            .refused(&refusal.destination(), &refusal.to_string(), now_ms());
+        let refusal = attempts::refusal_of(
+            &attempts::Served {
+                policy: &self.policy,
+                listened: &self.listened,
+                listened_ports: &self.listened_ports,
+                destination: self.destination_at(dst.ip()),
+            },
+            protocol,
+            dst,
+        );
+        if let Some(refusal) = refusal {
+            log::info!("relay {}: refused: {refusal}", self.spec.unit);
+            self.counts
+                .refused(&refusal.destination(), &refusal.to_string(), now_ms());
+        }
     }
 }

@@ -19,6 +19,7 @@
 //! Started again (after a crash), it reads `spec.names` and the last report back: the
 //! addresses the agent cached work again, and counting goes on.
 
+mod attempts;
 mod connections;
 mod dns_side;
 mod event_loop;

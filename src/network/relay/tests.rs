@@ -276,3 +276,65 @@ fn a_flow_splices_its_head_then_the_bytes_then_passes_the_end_of_file_on() {
     upstream.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"HEAD body");
 }
+
+#[test]
+fn a_sniffed_attempt_is_a_refusal_only_when_nothing_serves_it() {
+    use super::attempts::{refusal_of, Served};
+    use super::Protocol;
+    use crate::network::policy::Refusal;
+    use std::collections::HashSet;
+    use std::net::SocketAddr;
+    let p = policy(&["a.example.com", "host:8080", "10.0.0.0/8:5432"]);
+    let listened: HashSet<SocketAddr> = ["198.18.0.1:8080".parse().unwrap()].into();
+    let ports: HashSet<u16> = [5432].into();
+    let served = |destination| Served {
+        policy: &p,
+        listened: &listened,
+        listened_ports: &ports,
+        destination,
+    };
+    let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+    assert_eq!(
+        refusal_of(&served(None), Protocol::Udp, at("198.18.0.2:53")),
+        None
+    );
+    assert_eq!(
+        refusal_of(&served(None), Protocol::Udp, at("8.8.8.8:53")),
+        Some(Refusal::Udp(at("8.8.8.8:53")))
+    );
+    assert_eq!(
+        refusal_of(
+            &served(Some(Destination::Host)),
+            Protocol::Tcp,
+            at("198.18.0.1:8080")
+        ),
+        None,
+        "accepted by its listener"
+    );
+    assert_eq!(
+        refusal_of(
+            &served(Some(Destination::Host)),
+            Protocol::Tcp,
+            at("198.18.0.1:22")
+        ),
+        Some(Refusal::HostPortNotListed(22))
+    );
+    assert_eq!(
+        refusal_of(
+            &served(Some(Destination::Address("10.1.1.1".parse().unwrap()))),
+            Protocol::Tcp,
+            at("10.1.1.1:5432")
+        ),
+        None,
+        "an address entry's port is listened on everywhere"
+    );
+    let name = Some(Destination::Name("a.example.com".into()));
+    assert!(matches!(
+        refusal_of(&served(name), Protocol::Tcp, at("198.18.0.3:22")),
+        Some(Refusal::PortNotListed { port: 22, .. })
+    ));
+    assert_eq!(
+        refusal_of(&served(None), Protocol::Tcp, at("198.18.9.9:443")),
+        Some(Refusal::AddressNotListed(at("198.18.9.9:443")))
+    );
+}
