@@ -420,3 +420,37 @@ fn a_hung_upstream_holds_only_its_own_connection() {
         Err(std::io::ErrorKind::ConnectionReset)
     );
 }
+
+#[test]
+fn bulk_bytes_arrive_intact_both_ways_and_are_counted() {
+    if !require_root("bulk_bytes_arrive_intact_both_ways_and_are_counted") {
+        return;
+    }
+    const BYTES: usize = 32 << 20;
+    let e1 = echo_server();
+    let sandbox = Sandbox::new("bulk", &[format!("host:{e1}")], dns_server(&[]));
+    let data: Vec<u8> = (0..BYTES)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[0])
+        .collect();
+    let stream = sandbox.dial(SocketAddr::from((HOST, e1))).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let sent = data.clone();
+    let writing = std::thread::spawn(move || {
+        writer.write_all(&sent).unwrap();
+        writer.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::with_capacity(BYTES);
+    let mut reader = stream;
+    reader.read_to_end(&mut back).unwrap();
+    writing.join().unwrap();
+    assert!(
+        back == data,
+        "{} bytes came back, not the ones sent",
+        back.len()
+    );
+    let destination = format!("host.keel.internal:{e1}");
+    sandbox.report_until("the bulk counted", |r| {
+        allowed(r, &destination)
+            .is_some_and(|a| a.bytes_out == BYTES as u64 && a.bytes_in == BYTES as u64)
+    });
+}
