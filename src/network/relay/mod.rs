@@ -75,6 +75,9 @@ pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const RESOLVER_THREADS: usize = 4;
 /// How long a proxy client may take to send its request's head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most names given a fake address in one attempt: each holds a listener per port, and a
+/// wildcard entry lets an agent ask for any number of names (past this, `REFUSED`).
+pub const MAX_NAMES: usize = 2048;
 /// How long a name's host addresses are reused for new connections.
 pub const CACHE_FOR: Duration = Duration::from_secs(10);
 
@@ -230,7 +233,7 @@ impl Relay {
             .map_err(|e| format!("{}: {e}", spec.names.display()))?;
         let mut relay = Relay {
             policy,
-            fake: FakeAddresses::new(),
+            fake: FakeAddresses::with_capacity(MAX_NAMES),
             netns,
             dns_udp: mio::net::UdpSocket::from_std(std::net::UdpSocket::from(udp)),
             dns_tcp: mio::net::TcpListener::from_std(std::net::TcpListener::from(tcp)),

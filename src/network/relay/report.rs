@@ -7,6 +7,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// The most destinations counted apart, allowed and refused each (an agent can make up any
+/// number of names); past it, the rest are counted together under [`OTHERS`].
+pub const MAX_DESTINATIONS: usize = 1024;
+/// Where destinations past [`MAX_DESTINATIONS`] are counted.
+pub const OTHERS: &str = "(other destinations)";
+
 /// The least time between two writes of the report.
 pub const WRITE_PERIOD: Duration = Duration::from_millis(500);
 
@@ -41,6 +47,12 @@ impl Counts {
     }
 
     fn allowed_entry(&mut self, destination: &str) -> &mut AllowedCount {
+        let destination = match self.allowed.len() >= MAX_DESTINATIONS
+            && !self.allowed.contains_key(destination)
+        {
+            true => OTHERS,
+            false => destination,
+        };
         self.allowed
             .entry(destination.to_string())
             .or_insert_with(|| AllowedCount {
@@ -77,6 +89,12 @@ impl Counts {
 
     /// A refusal, coalesced with the earlier ones of `destination` (the latest reason kept).
     pub fn refused(&mut self, destination: &str, reason: &str, now_ms: u64) {
+        let destination = match self.refused.len() >= MAX_DESTINATIONS
+            && !self.refused.contains_key(destination)
+        {
+            true => OTHERS,
+            false => destination,
+        };
         let entry = self
             .refused
             .entry(destination.to_string())

@@ -338,3 +338,27 @@ fn a_sniffed_attempt_is_a_refusal_only_when_nothing_serves_it() {
         Some(Refusal::AddressNotListed(at("198.18.9.9:443")))
     );
 }
+
+#[test]
+fn made_up_destinations_past_the_bound_are_counted_together() {
+    use super::report::{MAX_DESTINATIONS, OTHERS};
+    let mut counts = Counts::from_report(RelayReport::default());
+    for n in 0..MAX_DESTINATIONS + 10 {
+        counts.refused(&format!("n{n}.example.com"), "why", 1);
+    }
+    counts.refused("n0.example.com", "why", 2);
+    let report = counts.report(1, 3);
+    assert_eq!(report.refused.len(), MAX_DESTINATIONS + 1);
+    let others = report
+        .refused
+        .iter()
+        .find(|r| r.destination == OTHERS)
+        .unwrap();
+    assert_eq!(others.count, 10);
+    let first = report
+        .refused
+        .iter()
+        .find(|r| r.destination == "n0.example.com")
+        .unwrap();
+    assert_eq!(first.count, 2, "a destination counted apart stays apart");
+}
