@@ -6,15 +6,15 @@
 //! `198.18.0.1:3128`, one per `host:PORT` entry, one per address entry's port), writes a
 //! [`RelaySpec`] and starts the relay with those descriptors at the numbers it gives. The
 //! relay then, on one mio event loop (no async runtime):
-//! - answers DNS ([`dns_side`]): a listed name gets a fake address, whose listeners (one per
+//! - answers DNS (`dns_side.rs`): a listed name gets a fake address, whose listeners (one per
 //!   port the policy gives the name) it makes inside the namespace first and whose line it
 //!   appends to `spec.names`; an unlisted name is `NXDOMAIN` at once;
-//! - accepts on every listener ([`connections`]): the accepted socket's own address names the
+//! - accepts on every listener (`connections.rs`): the accepted socket's own address names the
 //!   destination; the policy refuses (a reset) or lets it through: a name resolved on the host
-//!   by the resolver threads ([`pool`]), every address it resolved to checked (DNS rebinding),
-//!   a non-blocking connect with a deadline, then both directions spliced ([`splicing`]);
-//! - serves the HTTP proxy ([`proxy`]) under the same policy;
-//! - keeps the counts in `spec.report` ([`report`]).
+//!   by the resolver threads (`pool.rs`), every address it resolved to checked (DNS rebinding),
+//!   a non-blocking connect with a deadline, then both directions spliced (`splicing.rs`);
+//! - serves the HTTP proxy (`proxy.rs`) under the same policy;
+//! - keeps the counts in `spec.report` (`report.rs`).
 //!
 //! Started again (after a crash), it reads `spec.names` and the last report back: the
 //! addresses the agent cached work again, and counting goes on.
