@@ -213,12 +213,26 @@ impl Relay {
             _ => return,
         }
         let report = self.counts.report(std::process::id(), now_ms());
-        if let Err(e) = report::write_report(&self.spec.report, &report) {
-            log::warn!(
-                "relay {}: writing {}: {e}",
-                self.spec.unit,
-                self.spec.report.display()
-            );
+        match report::write_report(&self.spec.report, &report) {
+            // Said once, not at every write: the counts go on in memory.
+            Err(e) if !self.report_failing => {
+                self.report_failing = true;
+                log::warn!(
+                    "relay {}: writing {}: {e}",
+                    self.spec.unit,
+                    self.spec.report.display()
+                );
+            }
+            Err(_) => {}
+            Ok(()) if self.report_failing => {
+                self.report_failing = false;
+                log::info!(
+                    "relay {}: {} written again",
+                    self.spec.unit,
+                    self.spec.report.display()
+                );
+            }
+            Ok(()) => {}
         }
         self.counts.mark_written(now);
     }

@@ -135,6 +135,8 @@ pub struct Relay {
     connect_timeout: Duration,
     /// SIGTERM and SIGINT, registered (kept: dropping them unregisters the handlers).
     signals: Option<signal_hook_mio::v1_0::Signals>,
+    /// The last write of the report failed (said once in the log).
+    report_failing: bool,
     stop: bool,
 }
 
@@ -251,6 +253,7 @@ impl Relay {
             sniffer,
             connect_timeout: Duration::from_millis(spec.connect_timeout_ms.max(1)),
             signals: None,
+            report_failing: false,
             stop: false,
             poll,
             spec,
