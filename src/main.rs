@@ -163,6 +163,11 @@ fn main() {
         keel::logger::init("shim");
         std::process::exit(keel::sandbox::spare::run_spare());
     }
+    // `keel relay --spec FILE`: a task's network relay (keel::network::relay).
+    if raw.len() == 4 && raw[1] == "relay" && raw[2] == "--spec" {
+        keel::logger::init("relay");
+        std::process::exit(keel::network::relay::run(std::path::Path::new(&raw[3])));
+    }
     // `keel worker`: one job of the daemon's, its request on stdin (keel::worker).
     if raw.len() == 2 && raw[1] == "worker" {
         keel::logger::init("worker");

@@ -13,6 +13,8 @@ use std::net::Ipv4Addr;
 
 /// A record type: `A`.
 pub const TYPE_A: u16 = 1;
+/// A record type: `AAAA`.
+pub const TYPE_AAAA: u16 = 28;
 /// A class: `IN`.
 pub const CLASS_IN: u16 = 1;
 /// How long a client may keep an answer: the fake addresses hold for the whole attempt.
@@ -241,6 +243,103 @@ fn header_only(id: u16, flags: u16, rcode: u16) -> Vec<u8> {
     out.extend_from_slice(&(0x8000 | kept | 0x0080 | rcode).to_be_bytes());
     out.extend_from_slice(&[0; 8]);
     out
+}
+
+/// A query keel's own resolver ([`super::resolver`]) sends to the host's DNS server: one
+/// question, recursion desired. `None` when `name` cannot be put in a message (an empty label,
+/// one over 63 bytes, a name over 255).
+pub fn encode_query(id: u16, name: &str, qtype: u16) -> Option<Vec<u8>> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let mut out = Vec::with_capacity(HEADER + name.len() + 6);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&0x0100u16.to_be_bytes());
+    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return None;
+        }
+        out.push(label.len() as u8);
+        out.extend_from_slice(label.as_bytes());
+    }
+    out.push(0);
+    if out.len() - HEADER > MAX_NAME {
+        return None;
+    }
+    out.extend_from_slice(&qtype.to_be_bytes());
+    out.extend_from_slice(&CLASS_IN.to_be_bytes());
+    Some(out)
+}
+
+/// What an answer from the host's DNS server said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The addresses of the asked type (none: the name has no record of it). `truncated`:
+    /// the server cut the message (the records read are kept).
+    Addresses {
+        addresses: Vec<std::net::IpAddr>,
+        truncated: bool,
+    },
+    /// `NXDOMAIN`.
+    NoSuchName,
+    /// Another error code (`SERVFAIL`, `REFUSED`, ...).
+    Failed(u16),
+}
+
+/// Read the answer `message` to the query `id` of `qtype`. `None`: not an answer to it
+/// (another id, not a response, too broken to read); the caller waits on for the real one.
+pub fn parse_answer(message: &[u8], id: u16, qtype: u16) -> Option<Answer> {
+    let header = message.get(..HEADER)?;
+    let flags = u16::from_be_bytes([header[2], header[3]]);
+    if u16::from_be_bytes([header[0], header[1]]) != id || flags & 0x8000 == 0 {
+        return None;
+    }
+    match flags & 0xf {
+        0 => {}
+        RCODE_NXDOMAIN => return Some(Answer::NoSuchName),
+        rcode => return Some(Answer::Failed(rcode)),
+    }
+    let truncated = flags & 0x0200 != 0;
+    let questions = u16::from_be_bytes([header[4], header[5]]);
+    let records = u16::from_be_bytes([header[6], header[7]]);
+    let mut at = HEADER;
+    for _ in 0..questions {
+        let (_, end) = read_name(message, at)?;
+        at = end + 4;
+    }
+    let mut addresses = Vec::new();
+    for _ in 0..records {
+        let Some((_, end)) = read_name(message, at) else {
+            break;
+        };
+        let Some(fixed) = message.get(end..end + 10) else {
+            break;
+        };
+        let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
+        let class = u16::from_be_bytes([fixed[2], fixed[3]]);
+        let length = u16::from_be_bytes([fixed[8], fixed[9]]) as usize;
+        let Some(data) = message.get(end + 10..end + 10 + length) else {
+            break;
+        };
+        at = end + 10 + length;
+        if rtype != qtype || class != CLASS_IN {
+            continue; // a CNAME on the way, or another section's record
+        }
+        match (rtype, data.len()) {
+            (TYPE_A, 4) => addresses.push(std::net::IpAddr::V4(Ipv4Addr::new(
+                data[0], data[1], data[2], data[3],
+            ))),
+            (TYPE_AAAA, 16) => {
+                let mut octets = [0u8; 16];
+                octets.copy_from_slice(data);
+                addresses.push(std::net::IpAddr::V6(std::net::Ipv6Addr::from(octets)));
+            }
+            _ => {}
+        }
+    }
+    Some(Answer::Addresses {
+        addresses,
+        truncated,
+    })
 }
 
 #[cfg(test)]

@@ -60,11 +60,36 @@ impl FakeAddresses {
         if self.by_name.len() >= limit {
             return None;
         }
-        let offset = FIRST_NAME_ADDRESS + self.by_name.len() as u32;
-        let addr = Ipv4Addr::from(u32::from(RANGE_START) + offset);
+        // The next address in order; one taken by [`FakeAddresses::restore`] is skipped.
+        let mut offset = FIRST_NAME_ADDRESS + self.by_name.len() as u32;
+        let mut addr = Ipv4Addr::from(u32::from(RANGE_START) + offset);
+        while self.by_address.contains_key(&addr) {
+            offset = FIRST_NAME_ADDRESS + (offset - FIRST_NAME_ADDRESS + 1) % usable as u32;
+            addr = Ipv4Addr::from(u32::from(RANGE_START) + offset);
+        }
         self.by_name.insert(name.to_string(), addr);
         self.by_address.insert(addr, name.to_string());
         Some(addr)
+    }
+
+    /// Give `name` the address `addr` again, as an earlier relay of this attempt gave it (the
+    /// agent may have cached it). `false`, and nothing changed, when `addr` is not one the
+    /// range hands out, or either is taken already.
+    pub fn restore(&mut self, name: &str, addr: Ipv4Addr) -> bool {
+        let offset = u32::from(addr).wrapping_sub(u32::from(RANGE_START));
+        let handed_out =
+            Self::in_range(addr) && offset >= FIRST_NAME_ADDRESS && offset < Self::range_size() - 1;
+        let full = self.capacity.is_some_and(|c| self.by_name.len() >= c);
+        if !handed_out
+            || full
+            || self.by_name.contains_key(name)
+            || self.by_address.contains_key(&addr)
+        {
+            return false;
+        }
+        self.by_name.insert(name.to_string(), addr);
+        self.by_address.insert(addr, name.to_string());
+        true
     }
 
     /// What a captured connection to `addr` was meant for: `None` for an address of the

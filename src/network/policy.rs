@@ -67,6 +67,8 @@ pub enum Refusal {
         addr: IpAddr,
         kind: &'static str,
     },
+    /// A UDP datagram to anything but the sandbox's resolver.
+    Udp(SocketAddr),
 }
 
 impl Refusal {
@@ -80,6 +82,7 @@ impl Refusal {
             Refusal::AddressNotListed(addr) => addr.to_string(),
             Refusal::HostPortNotListed(port) => format!("{}:{port}", super::HOST_NAME),
             Refusal::SpecialAddress { name, .. } => name.clone(),
+            Refusal::Udp(addr) => format!("udp {addr}"),
         }
     }
 }
@@ -112,6 +115,10 @@ impl fmt::Display for Refusal {
                 f,
                 "{name} resolved to {addr}, a {kind} address: refused unless an entry names it (add \"{}\" if this is meant)",
                 SocketAddrText(*addr)
+            ),
+            Refusal::Udp(addr) => write!(
+                f,
+                "udp {addr}: only DNS to the sandbox's resolver goes out over UDP (QUIC clients fall back to TCP)"
             ),
         }
     }
@@ -254,6 +261,21 @@ impl Policy {
         networks.sort_unstable();
         networks.dedup();
         (host, networks)
+    }
+
+    /// The ports `name` may be reached on, in increasing order (none: it is not listed): the
+    /// relay listens on each at the name's fake address.
+    pub fn ports_for(&self, name: &str) -> Vec<u16> {
+        let mut all = Vec::new();
+        for p in self.ports_of(name) {
+            match p {
+                Ports::Web => all.extend(super::entry::WEB_PORTS),
+                Ports::One(one) => all.push(one),
+            }
+        }
+        all.sort_unstable();
+        all.dedup();
+        all
     }
 
     /// Whether `name` (lower case, no trailing dot) resolves inside the sandbox.

@@ -20,6 +20,7 @@ pub mod packet;
 pub mod pidns;
 pub mod process;
 pub mod seccomp;
+pub mod splice;
 pub mod term;
 pub mod userns;
 mod vfork;

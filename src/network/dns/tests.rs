@@ -179,3 +179,74 @@ fn no_input_makes_it_panic() {
         let _ = respond(&p, &mut fake, &message);
     }
 }
+
+#[test]
+fn keel_s_own_query_is_answered_and_the_answer_read_back() {
+    let p = policy(&["api.example.com"]);
+    let mut fake = FakeAddresses::new();
+    let query = encode_query(9, "API.example.com.", TYPE_A).unwrap();
+    let (reply, _) = respond(&p, &mut fake, &query);
+    let reply = reply.unwrap();
+    let expected = fake.assign("api.example.com").unwrap();
+    assert_eq!(
+        parse_answer(&reply, 9, TYPE_A),
+        Some(Answer::Addresses {
+            addresses: vec![std::net::IpAddr::V4(expected)],
+            truncated: false
+        })
+    );
+    // Another id, or a query instead of an answer: not ours.
+    assert_eq!(parse_answer(&reply, 10, TYPE_A), None);
+    assert_eq!(parse_answer(&query, 9, TYPE_A), None);
+    // AAAA of a listed name: no records.
+    let (aaaa, _) = respond(
+        &p,
+        &mut fake,
+        &encode_query(3, "api.example.com", TYPE_AAAA).unwrap(),
+    );
+    assert_eq!(
+        parse_answer(&aaaa.unwrap(), 3, TYPE_AAAA),
+        Some(Answer::Addresses {
+            addresses: vec![],
+            truncated: false
+        })
+    );
+    let (nx, _) = respond(
+        &p,
+        &mut fake,
+        &encode_query(4, "other.example.com", TYPE_A).unwrap(),
+    );
+    assert_eq!(
+        parse_answer(&nx.unwrap(), 4, TYPE_A),
+        Some(Answer::NoSuchName)
+    );
+}
+
+#[test]
+fn a_name_that_cannot_be_asked_for_makes_no_query() {
+    assert_eq!(encode_query(1, "a..b", TYPE_A), None);
+    assert_eq!(encode_query(1, &"x".repeat(64), TYPE_A), None);
+    let long = vec!["abcdefghij"; 30].join(".");
+    assert_eq!(encode_query(1, &long, TYPE_A), None);
+}
+
+#[test]
+fn every_cut_of_an_answer_is_read_without_a_panic() {
+    let p = policy(&["api.example.com"]);
+    let mut fake = FakeAddresses::new();
+    let (reply, _) = respond(
+        &p,
+        &mut fake,
+        &encode_query(5, "api.example.com", TYPE_A).unwrap(),
+    );
+    let reply = reply.unwrap();
+    for cut in 0..reply.len() {
+        let _ = parse_answer(&reply[..cut], 5, TYPE_A);
+    }
+    let mut flipped = reply.clone();
+    for i in 0..flipped.len() {
+        flipped[i] ^= 0xff;
+        let _ = parse_answer(&flipped, 5, TYPE_A);
+        flipped[i] ^= 0xff;
+    }
+}

@@ -47,3 +47,37 @@ fn the_whole_range_is_handed_out_without_its_broadcast() {
     assert_eq!(n, (1 << 17) - 4);
     assert_eq!(last, Some(Ipv4Addr::new(198, 19, 255, 254)));
 }
+
+#[test]
+fn an_earlier_relay_s_addresses_are_restored_and_new_names_avoid_them() {
+    let mut fake = FakeAddresses::new();
+    let later = Ipv4Addr::new(198, 18, 0, 4);
+    assert!(fake.restore("b.example.com", later));
+    assert!(
+        !fake.restore("b.example.com", Ipv4Addr::new(198, 18, 0, 5)),
+        "named already"
+    );
+    assert!(!fake.restore("c.example.com", later), "taken already");
+    assert!(
+        !fake.restore("d.example.com", HOST_ADDRESS),
+        "not handed out"
+    );
+    assert!(
+        !fake.restore("d.example.com", Ipv4Addr::new(10, 0, 0, 1)),
+        "not of the range"
+    );
+    assert!(
+        !fake.restore("d.example.com", Ipv4Addr::new(198, 19, 255, 255)),
+        "the broadcast"
+    );
+    let a = fake.assign("a.example.com").unwrap();
+    let c = fake.assign("c.example.com").unwrap();
+    assert!(
+        a != later && c != later && a != c,
+        "a new name never gets a taken address"
+    );
+    assert_eq!(
+        fake.destination(later),
+        Some(Destination::Name("b.example.com".into()))
+    );
+}

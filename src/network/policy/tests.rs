@@ -192,3 +192,23 @@ fn static_ports_are_the_host_entries_and_the_address_entries_ports() {
         (vec![], vec![])
     );
 }
+
+#[test]
+fn the_ports_of_a_name_are_those_of_its_entries_and_wildcards() {
+    let entries: Vec<_> = [
+        "api.example.com",
+        "api.example.com:22",
+        "*.example.com:8443",
+        "other.org:9",
+    ]
+    .iter()
+    .map(|e| crate::network::entry::parse(e).unwrap())
+    .collect();
+    let p = Policy::new(&entries, &BTreeMap::new()).unwrap();
+    assert_eq!(p.ports_for("api.example.com"), vec![22, 80, 443, 8443]);
+    assert_eq!(p.ports_for("www.example.com"), vec![8443]);
+    assert_eq!(p.ports_for("example.com"), Vec::<u16>::new());
+    let udp = Refusal::Udp("10.0.0.1:123".parse().unwrap());
+    assert_eq!(udp.destination(), "udp 10.0.0.1:123");
+    assert!(udp.to_string().contains("only DNS"), "{udp}");
+}

@@ -1,0 +1,133 @@
+//! One direction of a relayed connection: the bytes go from one socket into a pipe and from
+//! the pipe into the other socket with splice(2), never through the relay's memory; bytes
+//! the relay itself must send first (a proxy's rewritten request, its `200`) go before them.
+//! Every call is non-blocking: a direction stops where the kernel says EAGAIN and goes on at
+//! the next readiness event. At the source's end of file the destination is shut for writing
+//! (half-close), once the pipe is empty.
+
+use crate::sys::splice::splice_nonblocking;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use std::io;
+use std::net::Shutdown;
+use std::os::fd::{AsFd, OwnedFd};
+
+/// What one splice(2) asks to move.
+const CHUNK: usize = 1 << 16;
+/// Rounds of one direction per readiness event before the others get their turn.
+const ROUNDS: usize = 8;
+
+pub struct Flow {
+    pipe_read: OwnedFd,
+    pipe_write: OwnedFd,
+    /// Bytes in the pipe, not yet in the destination.
+    pending: usize,
+    /// Bytes to write to the destination before any spliced one.
+    head: Vec<u8>,
+    /// The source said end of file.
+    eof: bool,
+    /// The destination was shut for writing.
+    shut: bool,
+}
+
+/// What one turn of a direction did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Turn {
+    /// Bytes that reached the destination.
+    pub moved: u64,
+    /// It stopped before the kernel said EAGAIN: give it another turn soon.
+    pub more: bool,
+}
+
+impl Flow {
+    /// A direction with its pipe (non-blocking both ends); `head` goes first.
+    pub fn new(head: Vec<u8>) -> io::Result<Flow> {
+        let (pipe_read, pipe_write) =
+            nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        Ok(Flow {
+            pipe_read,
+            pipe_write,
+            pending: 0,
+            head,
+            eof: false,
+            shut: false,
+        })
+    }
+
+    /// Whether all of it is done: the source ended and everything reached the destination.
+    pub fn finished(&self) -> bool {
+        self.shut
+    }
+
+    /// Move what can be moved now from `src` to `dst`. An error: the connection is broken
+    /// (a reset, a closed peer).
+    pub fn pump(&mut self, src: &impl AsFd, dst: &(impl AsFd + Shut)) -> io::Result<Turn> {
+        let mut turn = Turn::default();
+        for _ in 0..ROUNDS {
+            while !self.head.is_empty() {
+                match nix::unistd::write(dst.as_fd(), &self.head) {
+                    Ok(written) => {
+                        self.head.drain(..written);
+                    }
+                    Err(Errno::EAGAIN) => return Ok(turn),
+                    Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let mut progress = false;
+            if self.pending > 0 {
+                match splice_nonblocking(self.pipe_read.as_fd(), dst.as_fd(), self.pending) {
+                    Ok(n) => {
+                        self.pending -= n;
+                        turn.moved += n as u64;
+                        progress |= n > 0;
+                    }
+                    Err(e) if transient(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if !self.eof {
+                match splice_nonblocking(src.as_fd(), self.pipe_write.as_fd(), CHUNK) {
+                    Ok(0) => {
+                        self.eof = true;
+                        progress = true;
+                    }
+                    Ok(n) => {
+                        self.pending += n;
+                        progress = true;
+                    }
+                    Err(e) if transient(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if self.eof && self.pending == 0 && !self.shut {
+                self.shut = true;
+                dst.shut_write();
+            }
+            if !progress {
+                return Ok(turn);
+            }
+        }
+        turn.more = !self.shut;
+        Ok(turn)
+    }
+}
+
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+/// A socket that can be shut for writing (the half-close passed on).
+pub trait Shut {
+    fn shut_write(&self);
+}
+
+impl Shut for mio::net::TcpStream {
+    fn shut_write(&self) {
+        // ENOTCONN: the peer is gone already; the other direction finds out.
+        let _ = self.shutdown(Shutdown::Write);
+    }
+}
