@@ -376,10 +376,8 @@ impl Daemon {
             };
             any |= network.has_relay();
             let name = task.name.clone();
-            for line in network.check(&name, now) {
-                log::info!("{name}: net-denied {line}");
-                self.store.task_event(task, "net-denied", &line);
-            }
+            let lines = network.check(&name, now);
+            journal_refusals(task, lines, &mut self.store);
         }
         if any {
             (self.events.timers).add_after(network::CHECK_EVERY, Timer::Network);
@@ -433,6 +431,15 @@ impl Daemon {
                 .sandboxing
                 .replenish_spare(self.shutdown.is_some(), self.tasks.any_shim()),
         }
+    }
+}
+
+/// Journal a task's relay's refusals (`net-denied`, one event per destination refused since
+/// the last look).
+pub(crate) fn journal_refusals(task: &Task, lines: Vec<String>, store: &mut store::Store) {
+    for line in lines {
+        log::info!("{}: net-denied {line}", task.name);
+        store.task_event(task, "net-denied", &line);
     }
 }
 

@@ -220,6 +220,15 @@ impl TaskNetwork {
         }
         new_refusals(&relay.spec.report, &mut relay.journaled)
     }
+
+    /// The refusals the relay's report counts beyond those journaled (`net-denied` details),
+    /// without looking at the relay itself: the attempt's last look, as it ends.
+    pub(crate) fn last_refusals(&mut self) -> Vec<String> {
+        match self.relay.as_mut() {
+            Some(relay) => new_refusals(&relay.spec.report, &mut relay.journaled),
+            None => Vec::new(),
+        }
+    }
 }
 
 /// The relay's last report for the attempt whose run directory is `run_dir`, if it wrote one.
@@ -258,15 +267,12 @@ pub(crate) fn refusals_since(
         if new == 0 {
             continue;
         }
-        let times = if new == 1 {
-            String::new()
-        } else {
-            format!(" \u{d7}{new}")
+        // The reason names the destination already (`Refusal`'s text).
+        let times = match new {
+            1 => String::new(),
+            n => format!(" (\u{d7}{n})"),
         };
-        lines.push(format!(
-            "{}{times}: {}",
-            refused.destination, refused.reason
-        ));
+        lines.push(format!("{}{times}", refused.reason));
     }
     lines
 }

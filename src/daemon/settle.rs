@@ -70,6 +70,11 @@ impl Daemon {
         slices::check_oom(task, false, &mut self.store, &mut self.events);
         let mut ending = ending;
         ending.exit = slices::account_oom(task, &self.slices, ending.exit, ending.ended_ms);
+        // What its relay refused last (its report, up to half a second before the end).
+        if let Some(network) = task.network.as_mut() {
+            let lines = network.last_refusals();
+            super::journal_refusals(task, lines, &mut self.store);
+        }
         slices::release_slice(task, &self.slices, &mut self.events);
         self.liveness.unwatch(unit);
         // The harvest is a job; the attempt's outcome is recorded once it has ended, so that

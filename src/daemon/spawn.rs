@@ -56,11 +56,13 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         (Some(resume), true) => resume.0.clone(),
         _ => unit.command.0.clone(),
     };
-    let mut env: Vec<(String, String)> = unit
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    // `network: Allow`: the proxy variables, for the tools that prefer a proxy to the
+    // captured connections (the same policy either way); first, so the unit's env wins.
+    let mut env: Vec<(String, String)> = match unit.sandbox.network {
+        crate::unit::Network::Allow(_) => proxy_env(),
+        _ => Vec::new(),
+    };
+    env.extend(unit.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let keel_vars = [
         ("KEEL_UNIT", ctx.unit_name.to_string()),
         ("KEEL_ATTEMPT", ctx.attempt.to_string()),
@@ -142,6 +144,26 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         sandbox: Some(sandbox),
         cgroup_v1_procs: Vec::new(),
     }
+}
+
+/// The proxy variables of a sandbox with `network: Allow`: its relay's HTTP proxy on
+/// `host.keel.internal` (`crate::network::relay_protocol::PROXY_PORT`), in both spellings
+/// tools read, and what never goes through it (the sandbox's own loopback).
+pub fn proxy_env() -> Vec<(String, String)> {
+    let proxy = format!(
+        "http://{}:{}",
+        crate::network::HOST_NAME,
+        crate::network::relay_protocol::PROXY_PORT
+    );
+    let no_proxy = "localhost,127.0.0.1,::1".to_string();
+    let mut env = Vec::new();
+    for name in ["http_proxy", "https_proxy"] {
+        env.push((name.to_string(), proxy.clone()));
+        env.push((name.to_uppercase(), proxy.clone()));
+    }
+    env.push(("no_proxy".to_string(), no_proxy.clone()));
+    env.push(("NO_PROXY".to_string(), no_proxy));
+    env
 }
 
 /// What must exist on the host before the shim builds the sandbox: the empty directory the

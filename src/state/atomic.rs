@@ -11,12 +11,18 @@ use std::path::Path;
 
 /// Write `bytes` to `path` atomically: temp file, fsync, rename, fsync the directory.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
-    replace_file(path, bytes, true)
+    replace_file(path, bytes, true, 0o600)
+}
+
+/// [`atomic_write`] of a file everyone may read (mode 0644): one that sandboxes are shown
+/// (keel's resolv.conf), whose agents are not its owner.
+pub fn atomic_write_readable(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    replace_file(path, bytes, true, 0o644)
 }
 
 /// Write `bytes` to a temporary file beside `path` (`.<name>.tmp.<pid>`) and rename it over
 /// `path`; `durable`: fsync the file before the rename and the directory after it.
-fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> Result<(), StateError> {
+fn replace_file(path: &Path, bytes: &[u8], durable: bool, mode: u32) -> Result<(), StateError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -28,7 +34,7 @@ fn replace_file(path: &Path, bytes: &[u8], durable: bool) -> Result<(), StateErr
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(0o600)
+            .mode(mode)
             .open(&tmp)?;
         file.write_all(bytes)?;
         if durable {
@@ -70,7 +76,7 @@ pub fn remove_stale_temp_files(dir: &Path) {
 /// daemon so; a process crash cannot tear them (rename is atomic). Saves two fsyncs on the
 /// path of every start.
 pub fn write_ron_volatile<T: Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
-    replace_file(path, to_ron(path, value)?.as_bytes(), false)
+    replace_file(path, to_ron(path, value)?.as_bytes(), false, 0o600)
 }
 
 /// Serialize `value` as pretty RON and write it atomically.

@@ -18,7 +18,10 @@ mod locks;
 mod modes;
 mod private;
 
-pub use atomic::{atomic_write, read_ron, remove_stale_temp_files, write_ron, write_ron_volatile};
+pub use atomic::{
+    atomic_write, atomic_write_readable, read_ron, remove_stale_temp_files, write_ron,
+    write_ron_volatile,
+};
 pub use journal::{rfc3339, rotated_journal_path, Event, Journal, JOURNAL_MAX_BYTES};
 pub use layout::StateDir;
 pub use locks::{attempt_lock_held, attempt_lock_path, take_attempt_lock, InstanceLock};

@@ -6,7 +6,7 @@ use crate::network::relay_protocol::RefusedCount;
 fn refused(destination: &str, count: u64) -> RefusedCount {
     RefusedCount {
         destination: destination.into(),
-        reason: "the name is not listed".into(),
+        reason: format!("{destination}: not listed"),
         count,
         first_ms: 1,
         last_ms: 2,
@@ -23,8 +23,8 @@ fn refusals_are_journaled_once_per_new_count_coalesced_per_destination() {
     assert_eq!(
         refusals_since(&report, &mut journaled),
         [
-            "example.com: the name is not listed",
-            "10.1.2.3:80 \u{d7}3: the name is not listed"
+            "example.com: not listed",
+            "10.1.2.3:80: not listed (\u{d7}3)"
         ]
     );
     // Nothing new: nothing journaled.
@@ -32,13 +32,13 @@ fn refusals_are_journaled_once_per_new_count_coalesced_per_destination() {
     report.refused[1].count = 5;
     assert_eq!(
         refusals_since(&report, &mut journaled),
-        ["10.1.2.3:80 \u{d7}2: the name is not listed"]
+        ["10.1.2.3:80: not listed (\u{d7}2)"]
     );
     // A relay started again with a fresh count (below the journaled one): counted anew.
     report.refused[0].count = 0;
     report.refused[1].count = 1;
     assert_eq!(
         refusals_since(&report, &mut journaled),
-        ["10.1.2.3:80: the name is not listed"]
+        ["10.1.2.3:80: not listed"]
     );
 }

@@ -59,14 +59,40 @@ pub trait AttemptSource {
     fn read_attempts(&mut self, out: &mut Vec<(Protocol, SocketAddr)>);
 }
 
-/// THE SNIFFER HOOK: the [`AttemptSource`] of the inherited sniffer descriptor
-/// (`crate::sys::packet` reads it). Until it is connected, none: attempts to destinations
-/// nobody listens on go unrecorded (as with no sniffer), everything else works.
+/// The [`AttemptSource`] of the inherited sniffer descriptor: an `AF_PACKET` socket on the
+/// namespace's `lo` that passes connection attempts only ([`crate::sys::packet`]).
 pub fn sniffer_from_fd(fd: OwnedFd) -> Option<Box<dyn AttemptSource>> {
-    log::info!(
-        "relay: sniffer descriptor {fd:?} not read (no packet reader is connected in this build)"
-    );
-    None
+    Some(Box::new(PacketSniffer {
+        fd,
+        read: Vec::new(),
+    }))
+}
+
+struct PacketSniffer {
+    fd: OwnedFd,
+    read: Vec<crate::sys::packet::Attempt>,
+}
+
+impl AttemptSource for PacketSniffer {
+    fn fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+
+    fn read_attempts(&mut self, out: &mut Vec<(Protocol, SocketAddr)>) {
+        use std::os::fd::AsFd;
+        self.read.clear();
+        if let Err(e) = crate::sys::packet::read_attempts(self.fd.as_fd(), &mut self.read) {
+            log::debug!("relay: the sniffer: {e}");
+        }
+        out.extend(self.read.iter().map(|a| {
+            let protocol = match a.protocol {
+                crate::sys::packet::Protocol::Tcp => Protocol::Tcp,
+                crate::sys::packet::Protocol::Udp => Protocol::Udp,
+            };
+            (protocol, a.destination)
+        }));
+    }
 }
 
 /// The most a name's resolution on the host may take.

@@ -202,7 +202,7 @@ pub fn launch_for_exec(
 ) -> (Vec<CString>, Option<i32>) {
     // Nothing of the daemon's stays open here while the agent starts (its instance lock, its
     // sockets, other tasks' pidfds and claims): only stdio, the attempt lock, the task's own
-    // claim and the sandbox template.
+    // claim, the sandbox template and the task's namespaces.
     let mut keep = vec![ATTEMPT_LOCK_FD];
     keep.extend(launch.template_fd());
     keep.extend(id_claim);
@@ -210,6 +210,13 @@ pub fn launch_for_exec(
         launch
             .sandbox()
             .and_then(|s| s.user_namespace())
+            .map(|fd| fd.as_raw_fd()),
+    );
+    // The attempt's network namespace, which the agent's child joins.
+    keep.extend(
+        launch
+            .sandbox()
+            .and_then(|s| s.network_namespace())
             .map(|fd| fd.as_raw_fd()),
     );
     crate::sys::close_fds_except(&keep);

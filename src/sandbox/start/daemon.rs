@@ -397,11 +397,14 @@ fn resolver_file(state: Option<&Path>) -> Option<(PathBuf, PathBuf)> {
     );
     let dir = state?.join("network");
     let file = dir.join("resolv.conf");
-    if std::fs::read(&file).ok().as_deref() != Some(text.as_bytes()) {
+    use std::os::unix::fs::PermissionsExt;
+    let readable = std::fs::metadata(&file).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o644);
+    if !readable || std::fs::read(&file).ok().as_deref() != Some(text.as_bytes()) {
         let written = std::fs::create_dir_all(&dir)
             .map_err(|e| e.to_string())
             .and_then(|()| {
-                crate::state::atomic_write(&file, text.as_bytes()).map_err(|e| e.to_string())
+                crate::state::atomic_write_readable(&file, text.as_bytes())
+                    .map_err(|e| e.to_string())
             });
         if let Err(e) = written {
             log::warn!("cannot write {}: {e}", file.display());

@@ -1,0 +1,283 @@
+//! `sandbox.network` end to end, as root on the real kernel, through the real daemon: the
+//! task's own network namespace (owned by its user namespace), the relay the daemon starts in
+//! the task's cgroup, DNS with fake addresses, captured connections, the proxy variables, the
+//! journal's `net-denied` events and `keel status UNIT`. Every destination is on this machine:
+//! "outside" services listen on the host's 127.0.0.1, the test's DNS server (on loopback) maps
+//! names only to loopback, and the agent's other attempts go to addresses that must be refused
+//! before any packet leaves its namespace (its only interface is `lo`).
+
+// The fixture's `pre_exec` (tests/network_relay_support) is unsafe by its nature; this file
+// uses only its servers.
+#![allow(unsafe_code)]
+
+mod common;
+#[allow(dead_code)]
+mod network_relay_support;
+
+use common::sandbox::*;
+use common::*;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener};
+use std::time::Duration;
+
+/// An HTTP server on the host's loopback that answers every request with `body`.
+fn http_server(body: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    match stream.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes());
+            });
+        }
+    });
+    port
+}
+
+fn daemon_with_resolver(name: &str, resolver: std::net::SocketAddr) -> Daemon {
+    let mut d = Daemon::prepare(name);
+    std::fs::create_dir_all(d.state()).unwrap();
+    std::fs::write(
+        d.state().join("keel.ron"),
+        format!(r#"Config(network: Network(resolver: Some("{resolver}")))"#),
+    )
+    .unwrap();
+    d.spawn();
+    d
+}
+
+/// `script` run by bash (its `/dev/tcp`), through [`run_agent`]'s `/bin/sh -c`.
+fn bash(script: &str) -> String {
+    format!("exec /bin/bash -c '{}'", script.replace('\'', "'\\''"))
+}
+
+fn has_line(out: &str, line: &str) -> bool {
+    out.lines().any(|l| l.trim() == line)
+}
+
+#[test]
+fn an_allow_list_lets_through_what_it_lists_and_refuses_the_rest_at_once_on_the_record() {
+    if !require_root(
+        "an_allow_list_lets_through_what_it_lists_and_refuses_the_rest_at_once_on_the_record",
+    ) {
+        return;
+    }
+    let p1 = http_server("hello-p1");
+    let p2 = http_server("hello-p2");
+    // Names the relay resolves on the host: only to loopback (refused unless an entry names
+    // the address: DNS rebinding).
+    let resolver = network_relay_support::dns_server(&[("loop.test.example", Ipv4Addr::LOCALHOST)]);
+    let abstract_name = format!("keel-test-abstract-{}", std::process::id());
+    let abstract_listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(&abstract_name).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
+    let d = daemon_with_resolver("net-allow", resolver);
+    let script = format!(
+        r#"
+        echo "resolver $(grep ^nameserver /etc/resolv.conf | tr '\n' ' ')"
+        exec 3<>/dev/tcp/host.keel.internal/{p1} && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && echo "direct $(tail -n 1 <&3)"
+        if (exec 4<>/dev/tcp/host.keel.internal/{p2}) 2>/dev/null; then echo "p2 open"; else echo "p2 refused"; fi
+        if (exec 4<>/dev/tcp/198.18.0.1/{p2}) 2>/dev/null; then echo "raw p2 open"; else echo "raw p2 refused"; fi
+        if (exec 4<>/dev/tcp/127.0.0.1/{p1}) 2>/dev/null; then echo "own lo p1 open"; else echo "own lo p1 refused"; fi
+        if getent hosts unlisted.test.example >/dev/null; then echo "unlisted resolves"; else echo "unlisted nxdomain"; fi
+        echo "wild $(getent hosts a.wild.test.example | cut -d' ' -f1)"
+        if getent hosts wild.test.example >/dev/null; then echo "parent resolves"; else echo "parent nxdomain"; fi
+        echo "proxied $(curl -s -m 10 http://host.keel.internal:{p1}/)"
+        echo "proxied p2 $(curl -s -m 10 -o /dev/null -w '%{{http_code}}' http://host.keel.internal:{p2}/)"
+        echo "loop $(curl -s -m 10 --noproxy '*' http://loop.test.example:{p1}/ || echo refused)"
+        if curl -s -m 5 --abstract-unix-socket {abstract_name} http://x/ >/dev/null 2>&1; then echo "abstract reached"; else echo "abstract unreachable"; fi
+        echo "netdevs $(ls /sys/class/net | tr '\n' ' ')"
+        echo "proxy env $HTTPS_PROXY"
+        sleep 1
+        "#
+    );
+    let entries = format!(
+        r#"sandbox: Sandbox(network: Allow(["host:{p1}", "*.wild.test.example", "loop.test.example:{p1}"]))"#
+    );
+    let (task, out) = run_agent(&d, "agent", &bash(&script), &entries);
+    assert_eq!(task["state"], "succeeded", "{out}\n{}", d.daemon_log());
+    for expected in [
+        "resolver nameserver 198.18.0.2",
+        "direct hello-p1",
+        "p2 refused",
+        "raw p2 refused",
+        "own lo p1 refused",
+        "unlisted nxdomain",
+        "parent nxdomain",
+        "proxied hello-p1",
+        "proxied p2 403",
+        "loop refused",
+        "abstract unreachable",
+        "netdevs lo",
+        "proxy env http://host.keel.internal:3128",
+    ] {
+        let relay_log = std::fs::read_to_string(d.task_dir("agent").join("run/network/relay.log"));
+        assert!(
+            has_line(&out, expected),
+            "no {expected:?} in:\n{out}\nrelay: {relay_log:?}\ndaemon: {}",
+            d.daemon_log()
+        );
+    }
+    let wild = line(&out, "wild ");
+    assert!(
+        wild.starts_with("198.18."),
+        "a fake address for a subdomain: {out}"
+    );
+    drop(abstract_listener);
+
+    // On the record: each refusal journaled as net-denied (coalesced per destination), and
+    // keel status UNIT shows what was reached and refused.
+    let denied: Vec<String> = d
+        .events(Some("agent"))
+        .iter()
+        .filter(|e| e["event"] == "net-denied")
+        .map(|e| e["detail"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let mentions = |what: &str| denied.iter().any(|d| d.contains(what));
+    assert!(
+        mentions(&format!(":{p2}")),
+        "P2's refusal journaled: {denied:?}"
+    );
+    assert!(mentions("unlisted.test.example"), "{denied:?}");
+    assert!(
+        mentions("loop.test.example"),
+        "the rebinding refusal: {denied:?}"
+    );
+    let shown = stdout_of(&d.keel(&["status", "agent"]));
+    assert!(shown.contains("reached"), "{shown}");
+    assert!(
+        shown.contains(&format!("host.keel.internal:{p1}")),
+        "{shown}"
+    );
+    assert!(shown.contains("refused"), "{shown}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&d.keel(&["status", "agent", "--json"]).stdout).unwrap();
+    let traffic = &json["tasks"][0]["detail"]["network_traffic"];
+    let allowed = traffic["allowed"].as_array().expect("allowed counts");
+    assert!(
+        allowed
+            .iter()
+            .any(|a| a["connections"].as_u64() >= Some(2) && a["bytes_in"].as_u64() > Some(0)),
+        "{traffic}"
+    );
+}
+
+#[test]
+fn the_default_reaches_nothing_outside_and_host_reaches_everything() {
+    if !require_root("the_default_reaches_nothing_outside_and_host_reaches_everything") {
+        return;
+    }
+    let p2 = http_server("hello-p2");
+    let resolver = network_relay_support::dns_server(&[]);
+    let d = daemon_with_resolver("net-default", resolver);
+    let script = format!(
+        r#"
+        for to in host.keel.internal/{p2} 198.18.0.1/{p2} 127.0.0.1/{p2}; do
+            if (exec 3<>/dev/tcp/$to) 2>/dev/null; then echo "$to open"; else echo "$to refused"; fi
+        done
+        echo "proxied $(curl -s -m 10 -o /dev/null -w '%{{http_code}}' http://host.keel.internal:{p2}/)"
+        "#
+    );
+    let (task, out) = run_agent(&d, "default", &bash(&script), "");
+    assert_eq!(task["state"], "succeeded", "{out}");
+    // host.keel.internal does not resolve at all with nothing listed.
+    assert!(
+        has_line(&out, &format!("host.keel.internal/{p2} refused")),
+        "{out}"
+    );
+    assert!(has_line(&out, &format!("198.18.0.1/{p2} refused")), "{out}");
+    assert!(has_line(&out, &format!("127.0.0.1/{p2} refused")), "{out}");
+    assert!(!out.contains("proxied 200"), "{out}");
+    // Host: the host's loopback, as it is.
+    let script = format!("exec 3<>/dev/tcp/127.0.0.1/{p2} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && echo \"host $(tail -n 1 <&3)\"");
+    let (task, out) = run_agent(
+        &d,
+        "host",
+        &bash(&script),
+        "sandbox: Sandbox(network: Host)",
+    );
+    assert_eq!(task["state"], "succeeded", "{out}");
+    assert!(has_line(&out, "host hello-p2"), "{out}");
+}
+
+#[test]
+fn a_daemon_killed_and_started_again_leaves_the_tasks_connections_working() {
+    if !require_root("a_daemon_killed_and_started_again_leaves_the_tasks_connections_working") {
+        return;
+    }
+    let p1 = http_server("hello-p1");
+    let resolver = network_relay_support::dns_server(&[]);
+    let mut d = daemon_with_resolver("net-crash", resolver);
+    // A connection every 200 ms, each answered or not, numbered: the task runs on.
+    let script = format!(
+        r#"
+        n=0
+        while [ ! -e /work/stop ]; do
+            n=$((n+1))
+            if got=$(curl -s -m 5 --noproxy '*' http://host.keel.internal:{p1}/); then echo "$n $got" >> /work/log; fi
+            sleep 0.2
+        done
+        "#
+    );
+    d.write_unit(
+        "steady",
+        &format!(
+            r#"Unit(command: ["/bin/sh", "-c", {script:?}], restart: Never, sandbox: Sandbox(network: Allow(["host:{p1}"])))"#
+        ),
+    );
+    let log = d.task_dir("steady").join("work/log");
+    let answered = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.ends_with("hello-p1"))
+            .count()
+    };
+    wait_until(Duration::from_secs(30), "first answers", || answered() >= 3);
+    let report_path = d.task_dir("steady").join("run/network/report.json");
+    let relay_pid = || {
+        let report = std::fs::read(&report_path).ok()?;
+        let report: serde_json::Value = serde_json::from_slice(&report).ok()?;
+        report["pid"].as_u64()
+    };
+    let relay = relay_pid().expect("a relay report");
+    d.crash();
+    let during = answered();
+    // The relay and the agent outlive the daemon: connections go on meanwhile.
+    wait_until(Duration::from_secs(30), "answers without a daemon", || {
+        answered() >= during + 3
+    });
+    d.spawn();
+    d.wait_state("steady", "running", Duration::from_secs(30));
+    let after = answered();
+    wait_until(Duration::from_secs(30), "answers after the restart", || {
+        answered() >= after + 3
+    });
+    assert_eq!(
+        relay_pid(),
+        Some(relay),
+        "the same relay serves the re-adopted task"
+    );
+    std::fs::write(d.task_dir("steady").join("work/stop"), "").unwrap();
+    d.wait_state("steady", "succeeded", Duration::from_secs(30));
+    // Its relay died with the attempt's cgroup.
+    wait_until(Duration::from_secs(10), "the relay gone", || {
+        !std::path::Path::new(&format!("/proc/{relay}")).exists()
+    });
+}
