@@ -11,7 +11,6 @@
 #![allow(unsafe_code)]
 
 mod common;
-#[allow(dead_code)]
 mod network_relay_support;
 
 use common::sandbox::*;

@@ -78,11 +78,14 @@ pub fn policy_of(
     Policy::new(&parse(entries)?, &parsed).map_err(|e| e.to_string())
 }
 
+/// An `Allow` network's entries, and the named lists they may refer to.
+pub type AllowList<'a> = (&'a [String], &'a BTreeMap<String, Vec<String>>);
+
 /// The network namespace of an attempt, owned by `userns` (the task's; `None`: the daemon's
 /// own), `lo` up; for `Allow` (its entries and the lists they may name) its routes and the
 /// relay's sockets too. Errors name the step.
 pub fn make(
-    allow: Option<(&[String], &BTreeMap<String, Vec<String>>)>,
+    allow: Option<AllowList<'_>>,
     userns: Option<BorrowedFd<'_>>,
 ) -> Result<(OwnedFd, Option<RelaySockets>), String> {
     let allow = allow
