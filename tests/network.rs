@@ -215,6 +215,59 @@ fn the_default_reaches_nothing_outside_and_host_reaches_everything() {
     assert!(has_line(&out, "host hello-p2"), "{out}");
 }
 
+/// A task that asks `host.keel.internal:PORT` every 200 ms and logs each answer (until
+/// `/work/stop` exists), its answers counted, and its relay's pid as its report says.
+struct Steady {
+    log: std::path::PathBuf,
+    report: std::path::PathBuf,
+}
+
+impl Steady {
+    fn start(d: &Daemon, port: u16) -> Steady {
+        let script = format!(
+            r#"
+            n=0
+            while [ ! -e /work/stop ]; do
+                n=$((n+1))
+                if got=$(curl -s -m 5 --noproxy '*' http://host.keel.internal:{port}/); then echo "$n $got" >> /work/log; fi
+                sleep 0.2
+            done
+            "#
+        );
+        d.write_unit(
+            "steady",
+            &format!(
+                r#"Unit(command: ["/bin/sh", "-c", {script:?}], restart: Never, sandbox: Sandbox(network: Allow(["host:{port}"])))"#
+            ),
+        );
+        Steady {
+            log: d.task_dir("steady").join("work/log"),
+            report: d.task_dir("steady").join("run/network/report.json"),
+        }
+    }
+
+    fn answered(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.ends_with("hello-p1"))
+            .count()
+    }
+
+    fn relay_pid(&self) -> Option<u64> {
+        let report = std::fs::read(&self.report).ok()?;
+        let report: serde_json::Value = serde_json::from_slice(&report).ok()?;
+        report["pid"].as_u64()
+    }
+
+    fn more_answers(&self, what: &str) {
+        let before = self.answered();
+        wait_until(Duration::from_secs(30), what, || {
+            self.answered() >= before + 3
+        });
+    }
+}
+
 #[test]
 fn a_daemon_killed_and_started_again_leaves_the_tasks_connections_working() {
     if !require_root("a_daemon_killed_and_started_again_leaves_the_tasks_connections_working") {
@@ -223,53 +276,17 @@ fn a_daemon_killed_and_started_again_leaves_the_tasks_connections_working() {
     let p1 = http_server("hello-p1");
     let resolver = network_relay_support::dns_server(&[]);
     let mut d = daemon_with_resolver("net-crash", resolver);
-    // A connection every 200 ms, each answered or not, numbered: the task runs on.
-    let script = format!(
-        r#"
-        n=0
-        while [ ! -e /work/stop ]; do
-            n=$((n+1))
-            if got=$(curl -s -m 5 --noproxy '*' http://host.keel.internal:{p1}/); then echo "$n $got" >> /work/log; fi
-            sleep 0.2
-        done
-        "#
-    );
-    d.write_unit(
-        "steady",
-        &format!(
-            r#"Unit(command: ["/bin/sh", "-c", {script:?}], restart: Never, sandbox: Sandbox(network: Allow(["host:{p1}"])))"#
-        ),
-    );
-    let log = d.task_dir("steady").join("work/log");
-    let answered = || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.ends_with("hello-p1"))
-            .count()
-    };
-    wait_until(Duration::from_secs(30), "first answers", || answered() >= 3);
-    let report_path = d.task_dir("steady").join("run/network/report.json");
-    let relay_pid = || {
-        let report = std::fs::read(&report_path).ok()?;
-        let report: serde_json::Value = serde_json::from_slice(&report).ok()?;
-        report["pid"].as_u64()
-    };
-    let relay = relay_pid().expect("a relay report");
+    let steady = Steady::start(&d, p1);
+    steady.more_answers("first answers");
+    let relay = steady.relay_pid().expect("a relay report");
     d.crash();
-    let during = answered();
     // The relay and the agent outlive the daemon: connections go on meanwhile.
-    wait_until(Duration::from_secs(30), "answers without a daemon", || {
-        answered() >= during + 3
-    });
+    steady.more_answers("answers without a daemon");
     d.spawn();
     d.wait_state("steady", "running", Duration::from_secs(30));
-    let after = answered();
-    wait_until(Duration::from_secs(30), "answers after the restart", || {
-        answered() >= after + 3
-    });
+    steady.more_answers("answers after the restart");
     assert_eq!(
-        relay_pid(),
+        steady.relay_pid(),
         Some(relay),
         "the same relay serves the re-adopted task"
     );
@@ -279,4 +296,36 @@ fn a_daemon_killed_and_started_again_leaves_the_tasks_connections_working() {
     wait_until(Duration::from_secs(10), "the relay gone", || {
         !std::path::Path::new(&format!("/proc/{relay}")).exists()
     });
+}
+
+#[test]
+fn a_relay_that_dies_is_started_again_and_the_task_goes_on() {
+    if !require_root("a_relay_that_dies_is_started_again_and_the_task_goes_on") {
+        return;
+    }
+    let p1 = http_server("hello-p1");
+    let resolver = network_relay_support::dns_server(&[]);
+    let d = daemon_with_resolver("net-relay-dies", resolver);
+    let steady = Steady::start(&d, p1);
+    steady.more_answers("first answers");
+    let relay = steady.relay_pid().expect("a relay report");
+    // SIGKILL the relay (by the pid it wrote: the test's own task's).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(relay as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(30), "a new relay", || {
+        steady.relay_pid().is_some_and(|pid| pid != relay)
+    });
+    steady.more_answers("answers through the new relay");
+    assert_eq!(d.task("steady").unwrap()["state"], "running");
+    assert_eq!(d.record("steady").attempt, 1, "the task was not restarted");
+    assert!(
+        d.daemon_log().contains("network relay"),
+        "{}",
+        d.daemon_log()
+    );
+    std::fs::write(d.task_dir("steady").join("work/stop"), "").unwrap();
+    d.wait_state("steady", "succeeded", Duration::from_secs(30));
 }
