@@ -290,6 +290,17 @@ fn a_daemon_killed_and_started_again_leaves_the_tasks_connections_working() {
         Some(relay),
         "the same relay serves the re-adopted task"
     );
+    // The new daemon looks after the re-adopted relay: one killed now is started again.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(relay as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(30), "a new relay", || {
+        steady.relay_pid().is_some_and(|pid| pid != relay)
+    });
+    let relay = steady.relay_pid().unwrap();
+    steady.more_answers("answers through the new relay");
     std::fs::write(d.task_dir("steady").join("work/stop"), "").unwrap();
     d.wait_state("steady", "succeeded", Duration::from_secs(30));
     // Its relay died with the attempt's cgroup.

@@ -231,6 +231,62 @@ impl TaskNetwork {
     }
 }
 
+/// The network of a re-adopted attempt (a daemon started again while it ran), when it has a
+/// relay (`Allow`): its namespace, from the agent (the shim's first child, which is in it);
+/// its relay, from the pid of its report, if that process is alive in the task's cgroup (else
+/// it is started again at the next look). What the report counts now is taken as journaled
+/// (what the daemon before journaled, give or take its last two seconds).
+pub(crate) fn readopt(
+    run_dir: &Path,
+    shim_pid: i32,
+    slice: &crate::cgroup::TaskCgroup,
+) -> Option<TaskNetwork> {
+    let spec_path = task_namespace::network_dir(run_dir).join("relay.json");
+    let spec: RelaySpec = serde_json::from_slice(&std::fs::read(&spec_path).ok()?).ok()?;
+    let children = std::fs::read_to_string(format!("/proc/{shim_pid}/task/{shim_pid}/children"));
+    let agent: i32 = children.ok()?.split_whitespace().next()?.parse().ok()?;
+    let netns = OwnedFd::from(std::fs::File::open(format!("/proc/{agent}/ns/net")).ok()?);
+    let own = std::fs::File::open("/proc/self/ns/net").ok()?;
+    let id = |fd: BorrowedFd<'_>| crate::sys::netns::id_of(fd).ok();
+    if id(netns.as_fd()).is_none() || id(netns.as_fd()) == id(own.as_fd()) {
+        return None;
+    }
+    let report = read_report(run_dir);
+    let process = report.as_ref().and_then(|r| {
+        let pid = i32::try_from(r.pid).ok()?;
+        crate::sys::process_in_v2_cgroup(pid, slice.v2_cgroup())
+            .ok()
+            .filter(|inside| *inside)?;
+        Some((pid, crate::sys::pidfd_open(pid).ok()?))
+    });
+    let journaled = (report.iter().flat_map(|r| &r.refused))
+        .map(|r| (r.destination.clone(), r.count))
+        .collect();
+    log::info!(
+        "{}: network relay {} re-adopted",
+        spec.unit,
+        process
+            .as_ref()
+            .map_or("(gone: started again)".to_string(), |(pid, _)| format!(
+                "pid {pid}"
+            ))
+    );
+    let restart_at = process.is_none().then(Instant::now);
+    Some(TaskNetwork {
+        netns,
+        relay: Some(Relay {
+            spec,
+            spec_path,
+            process,
+            deaths: 0,
+            restart_at,
+            cgroup: slice.open_v2_dir().ok(),
+            v1_procs: slice.v1_procs_files(),
+            journaled,
+        }),
+    })
+}
+
 /// The relay's last report for the attempt whose run directory is `run_dir`, if it wrote one.
 pub(crate) fn read_report(run_dir: &Path) -> Option<RelayReport> {
     let text = std::fs::read(task_namespace::report_path(run_dir)).ok()?;

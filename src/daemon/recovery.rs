@@ -289,7 +289,7 @@ impl Daemon {
         // And it must sit in the task's own cgroup (its slice in the v2 hierarchy): a shim is
         // spawned into it and never leaves it.
         let slice = slices::slice_of(&self.slices, unit);
-        if let Some(slice) = slice {
+        if let Some(slice) = &slice {
             if let Ok(false) = crate::sys::process_in_v2_cgroup(shim.pid, slice.v2_cgroup()) {
                 let ending = Ending::from_records(
                     &self.store.dirs.run_dir(unit),
@@ -301,10 +301,19 @@ impl Daemon {
             }
         }
         let live = self.events.watch_shim(unit, shim.pid, pidfd);
+        // Its network's relay (`Allow`), looked after again: restarted if it died, its
+        // refusals journaled.
+        let network = slice.and_then(|slice| {
+            super::network::readopt(&self.store.dirs.run_dir(unit), shim.pid, &slice)
+        });
+        if network.is_some() {
+            (self.events.timers).add_after(super::network::CHECK_EVERY, Timer::Network);
+        }
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
         task.shim = Some(live);
+        task.network = network;
         // The record on disk already says so: nothing to write (two fsyncs a task, most of a
         // restart's time with many tasks).
         let unchanged =
