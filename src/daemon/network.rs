@@ -112,7 +112,8 @@ impl Relay {
     fn spawn(&mut self, netns: BorrowedFd<'_>, sockets: &RelaySockets) -> Result<(), String> {
         self.spec.fds = sockets.relay_fds(netns);
         let text = serde_json::to_vec_pretty(&self.spec).map_err(|e| e.to_string())?;
-        crate::state::atomic_write(&self.spec_path, &text)
+        // Read by the relay at its start only: no fsync on the start's path.
+        crate::state::replace_volatile(&self.spec_path, &text, 0o600)
             .map_err(|e| format!("cannot write {}: {e}", self.spec_path.display()))?;
         let log_path = self.spec_path.with_file_name("relay.log");
         if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > RELAY_LOG_MAX_BYTES) {
@@ -129,7 +130,10 @@ impl Relay {
         let spec_arg = CString::new(self.spec_path.as_os_str().as_encoded_bytes())
             .map_err(|_| "a NUL in the relay's spec path".to_string())?;
         let argv = [nul("keel")?, nul("relay")?, nul("--spec")?, spec_arg];
+        // The daemon's environment (KEEL_LOG, JOURNAL_STREAM), but not its crash point: that
+        // names the daemon's own writes.
         let envp: Vec<CString> = std::env::vars_os()
+            .filter(|(k, _)| k != "KEEL_CRASH_AT")
             .filter_map(|(k, v)| {
                 let mut pair = k.into_encoded_bytes();
                 pair.push(b'=');

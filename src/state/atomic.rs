@@ -14,10 +14,12 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     replace_file(path, bytes, true, 0o600)
 }
 
-/// [`atomic_write`] of a file everyone may read (mode 0644): one that sandboxes are shown
-/// (keel's resolv.conf), whose agents are not its owner.
-pub fn atomic_write_readable(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
-    replace_file(path, bytes, true, 0o644)
+/// `bytes` in place of `path` by rename, without fsync, mode `mode` (as
+/// [`write_ron_volatile`]): for files made again whenever they are missing or other (keel's
+/// resolv.conf, 0644: sandboxes are shown it), or that matter only while the process that
+/// reads them lives (a relay's spec).
+pub fn replace_volatile(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> {
+    replace_file(path, bytes, false, mode)
 }
 
 /// Write `bytes` to a temporary file beside `path` (`.<name>.tmp.<pid>`) and rename it over

@@ -19,7 +19,7 @@ mod modes;
 mod private;
 
 pub use atomic::{
-    atomic_write, atomic_write_readable, read_ron, remove_stale_temp_files, write_ron,
+    atomic_write, read_ron, remove_stale_temp_files, replace_volatile, write_ron,
     write_ron_volatile,
 };
 pub use journal::{rfc3339, rotated_journal_path, Event, Journal, JOURNAL_MAX_BYTES};

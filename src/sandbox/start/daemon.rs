@@ -403,7 +403,7 @@ fn resolver_file(state: Option<&Path>) -> Option<(PathBuf, PathBuf)> {
         let written = std::fs::create_dir_all(&dir)
             .map_err(|e| e.to_string())
             .and_then(|()| {
-                crate::state::atomic_write_readable(&file, text.as_bytes())
+                crate::state::replace_volatile(&file, text.as_bytes(), 0o644)
                     .map_err(|e| e.to_string())
             });
         if let Err(e) = written {
