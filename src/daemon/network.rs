@@ -132,15 +132,7 @@ impl Relay {
         let argv = [nul("keel")?, nul("relay")?, nul("--spec")?, spec_arg];
         // The daemon's environment (KEEL_LOG, JOURNAL_STREAM), but not its crash point: that
         // names the daemon's own writes.
-        let envp: Vec<CString> = std::env::vars_os()
-            .filter(|(k, _)| k != "KEEL_CRASH_AT")
-            .filter_map(|(k, v)| {
-                let mut pair = k.into_encoded_bytes();
-                pair.push(b'=');
-                pair.extend_from_slice(v.as_encoded_bytes());
-                CString::new(pair).ok()
-            })
-            .collect();
+        let envp = crate::sys::process::environment_except(&["KEEL_CRASH_AT"]);
         let keep = sockets.raw_fds(netns);
         let request = crate::sys::SpawnRequest {
             program: &program,

@@ -441,19 +441,8 @@ fn filter() -> Vec<Instruction> {
 
 /// `SO_ATTACH_FILTER`: the kernel checks the program and copies it.
 fn attach_filter(socket: libc::c_int, program: &[Instruction]) -> io::Result<()> {
-    let filters: Vec<libc::sock_filter> = program
-        .iter()
-        .map(|i| libc::sock_filter {
-            code: i.code,
-            jt: i.jt,
-            jf: i.jf,
-            k: i.k,
-        })
-        .collect();
-    let fprog = libc::sock_fprog {
-        len: filters.len() as libc::c_ushort,
-        filter: filters.as_ptr() as *mut libc::sock_filter,
-    };
+    let filters = crate::sys::seccomp::sock_filters(program);
+    let fprog = crate::sys::seccomp::sock_fprog(&filters);
     // SAFETY: `fprog` points at `filters`, both alive for the call, and its size is passed;
     // the kernel copies the program and keeps no pointer.
     let rc = unsafe {

@@ -376,3 +376,17 @@ pub fn exec_with_env(
 
 #[cfg(test)]
 mod tests;
+
+/// This process's environment as `execve(2)` takes it, but for the variables `leave_out`
+/// names (and any that holds a NUL): for keel's own children (workers, relays).
+pub fn environment_except(leave_out: &[&str]) -> Vec<std::ffi::CString> {
+    std::env::vars_os()
+        .filter(|(k, _)| !leave_out.iter().any(|l| k == l))
+        .filter_map(|(k, v)| {
+            let mut pair = k.into_encoded_bytes();
+            pair.push(b'=');
+            pair.extend_from_slice(v.as_encoded_bytes());
+            std::ffi::CString::new(pair).ok()
+        })
+        .collect()
+}

@@ -46,14 +46,7 @@ pub(super) fn spawn(request: &JobRequest, cgroup_fd: Option<RawFd>) -> std::io::
         CString::new("worker").expect("no NUL"),
     ];
     // The daemon's environment (KEEL_LOG, JOURNAL_STREAM, test hooks): the worker is keel.
-    let envp: Vec<CString> = std::env::vars_os()
-        .filter_map(|(k, v)| {
-            let mut pair = k.into_encoded_bytes();
-            pair.push(b'=');
-            pair.extend_from_slice(v.as_encoded_bytes());
-            CString::new(pair).ok()
-        })
-        .collect();
+    let envp = crate::sys::process::environment_except(&[]);
     let (stdin_read, stdin_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let (stdout_read, stdout_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let spawn = crate::sys::SpawnRequest {
