@@ -94,13 +94,13 @@ fn a_spare_takes_the_next_start_with_the_sandbox_of_the_usual_path() {
         .push(("KEEL_NO_SANDBOX_TEMPLATES".into(), "1".into()));
     full.spawn();
     keep_running(&full, "keep");
-    let c = mount_table_on_spare(&full, "plain", "");
+    let c = mount_table_on_spare(&full, "plain", host);
     assert!(
         shim_log(&full, "plain").contains("(its sandbox built in full)"),
         "{}",
         shim_log(&full, "plain")
     );
-    assert_eq!(c, mount_table(&usual, "plain", ""), "in full, on a spare");
+    assert_eq!(c, mount_table(&usual, "plain", host), "in full, on a spare");
     full.keel(&["stop", "keep"]);
     // The host changes after the spare made its copy: the copy is not used, the change is seen.
     let host = HostDir::new("spare-host");

@@ -398,7 +398,7 @@ impl Daemon {
             Some(sandbox) => network::start(&sandbox.network, userns, &network_ctx),
             None => Ok(None),
         };
-        let task_network = match task_network {
+        let mut task_network = match task_network {
             Ok(network) => network,
             Err(why) => {
                 log::error!("{unit}: cannot start: {why}");
@@ -415,15 +415,12 @@ impl Daemon {
         };
         match spawn::spawn_shim(&attempt_spec, cgroup, id_claim, templates, namespaces) {
             Ok((pid, pidfd)) => {
-                if task_network
-                    .as_ref()
-                    .is_some_and(|n| n.relay_pid().is_some())
-                {
-                    self.events
-                        .timers
-                        .add_after(network::CHECK_EVERY, Timer::Network);
+                let has_relay = task_network.as_ref().is_some_and(|n| n.has_relay());
+                if has_relay && !self.network_look_armed {
+                    self.network_look_armed = true;
+                    (self.events.timers).add_after(network::CHECK_EVERY, Timer::Network);
                 }
-                task.network = task_network;
+                task.network = task_network.take();
                 state::crash_point("after-spawn");
                 // The next spare is made for this task's restart (its user namespace's).
                 let userns = block
@@ -470,6 +467,10 @@ impl Daemon {
                 self.store.task_event(task, "start-failed", &why);
                 self.settle(unit, Ending::lost(why));
             }
+        }
+        // No shim took the attempt's network: its relay goes now (not at the next start).
+        if let Some(network) = task_network {
+            network.kill_relay();
         }
     }
 

@@ -116,6 +116,8 @@ pub struct Daemon {
     instance: Instance,
     /// Why the loop is ending, once it is (shutdown.rs).
     shutdown: Option<Shutdown>,
+    /// A [`Timer::Network`] is in the queue (one for all relays, however many start).
+    network_look_armed: bool,
     _lock: InstanceLock,
 }
 
@@ -239,6 +241,7 @@ impl Daemon {
                 boot_id: crate::sys::boot_id(),
             },
             shutdown: None,
+            network_look_armed: false,
             _lock: lock,
         })
     }
@@ -368,6 +371,7 @@ impl Daemon {
     /// look (`net-denied`, coalesced per destination), start again a relay that died, and
     /// look again in [`network::CHECK_EVERY`] while any task has a relay.
     fn on_network_due(&mut self) {
+        self.network_look_armed = false;
         let now = std::time::Instant::now();
         let mut any = false;
         for task in self.tasks.values_mut() {
@@ -380,6 +384,14 @@ impl Daemon {
             journal_refusals(task, lines, &mut self.store);
         }
         if any {
+            self.arm_network_look();
+        }
+    }
+
+    /// The next [`Timer::Network`], unless one is in the queue already.
+    pub(crate) fn arm_network_look(&mut self) {
+        if !self.network_look_armed {
+            self.network_look_armed = true;
             (self.events.timers).add_after(network::CHECK_EVERY, Timer::Network);
         }
     }

@@ -180,9 +180,15 @@ impl TaskNetwork {
         self.relay.is_some()
     }
 
-    /// The relay's pid, while it runs.
-    pub(crate) fn relay_pid(&self) -> Option<i32> {
-        self.relay.as_ref()?.process.as_ref().map(|(pid, _)| *pid)
+    /// An attempt's network that no shim took (its spawn failed): its relay is killed
+    /// (through its pidfd: never another process).
+    pub(crate) fn kill_relay(self) {
+        let Some((pid, pidfd)) = self.relay.and_then(|r| r.process) else {
+            return;
+        };
+        if let Err(e) = crate::sys::pidfd_send_signal(&pidfd, libc::SIGKILL) {
+            log::warn!("network relay {pid}: cannot kill it: {e}");
+        }
     }
 
     /// The periodic look ([`CHECK_EVERY`]): a relay that died is started again (after its
@@ -308,6 +314,7 @@ pub(crate) fn refusals_since(
     journaled: &mut BTreeMap<String, u64>,
 ) -> Vec<String> {
     let mut lines = Vec::new();
+    let (mut others, mut others_times) = (0u64, 0u64);
     for refused in &report.refused {
         let before = journaled.get(&refused.destination).copied().unwrap_or(0);
         // A relay started again counts on from its last report; fewer means a new count.
@@ -319,6 +326,12 @@ pub(crate) fn refusals_since(
         if new == 0 {
             continue;
         }
+        // Bounded per look, whatever an agent asks for: the journal is every task's.
+        if lines.len() >= JOURNALED_PER_LOOK {
+            others += 1;
+            others_times += new;
+            continue;
+        }
         // The reason names the destination already (`Refusal`'s text).
         let times = match new {
             1 => String::new(),
@@ -326,8 +339,16 @@ pub(crate) fn refusals_since(
         };
         lines.push(format!("{}{times}", refused.reason));
     }
+    if others > 0 {
+        lines.push(format!(
+            "and {others} more destinations (\u{d7}{others_times}): keel status UNIT --json"
+        ));
+    }
     lines
 }
+
+/// At most this many `net-denied` events per task per look (and one for the rest).
+const JOURNALED_PER_LOOK: usize = 20;
 
 #[cfg(test)]
 mod tests;

@@ -307,7 +307,7 @@ impl Daemon {
             super::network::readopt(&self.store.dirs.run_dir(unit), shim.pid, &slice)
         });
         if network.is_some() {
-            (self.events.timers).add_after(super::network::CHECK_EVERY, Timer::Network);
+            self.arm_network_look();
         }
         let Some(task) = self.tasks.get_mut(unit) else {
             return;

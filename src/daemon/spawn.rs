@@ -147,12 +147,14 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
 }
 
 /// The proxy variables of a sandbox with `network: Allow`: its relay's HTTP proxy on
-/// `host.keel.internal` (`crate::network::relay_protocol::PROXY_PORT`), in both spellings
+/// `198.18.0.1` (`crate::network::relay_protocol::PROXY_PORT`), in both spellings
 /// tools read, and what never goes through it (the sandbox's own loopback).
 pub fn proxy_env() -> Vec<(String, String)> {
+    // The address, not `host.keel.internal`: that name resolves only for a unit with a
+    // `host:PORT` entry.
     let proxy = format!(
         "http://{}:{}",
-        crate::network::HOST_NAME,
+        crate::network::fake::HOST_ADDRESS,
         crate::network::relay_protocol::PROXY_PORT
     );
     let no_proxy = "localhost,127.0.0.1,::1".to_string();

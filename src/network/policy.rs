@@ -187,7 +187,8 @@ impl Policy {
     ) -> Result<Policy, PolicyError> {
         let mut policy = Policy::default();
         let mut path = Vec::new();
-        policy.add(entries, lists, &mut path)?;
+        let mut expanded = BTreeSet::new();
+        policy.add(entries, lists, &mut path, &mut expanded)?;
         Ok(policy)
     }
 
@@ -196,6 +197,9 @@ impl Policy {
         entries: &[Entry],
         lists: &BTreeMap<String, Vec<Entry>>,
         path: &mut Vec<String>,
+        // Lists whose entries are in already: a list reached again (lists that share a
+        // list) adds nothing, and is not expanded again (no 2^depth of diamonds).
+        expanded: &mut BTreeSet<String>,
     ) -> Result<(), PolicyError> {
         for entry in entries {
             match entry {
@@ -206,15 +210,25 @@ impl Policy {
                     }
                 }
                 Entry::Subdomains { parent, ports } => {
-                    self.subdomains.push((parent.clone(), *ports));
+                    let wanted = (parent.clone(), *ports);
+                    if !self.subdomains.contains(&wanted) {
+                        self.subdomains.push(wanted);
+                    }
                 }
-                Entry::Network { net, port } => self.networks.push((*net, *port)),
+                Entry::Network { net, port } => {
+                    if !self.networks.contains(&(*net, *port)) {
+                        self.networks.push((*net, *port));
+                    }
+                }
                 Entry::HostLoopback { port } => {
                     self.host_ports.insert(*port);
                 }
                 Entry::List(list) => {
                     if path.contains(list) {
                         return Err(PolicyError::ListCycle(list.clone()));
+                    }
+                    if expanded.contains(list) {
+                        continue;
                     }
                     let Some(members) = lists.get(list) else {
                         return Err(PolicyError::UnknownList {
@@ -223,8 +237,9 @@ impl Policy {
                         });
                     };
                     path.push(list.clone());
-                    self.add(members, lists, path)?;
+                    self.add(members, lists, path, expanded)?;
                     path.pop();
+                    expanded.insert(list.clone());
                 }
             }
         }

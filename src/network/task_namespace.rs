@@ -92,11 +92,20 @@ pub fn make(
         .map(|(entries, lists)| policy_of(entries, lists))
         .transpose()?;
     let ns = netns::create_in(userns).map_err(|e| {
+        let why = match e.raw_os_error() {
+            Some(libc::EPERM) => {
+                "keel needs CAP_SYS_ADMIN for network namespaces (a container without it?)"
+            }
+            Some(libc::ENOSPC) => {
+                "the host's limit on network namespaces is reached (sysctl \
+                 user.max_net_namespaces: raise it, or end some)"
+            }
+            Some(libc::EINVAL) => "this kernel has no network namespaces (CONFIG_NET_NS)",
+            _ => "the kernel refused it",
+        };
         format!(
-            "cannot make the task's network namespace ({e}): this host does not allow \
-             network namespaces to keel (is it in a container without CAP_SYS_ADMIN, or is \
-             user.max_net_namespaces 0?); sandbox.network: Host is the only network that \
-             needs none"
+            "cannot make the task's network namespace ({e}): {why}; sandbox.network: Host is \
+             the only network that needs none"
         )
     })?;
     let sockets = netns::run_in(ns.as_fd(), move || {
@@ -149,12 +158,25 @@ fn configure_allow(policy: &Policy) -> io::Result<RelaySockets> {
             .map(|p| host(*p))
             .filter(|a| a.port() != PROXY_PORT),
     );
-    wanted.extend(
-        (network_ports.iter()).map(|p| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), *p)),
-    );
     let mut listeners = Vec::new();
     for at in wanted {
         let listener = TcpListener::bind(at).map_err(|e| step(&format!("listen on {at}"), e))?;
+        listeners.push((at, OwnedFd::from(listener)));
+    }
+    // An address entry's port, at every address: `[::]` takes IPv4 too (as `::ffff:a.b.c.d`);
+    // `0.0.0.0` where the host has no IPv6.
+    for port in network_ports {
+        let any6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port);
+        let any4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
+        let (at, listener) = match TcpListener::bind(any6) {
+            Ok(listener) => (any6, listener),
+            Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+                let listener = TcpListener::bind(any4)
+                    .map_err(|e| step(&format!("listen on {any4}"), e))?;
+                (any4, listener)
+            }
+            Err(e) => return Err(step(&format!("listen on {any6}"), e)),
+        };
         listeners.push((at, OwnedFd::from(listener)));
     }
     let sniffer = match crate::sys::packet::open_attempt_sniffer() {

@@ -21,7 +21,6 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
             owner,
             paths,
         } => {
-            let lines = path_lines(paths, reporter);
             let checkout = match repo {
                 Some(repo) => {
                     reporter.report("checkout", 0, 0);
@@ -34,6 +33,9 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
                 }
                 None => None,
             };
+            // After the checkout (which may take minutes): the template's key is then what
+            // the host shows as the agent starts, not as it was before the base build.
+            let lines = path_lines(paths, reporter);
             reporter.report("check writable paths", 0, 0);
             let objects = checkout.as_ref().map_or(&[][..], |c| &c.mounts.objects[..]);
             let writable = check_writable_paths(&paths.writable, &paths.keel_dirs, objects);

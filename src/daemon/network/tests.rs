@@ -42,3 +42,22 @@ fn refusals_are_journaled_once_per_new_count_coalesced_per_destination() {
         ["10.1.2.3:80: not listed"]
     );
 }
+
+#[test]
+fn a_look_journals_a_bounded_number_of_destinations_and_sums_up_the_rest() {
+    let mut journaled = BTreeMap::new();
+    let report = RelayReport {
+        refused: (0..100)
+            .map(|n| refused(&format!("n{n:03}.example.com"), 2))
+            .collect(),
+        ..RelayReport::default()
+    };
+    let lines = refusals_since(&report, &mut journaled);
+    assert_eq!(lines.len(), JOURNALED_PER_LOOK + 1, "{lines:#?}");
+    assert_eq!(
+        lines.last().unwrap(),
+        "and 80 more destinations (\u{d7}160): keel status UNIT --json"
+    );
+    // All of them counted as journaled: the next look has nothing to say.
+    assert!(refusals_since(&report, &mut journaled).is_empty());
+}

@@ -212,3 +212,24 @@ fn the_ports_of_a_name_are_those_of_its_entries_and_wildcards() {
     assert_eq!(udp.destination(), "udp 10.0.0.1:123");
     assert!(udp.to_string().contains("only DNS"), "{udp}");
 }
+
+#[test]
+fn lists_that_share_lists_are_expanded_once_each() {
+    let entries =
+        |texts: &[&str]| -> Vec<Entry> { texts.iter().map(|e| parse(e).unwrap()).collect() };
+    // 30 levels of diamonds: 2^30 expansions without a memo.
+    let mut lists = BTreeMap::new();
+    lists.insert(
+        "l30".to_string(),
+        entries(&["api.example.com", "*.example.org", "10.0.0.0/8:5432"]),
+    );
+    for n in (0..30).rev() {
+        let next = format!("@l{}", n + 1);
+        lists.insert(format!("l{n}"), entries(&[&next, &next]));
+    }
+    let p = Policy::new(&entries(&["@l0", "@l0"]), &lists).unwrap();
+    assert!(p.name_listed("api.example.com"));
+    assert!(p.name_listed("www.example.org"));
+    assert_eq!(p.static_ports(), (vec![], vec![5432]));
+    assert_eq!(p, Policy::new(&entries(&["@l30"]), &lists).unwrap());
+}

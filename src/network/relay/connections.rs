@@ -180,8 +180,9 @@ impl Relay {
 
     /// Refused: counted, and the agent told (a reset, or the proxy's `403`).
     fn refuse(&mut self, slot: usize, destination: &str, reason: &str) {
-        log::info!("relay {}: refused: {reason}", self.spec.unit);
-        self.counts.refused(destination, reason, now_ms());
+        if self.counts.refused(destination, reason, now_ms()) {
+            log::info!("relay {}: refused: {reason}", self.spec.unit);
+        }
         self.end_with(slot, "403 Forbidden", reason);
     }
 
@@ -204,7 +205,7 @@ impl Relay {
             .get_mut(slot)
             .map(|c| c.label.clone())
             .unwrap_or_default();
-        log::info!("relay {}: {label}: {why}", self.spec.unit);
+        log::debug!("relay {}: {label}: {why}", self.spec.unit);
         self.end_with(slot, "502 Bad Gateway", &format!("{label}: {why}"));
     }
 
@@ -226,9 +227,10 @@ impl Relay {
                 Ok(addrs) => self.checked(done.slot, &name, port, addrs),
                 Err(e) => {
                     let reason = format!("{name}: {e}");
-                    log::info!("relay {}: {reason}", self.spec.unit);
-                    self.counts
-                        .refused(&format!("{name}:{port}"), &reason, now_ms());
+                    let destination = format!("{name}:{port}");
+                    if self.counts.refused(&destination, &reason, now_ms()) {
+                        log::info!("relay {}: {reason}", self.spec.unit);
+                    }
                     self.end_with(done.slot, "502 Bad Gateway", &reason);
                 }
             }

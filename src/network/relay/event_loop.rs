@@ -255,9 +255,13 @@ impl Relay {
         match resolution {
             Resolution::Unlisted(name) => {
                 let refusal = Refusal::NameNotListed(name);
-                log::info!("relay {}: refused: {refusal}", self.spec.unit);
-                self.counts
-                    .refused(&refusal.destination(), &refusal.to_string(), now_ms());
+                let reason = refusal.to_string();
+                if self
+                    .counts
+                    .refused(&refusal.destination(), &reason, now_ms())
+                {
+                    log::info!("relay {}: refused: {reason}", self.spec.unit);
+                }
             }
             Resolution::Exhausted(name) => {
                 log::warn!("relay {}: {name}: no fake address left", self.spec.unit);
@@ -407,9 +411,13 @@ impl Relay {
             dst,
         );
         if let Some(refusal) = refusal {
-            log::info!("relay {}: refused: {refusal}", self.spec.unit);
-            self.counts
-                .refused(&refusal.destination(), &refusal.to_string(), now_ms());
+            let reason = refusal.to_string();
+            if self
+                .counts
+                .refused(&refusal.destination(), &reason, now_ms())
+            {
+                log::info!("relay {}: refused: {reason}", self.spec.unit);
+            }
         }
     }
 }

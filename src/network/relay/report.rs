@@ -88,7 +88,9 @@ impl Counts {
     }
 
     /// A refusal, coalesced with the earlier ones of `destination` (the latest reason kept).
-    pub fn refused(&mut self, destination: &str, reason: &str, now_ms: u64) {
+    /// `true` for the first of its destination: the one the relay's log says (an agent that
+    /// asks the same thing again and again fills no disk).
+    pub fn refused(&mut self, destination: &str, reason: &str, now_ms: u64) -> bool {
         let destination = match self.refused.len() >= MAX_DESTINATIONS
             && !self.refused.contains_key(destination)
         {
@@ -109,6 +111,7 @@ impl Counts {
             entry.reason = reason.to_string();
         }
         self.dirty = true;
+        entry.count == 1
     }
 
     /// The report as it stands.

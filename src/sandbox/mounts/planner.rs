@@ -320,12 +320,14 @@ impl<'a> Planner<'a> {
                     self.push(&Step::Hidden(cgroups.clone()), MountOp::Hide { target });
                     self.mounted(&cgroups, Layer::Opaque);
                 }
-                // A network namespace of its own: the sysfs of that namespace over the
-                // host's (mounted by the attempt, which is in it).
+                // A network namespace of its own: a sysfs of that namespace instead of the
+                // host's (mounted by the attempt, which is in it; a template holds only the
+                // directory).
                 RootEntryKind::Dir if entry.name == "sys" && self.layout.own_network => {
-                    self.bind(&step, &at, &at, false, false);
+                    self.ensure_dir(&step, &at);
                     let target = self.host(&at);
                     self.push(&step, MountOp::Sysfs { target });
+                    self.mounted(&at, Layer::Opaque);
                 }
                 RootEntryKind::Dir => self.bind(&step, &at, &at, entry.name != "sys", false),
                 RootEntryKind::File => self.bind(&step, &at, &at, false, true),

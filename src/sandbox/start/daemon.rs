@@ -184,6 +184,14 @@ pub fn prepare(
     .map_err(ResolveError::Privileges)?;
     // Read here, on the host's /proc, for the child that drops the bounding set.
     privileges::last_cap();
+    // CAP_NET_ADMIN is the task's own network's only with a user namespace of its own:
+    // without one it holds over the host's, and reaches the host's network namespace (its
+    // shim, PID 1, is in it: `ip link add … netns 1`).
+    let net_admin = (spec.capabilities.iter())
+        .any(|c| c.to_ascii_uppercase().trim_start_matches("CAP_") == "NET_ADMIN");
+    if net_admin && spec.id_block.is_none() {
+        return Err(ResolveError::NetAdminWithoutUserNamespace);
+    }
     // A daemon in a user namespace of its own (rootless) builds the sandbox there: the
     // agent's uid must be one that namespace maps.
     let in_user_namespace = !crate::sys::own_userns::in_initial_user_namespace();
@@ -229,7 +237,13 @@ pub fn prepare(
         writable: spec.writable.clone(),
         // /etc/resolv.conf may point into /run (systemd-resolved), which the sandbox has its
         // own of: keep the host's resolver directory visible, read-only.
-        readonly: mounts::resolv_conf_run_dir().into_iter().collect(),
+        // Not with a network of its own: that directory holds the host resolver's own
+        // sockets (systemd-resolved's varlink `io.systemd.Resolve`), a way out past the
+        // namespace (a unix socket by path is no network's); `Allow` has keel's resolv.conf.
+        readonly: match spec.network.own_namespace() {
+            true => Vec::new(),
+            false => mounts::resolv_conf_run_dir().into_iter().collect(),
+        },
         in_user_namespace,
         // A daemon in a user namespace of its own may not mount a sysfs over the host's
         // (mount_namespaces(7): a filesystem it could see more of than it is shown).
@@ -493,6 +507,8 @@ pub enum ResolveError {
     /// The agent's command line, environment or working directory (a NUL byte, an empty
     /// command: the plan's text).
     Command(String),
+    /// `CAP_NET_ADMIN` for a task without a user namespace (`user_namespaces: Off`).
+    NetAdminWithoutUserNamespace,
 }
 
 impl std::fmt::Display for ResolveError {
@@ -517,6 +533,12 @@ impl std::fmt::Display for ResolveError {
                 "sandbox: sandbox.user {uid}:{gid} is not mapped in the daemon's user namespace (a daemon that is not root maps only its own uid, as 0, into its tasks): remove sandbox.user, or run keel as root"
             ),
             ResolveError::Command(message) => write!(f, "cannot start the agent: {message}"),
+            ResolveError::NetAdminWithoutUserNamespace => f.write_str(
+                "sandbox.capabilities: CAP_NET_ADMIN needs the task's own user namespace: with \
+                 user_namespaces: Off in keel.ron it holds over the host's network as well \
+                 (a device made in the host's namespace); leave it out, or turn user namespaces \
+                 on",
+            ),
         }
     }
 }

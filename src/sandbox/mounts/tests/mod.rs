@@ -529,23 +529,53 @@ fn every_task_has_its_own_ipc_and_uts_namespaces() {
 }
 
 #[test]
-fn a_sandbox_with_a_network_of_its_own_mounts_a_sysfs_of_it_over_the_hosts() {
+fn a_sandbox_with_a_network_of_its_own_mounts_a_sysfs_of_it_not_the_hosts() {
     let host = host();
     let mut l = layout();
     let plain = printed(&plan(&l, &host));
     assert!(!plain.iter().any(|o| o.starts_with("sysfs")), "{plain:?}");
+    assert!(plain
+        .iter()
+        .any(|o| o.starts_with("bind") && o.ends_with("/sys")));
     l.own_network = true;
     let own = printed(&plan(&l, &host));
-    let bind = own
-        .iter()
-        .position(|o| o.starts_with("bind") && o.ends_with("/sys"))
-        .unwrap();
-    let sysfs = own
-        .iter()
-        .position(|o| o.starts_with("sysfs"))
-        .expect("a sysfs");
-    assert!(sysfs > bind, "{own:?}");
+    let host_sys = |o: &String| o.starts_with("bind") && o.ends_with("/sys");
+    assert!(!own.iter().any(host_sys), "{own:?}");
+    assert!(own.iter().any(|o| o.starts_with("sysfs")), "{own:?}");
 }
 
 mod checkout;
 mod repository;
+
+#[test]
+fn keels_resolv_conf_is_shown_where_the_hosts_really_is_and_the_hosts_resolver_directory_is_not() {
+    let host = host();
+    let mut l = layout();
+    l.own_network = true;
+    l.readonly = vec![];
+    l.resolver_file = Some((
+        p("/var/lib/keel/network/resolv.conf"),
+        p("/run/systemd/resolve/stub-resolv.conf"),
+    ));
+    let ops = printed(&plan(&l, &host));
+    let bind = ops
+        .iter()
+        .position(|o| {
+            o.starts_with("bind")
+                && o.contains("/var/lib/keel/network/resolv.conf")
+                && o.ends_with("/run/systemd/resolve/stub-resolv.conf")
+        })
+        .unwrap_or_else(|| panic!("no bind of keel's resolv.conf in {ops:#?}"));
+    // In keel's own /run (a tmpfs): its place made there, nothing of the host's /run bound.
+    assert!(
+        ops[..bind]
+            .iter()
+            .any(|o| o.contains("/run/systemd/resolve")),
+        "{ops:#?}"
+    );
+    assert!(
+        !ops.iter()
+            .any(|o| o.starts_with("bind") && o.contains("/run/systemd/resolve ")),
+        "{ops:#?}"
+    );
+}

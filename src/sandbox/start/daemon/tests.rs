@@ -27,3 +27,40 @@ fn a_user_outside_the_tasks_ids_is_refused_with_the_ids_to_choose() {
         "{text}"
     );
 }
+
+#[test]
+fn cap_net_admin_without_a_user_namespace_is_refused_before_anything_is_done() {
+    let spec = SandboxSpec {
+        workdir: "/work".into(),
+        work_source: "/nonexistent/work".into(),
+        checkout: None,
+        new_root: "/nonexistent/root".into(),
+        progress_file: "/nonexistent/progress".into(),
+        checkpoint_source: "/nonexistent/checkpoint".into(),
+        hidden: vec![],
+        veiled: vec![],
+        writable: vec![],
+        capabilities: vec!["CAP_NET_ADMIN".into()],
+        user: None,
+        network: SandboxNetwork::None,
+        tmp_size: 1 << 20,
+        home_size: 1 << 20,
+        keel_dirs: Default::default(),
+        id_block: None,
+        findings: None,
+    };
+    let listed = std::cell::Cell::new(false);
+    let refused = prepare(&spec, || {
+        listed.set(true);
+        Ok(Vec::new())
+    });
+    let Err(e) = refused else {
+        panic!("CAP_NET_ADMIN without a user namespace was allowed");
+    };
+    assert!(
+        e.to_string()
+            .contains("CAP_NET_ADMIN needs the task's own user namespace"),
+        "{e}"
+    );
+    assert!(!listed.get(), "refused before the host's / was listed");
+}
