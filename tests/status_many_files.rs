@@ -54,6 +54,12 @@ impl Drop for Tmpfs {
         if let Err(e) = umount2(&self.0, MntFlags::MNT_DETACH) {
             eprintln!("cannot unmount {}: {e}", self.0.display());
         }
+        // The scratch directory it was mounted in, if the fixture's own cleanup came first
+        // (it could not remove a mount point).
+        let _ = std::fs::remove_dir(&self.0);
+        if let Some(scratch) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(scratch);
+        }
     }
 }
 
