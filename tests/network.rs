@@ -47,6 +47,36 @@ fn http_server(body: &'static str) -> u16 {
     port
 }
 
+/// A server on the host's loopback that sends `chunks` chunks of 64 KiB (byte `i % 251` at
+/// offset `i`), one every 100 ms: a download that takes a while.
+fn slow_server(chunks: usize) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut head = [0u8; 1024];
+                let _ = stream.read(&mut head);
+                let total = chunks * CHUNK;
+                let _ = write!(stream, "HTTP/1.0 200 OK\r\nContent-Length: {total}\r\n\r\n");
+                for c in 0..chunks {
+                    let chunk: Vec<u8> = (c * CHUNK..(c + 1) * CHUNK)
+                        .map(|i| (i % 251) as u8)
+                        .collect();
+                    if stream.write_all(&chunk).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    port
+}
+
+const CHUNK: usize = 64 << 10;
+
 fn daemon_with_resolver(name: &str, resolver: std::net::SocketAddr) -> Daemon {
     let mut d = Daemon::prepare(name);
     std::fs::create_dir_all(d.state()).unwrap();
@@ -225,9 +255,18 @@ struct Steady {
 }
 
 impl Steady {
-    fn start(d: &Daemon, port: u16) -> Steady {
+    fn start(d: &Daemon, port: u16, download: Option<u16>) -> Steady {
+        // A download that outlasts the daemon's crash, in the background.
+        let (fetch, extra) = match download {
+            Some(p) => (
+                format!("(curl -s --noproxy '*' -o /work/download http://host.keel.internal:{p}/ && touch /work/download.done) &"),
+                format!(r#", "host:{p}""#),
+            ),
+            None => (String::new(), String::new()),
+        };
         let script = format!(
             r#"
+            {fetch}
             n=0
             while [ ! -e /work/stop ]; do
                 n=$((n+1))
@@ -239,7 +278,7 @@ impl Steady {
         d.write_unit(
             "steady",
             &format!(
-                r#"Unit(command: ["/bin/sh", "-c", {script:?}], restart: Never, sandbox: Sandbox(network: Allow(["host:{port}"])))"#
+                r#"Unit(command: ["/bin/sh", "-c", {script:?}], restart: Never, sandbox: Sandbox(network: Allow(["host:{port}"{extra}])))"#
             ),
         );
         Steady {
@@ -278,9 +317,15 @@ fn a_daemon_killed_and_started_again_leaves_the_tasks_connections_working() {
     let p1 = http_server("hello-p1");
     let resolver = network_relay_support::dns_server(&[]);
     let mut d = daemon_with_resolver("net-crash", resolver);
-    let steady = Steady::start(&d, p1);
+    const CHUNKS: usize = 80;
+    let slow = slow_server(CHUNKS);
+    let steady = Steady::start(&d, p1, Some(slow));
     steady.more_answers("first answers");
     let relay = steady.relay_pid().expect("a relay report");
+    let download = d.task_dir("steady").join("work/download");
+    wait_until(Duration::from_secs(30), "a download under way", || {
+        std::fs::metadata(&download).is_ok_and(|m| m.len() > 0)
+    });
     d.crash();
     // The relay and the agent outlive the daemon: connections go on meanwhile.
     steady.more_answers("answers without a daemon");
@@ -291,6 +336,18 @@ fn a_daemon_killed_and_started_again_leaves_the_tasks_connections_working() {
         steady.relay_pid(),
         Some(relay),
         "the same relay serves the re-adopted task"
+    );
+    // The download begun before the daemon's crash ends after it, whole: an open connection
+    // outlives the daemon (its relay is not the daemon's).
+    let done = d.task_dir("steady").join("work/download.done");
+    wait_until(Duration::from_secs(60), "the download's end", || {
+        done.exists()
+    });
+    let got = std::fs::read(&download).unwrap();
+    assert_eq!(got.len(), CHUNKS * CHUNK, "the whole download");
+    assert!(
+        got.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8),
+        "its bytes in order"
     );
     // The new daemon looks after the re-adopted relay: one killed now is started again.
     nix::sys::signal::kill(
@@ -319,7 +376,7 @@ fn a_relay_that_dies_is_started_again_and_the_task_goes_on() {
     let p1 = http_server("hello-p1");
     let resolver = network_relay_support::dns_server(&[]);
     let d = daemon_with_resolver("net-relay-dies", resolver);
-    let steady = Steady::start(&d, p1);
+    let steady = Steady::start(&d, p1, None);
     steady.more_answers("first answers");
     let relay = steady.relay_pid().expect("a relay report");
     // SIGKILL the relay (by the pid it wrote: the test's own task's).

@@ -171,8 +171,8 @@ fn configure_allow(policy: &Policy) -> io::Result<RelaySockets> {
         let (at, listener) = match TcpListener::bind(any6) {
             Ok(listener) => (any6, listener),
             Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
-                let listener = TcpListener::bind(any4)
-                    .map_err(|e| step(&format!("listen on {any4}"), e))?;
+                let listener =
+                    TcpListener::bind(any4).map_err(|e| step(&format!("listen on {any4}"), e))?;
                 (any4, listener)
             }
             Err(e) => return Err(step(&format!("listen on {any6}"), e)),
