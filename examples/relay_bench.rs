@@ -201,6 +201,7 @@ fn throughput(relay: &Relay, gib: u64, sink: u16) {
         total as f64 / took / 1e9
     };
     let (mut direct, mut relayed) = (Vec::new(), Vec::new());
+    let mut relay_cpu = Duration::ZERO;
     for round in 0..3 {
         let direct_round =
             |v: &mut Vec<f64>| v.push(send(SocketAddrV4::new(Ipv4Addr::LOCALHOST, sink)));
@@ -208,7 +209,9 @@ fn throughput(relay: &Relay, gib: u64, sink: u16) {
             direct_round(&mut direct);
         }
         let send = send.clone();
+        let cpu = cpu_time(relay.pid);
         relayed.push(relay.inside(move || send(SocketAddrV4::new(HOST, sink))));
+        relay_cpu += cpu_time(relay.pid) - cpu;
         if round % 2 == 1 {
             direct_round(&mut direct);
         }
@@ -232,6 +235,24 @@ fn throughput(relay: &Relay, gib: u64, sink: u16) {
         "  relay / direct                      {:7.0} %     (goal >= 1 GB/s and >= 50%)",
         r / d * 100.0
     );
+    println!(
+        "  the relay's CPU                     {:7.3} s per GB",
+        relay_cpu.as_secs_f64() / (3 * total) as f64 * 1e9
+    );
+}
+
+/// The CPU time `pid` has used (user and system; /proc/PID/stat, in clock ticks).
+fn cpu_time(pid: i32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the relay's stat");
+    let fields: Vec<u64> = (stat.rsplit_once(')').expect("stat").1.split_whitespace())
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let ticks = fields[11] + fields[12];
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    Duration::from_micros(ticks * 1_000_000 / hz)
 }
 
 // --- 3. memory per idle connection -------------------------------------------------------
