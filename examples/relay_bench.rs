@@ -22,7 +22,9 @@
 //!    rounds interleaved.
 //! 3. memory per idle allowed connection: IDLE connections through the relay, each
 //!    delivered one byte and then idle; the relay's VmRSS before and after, and the kernel's
-//!    slab memory (/proc/slabinfo) for those against the same count of direct ones.
+//!    slab memory (/proc/slabinfo: sockets, pipes, files, epoll items — not what is larger
+//!    than 8 KiB, which comes from the page allocator) for those against the same count of
+//!    direct ones. Measured first, before the other rounds' TIME_WAIT sockets exist.
 //!
 //! `cargo run --release --example relay_bench -- [ROUNDS] [GIB] [IDLE]` (as root; build the
 //! `keel` binary beside it first: it runs target/…/release/keel, or $KEEL_BIN).
@@ -51,13 +53,16 @@ const FRESH_NAMES: usize = 50;
 fn main() {
     let mut args = std::env::args().skip(1);
     let rounds: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(2000);
-    let gib: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(1);
+    let gib: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(4);
     let idle: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(1000);
     assert!(
         nix::unistd::geteuid().is_root(),
         "run as root (network namespaces)"
     );
     raise_open_files_limit();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    println!("(load average at the start: {})", load.join(" "));
 
     let echo = serve(echo_one);
     let named = serve(echo_one);
@@ -75,14 +80,27 @@ fn main() {
     ];
     let relay = Relay::start(&entries, dns);
 
-    latency(&relay, rounds, echo, named);
-    throughput(&relay, gib, sink);
-    memory(&relay, idle, hold, &held);
+    // The memory first: the kernel's slab figures would otherwise include the TIME_WAIT
+    // sockets of the rounds before, expiring meanwhile.
+    for _ in 0..20 {
+        relay.inside(move || echo_round(SocketAddrV4::new(HOST, echo)));
+    }
+    let mut figures = memory(&relay, idle, hold, &held);
+    figures.extend(latency(&relay, rounds, echo, named));
+    figures.extend(throughput(&relay, gib, sink));
+    // For scripts/bench: the figures above, one JSON object.
+    let fields: Vec<String> = (figures.iter())
+        .map(|(name, value)| format!("\"{name}\": {value:.4}"))
+        .collect();
+    println!("figures: {{{}}}", fields.join(", "));
 }
 
 // --- 1. connect latency ------------------------------------------------------------------
 
-fn latency(relay: &Relay, rounds: usize, echo: u16, named: u16) {
+/// The figures: (name, value) for scripts/bench.
+type Figures = Vec<(&'static str, f64)>;
+
+fn latency(relay: &Relay, rounds: usize, echo: u16, named: u16) -> Figures {
     let direct_to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, echo);
     let host_to = SocketAddrV4::new(HOST, echo);
     let t = Instant::now();
@@ -166,6 +184,16 @@ fn latency(relay: &Relay, rounds: usize, echo: u16, named: u16) {
         ms(percentile(again_c, 50.0)),
         ms(percentile(again_c, 99.0))
     );
+    vec![
+        ("direct_median_ms", ms(d50)),
+        ("direct_p99_ms", ms(d99)),
+        ("host_median_ms", ms(h50)),
+        ("host_p99_ms", ms(h99)),
+        ("name_cached_median_ms", ms(n50)),
+        ("name_cached_p99_ms", ms(n99)),
+        ("name_first_median_ms", ms(percentile(first_c, 50.0))),
+        ("dns_first_median_ms", ms(percentile(first_q, 50.0))),
+    ]
 }
 
 /// Connect to `to` (from the calling thread's network namespace), send one byte and read its
@@ -181,7 +209,7 @@ fn echo_round(to: SocketAddrV4) -> Duration {
 
 // --- 2. bulk throughput ------------------------------------------------------------------
 
-fn throughput(relay: &Relay, gib: u64, sink: u16) {
+fn throughput(relay: &Relay, gib: u64, sink: u16) -> Figures {
     let total = gib << 30;
     let chunk: Arc<[u8]> = vec![0x5au8; 1 << 20].into();
     let send = move |to: SocketAddrV4| -> f64 {
@@ -239,6 +267,14 @@ fn throughput(relay: &Relay, gib: u64, sink: u16) {
         "  the relay's CPU                     {:7.3} s per GB",
         relay_cpu.as_secs_f64() / (3 * total) as f64 * 1e9
     );
+    vec![
+        ("direct_gbps", d),
+        ("relay_gbps", r),
+        (
+            "relay_cpu_s_per_gb",
+            relay_cpu.as_secs_f64() / (3 * total) as f64 * 1e9,
+        ),
+    ]
 }
 
 /// The CPU time `pid` has used (user and system; /proc/PID/stat, in clock ticks).
@@ -257,7 +293,7 @@ fn cpu_time(pid: i32) -> Duration {
 
 // --- 3. memory per idle connection -------------------------------------------------------
 
-fn memory(relay: &Relay, idle: usize, hold: u16, held: &Mutex<Vec<TcpStream>>) {
+fn memory(relay: &Relay, idle: usize, hold: u16, held: &Mutex<Vec<TcpStream>>) -> Figures {
     let open = move |to: SocketAddrV4| -> Vec<TcpStream> {
         (0..idle)
             .map(|_| {
@@ -305,11 +341,21 @@ fn memory(relay: &Relay, idle: usize, hold: u16, held: &Mutex<Vec<TcpStream>>) {
         per(relayed_slab)
     );
     println!(
-        "  kernel slab, direct (2 sockets each)           {:6.2} KiB per connection",
-        per(direct_slab)
+        "  kernel slab, direct (2 sockets each)           {:6.2} KiB per connection \
+         (the relay adds {:.2})",
+        per(direct_slab),
+        per(relayed_slab) - per(direct_slab)
     );
     drop(relayed);
     held.lock().unwrap().clear();
+    vec![
+        (
+            "rss_kib_per_conn",
+            (rss_after as f64 - rss_before as f64) / idle as f64,
+        ),
+        ("slab_kib_per_conn", per(relayed_slab)),
+        ("direct_slab_kib_per_conn", per(direct_slab)),
+    ]
 }
 
 /// VmRSS of `pid`, KiB.
