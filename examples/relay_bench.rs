@@ -124,30 +124,16 @@ fn latency(relay: &Relay, rounds: usize, echo: u16, named: u16) -> Figures {
             direct.push(echo_round(direct_to));
         }
     }
-    let (d50, d99) = (percentile(&mut direct, 50.0), percentile(&mut direct, 99.0));
-    let (h50, h99) = (percentile(&mut host, 50.0), percentile(&mut host, 99.0));
-    let (n50, n99) = (percentile(&mut name, 50.0), percentile(&mut name, 99.0));
+    let [d, h, n] = [&mut direct, &mut host, &mut name].map(|v| median_p99(v));
+    let added = |(m, p): (f64, f64)| format!("added {:.3} / {:.3} ms", m - d.0, p - d.1);
     println!("connect + first echoed byte, {rounds} rounds each, interleaved (median / p99):");
+    println!("  direct 127.0.0.1:P (host ns)        {}", shown(d));
     println!(
-        "  direct 127.0.0.1:P (host ns)        {:7.3} / {:7.3} ms",
-        ms(d50),
-        ms(d99)
+        "  relay, host.keel.internal:P         {}   {} (goal < 0.5 / < 2 ms)",
+        shown(h),
+        added(h)
     );
-    println!(
-        "  relay, host.keel.internal:P         {:7.3} / {:7.3} ms   added {:.3} / {:.3} ms \
-         (goal < 0.5 / < 2 ms)",
-        ms(h50),
-        ms(h99),
-        ms(h50) - ms(d50),
-        ms(h99) - ms(d99)
-    );
-    println!(
-        "  relay, {ZONE}:P2 (cached) {:7.3} / {:7.3} ms   added {:.3} / {:.3} ms",
-        ms(n50),
-        ms(n99),
-        ms(n50) - ms(d50),
-        ms(n99) - ms(d99)
-    );
+    println!("  relay, {ZONE}:P2 (cached) {}   {}", shown(n), added(n));
 
     // The resolution cost: names never seen, then the same names again.
     let mut samples: [Vec<Duration>; 4] = Default::default();
@@ -165,35 +151,38 @@ fn latency(relay: &Relay, rounds: usize, echo: u16, named: u16) -> Figures {
         samples[2].push(relay.inside(move || echo_round(to)));
         samples[3].push(relay.inside(move || echo_round(to)));
     }
-    let [first_q, again_q, first_c, again_c] = &mut samples;
+    let [first_q, again_q, first_c, again_c] = samples.each_mut().map(|v| median_p99(v));
+    let fresh = FRESH_NAMES + 1;
+    println!("  a name's resolution, {fresh} names seen for the first time (median / p99):");
     println!(
-        "  a name's resolution, {} names seen for the first time (median / p99):",
-        FRESH_NAMES + 1
+        "    sandbox DNS query, first (its listeners made) {}; again {}",
+        shown(first_q),
+        shown(again_q)
     );
     println!(
-        "    sandbox DNS query, first (its listeners made) {:7.3} / {:7.3} ms; again {:7.3} / {:7.3} ms",
-        ms(percentile(first_q, 50.0)),
-        ms(percentile(first_q, 99.0)),
-        ms(percentile(again_q, 50.0)),
-        ms(percentile(again_q, 99.0))
-    );
-    println!(
-        "    connect + echo, first (resolved on the host)  {:7.3} / {:7.3} ms; cached {:7.3} / {:7.3} ms",
-        ms(percentile(first_c, 50.0)),
-        ms(percentile(first_c, 99.0)),
-        ms(percentile(again_c, 50.0)),
-        ms(percentile(again_c, 99.0))
+        "    connect + echo, first (resolved on the host)  {}; cached {}",
+        shown(first_c),
+        shown(again_c)
     );
     vec![
-        ("direct_median_ms", ms(d50)),
-        ("direct_p99_ms", ms(d99)),
-        ("host_median_ms", ms(h50)),
-        ("host_p99_ms", ms(h99)),
-        ("name_cached_median_ms", ms(n50)),
-        ("name_cached_p99_ms", ms(n99)),
-        ("name_first_median_ms", ms(percentile(first_c, 50.0))),
-        ("dns_first_median_ms", ms(percentile(first_q, 50.0))),
+        ("direct_median_ms", d.0),
+        ("direct_p99_ms", d.1),
+        ("host_median_ms", h.0),
+        ("host_p99_ms", h.1),
+        ("name_cached_median_ms", n.0),
+        ("name_cached_p99_ms", n.1),
+        ("name_first_median_ms", first_c.0),
+        ("dns_first_median_ms", first_q.0),
     ]
+}
+
+/// The median and p99 of `samples`, in ms.
+fn median_p99(samples: &mut [Duration]) -> (f64, f64) {
+    (ms(percentile(samples, 50.0)), ms(percentile(samples, 99.0)))
+}
+
+fn shown((median, p99): (f64, f64)) -> String {
+    format!("{median:7.3} / {p99:7.3} ms")
 }
 
 /// Connect to `to` (from the calling thread's network namespace), send one byte and read its
@@ -244,37 +233,21 @@ fn throughput(relay: &Relay, gib: u64, sink: u16) -> Figures {
             direct_round(&mut direct);
         }
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let list = |v: &[f64]| {
-        v.iter()
-            .map(|r| format!("{r:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let (direct_text, relayed_text) = (list(&direct), list(&relayed));
-    let (d, r) = (median(&mut direct), median(&mut relayed));
+    let cpu_per_gb = relay_cpu.as_secs_f64() / (3 * total) as f64 * 1e9;
+    let (rounds_d, rounds_r) = (format!("{direct:.2?}"), format!("{relayed:.2?}"));
+    direct.sort_by(f64::total_cmp);
+    relayed.sort_by(f64::total_cmp);
+    let (d, r) = (direct[1], relayed[1]);
     println!("bulk throughput, {gib} GiB one way, 3 rounds interleaved (median; each round):");
-    println!("  direct 127.0.0.1 (host ns)          {d:7.2} GB/s  ({direct_text})");
-    println!("  relay, host.keel.internal           {r:7.2} GB/s  ({relayed_text})");
+    println!("  direct 127.0.0.1 (host ns)          {d:7.2} GB/s  {rounds_d}");
+    println!("  relay, host.keel.internal           {r:7.2} GB/s  {rounds_r}");
     println!(
         "  relay / direct                      {:7.0} %     (goal >= 1 GB/s and >= 50%)",
         r / d * 100.0
     );
-    println!(
-        "  the relay's CPU                     {:7.3} s per GB",
-        relay_cpu.as_secs_f64() / (3 * total) as f64 * 1e9
-    );
-    vec![
-        ("direct_gbps", d),
-        ("relay_gbps", r),
-        (
-            "relay_cpu_s_per_gb",
-            relay_cpu.as_secs_f64() / (3 * total) as f64 * 1e9,
-        ),
-    ]
+    println!("  the relay's CPU                     {cpu_per_gb:7.3} s per GB");
+    let names = ["direct_gbps", "relay_gbps", "relay_cpu_s_per_gb"];
+    names.into_iter().zip([d, r, cpu_per_gb]).collect()
 }
 
 /// The CPU time `pid` has used (user and system; /proc/PID/stat, in clock ticks).
@@ -331,31 +304,29 @@ fn memory(relay: &Relay, idle: usize, hold: u16, held: &Mutex<Vec<TcpStream>>) -
     let (rss_after, slab_after) = (rss_kib(relay.pid), slab_bytes());
     let relayed_slab = slab_after.saturating_sub(slab_before);
     let per = |bytes: u64| bytes as f64 / 1024.0 / idle as f64;
+    let rss = (rss_after as f64 - rss_before as f64) / idle as f64;
+    let (relayed_slab, direct_slab) = (per(relayed_slab), per(direct_slab));
     println!("{idle} idle connections (each delivered one byte, then idle):");
+    println!("  relay RSS  {rss_before} KiB → {rss_after} KiB: {rss:.2} KiB per connection");
     println!(
-        "  relay RSS                           {rss_before} KiB → {rss_after} KiB: {:.2} KiB per connection",
-        (rss_after as f64 - rss_before as f64) / idle as f64
+        "  kernel slab, relayed (4 sockets, 2 pipes each) {relayed_slab:6.2} KiB per connection"
     );
     println!(
-        "  kernel slab, relayed (4 sockets, 2 pipes each) {:6.2} KiB per connection",
-        per(relayed_slab)
-    );
-    println!(
-        "  kernel slab, direct (2 sockets each)           {:6.2} KiB per connection \
+        "  kernel slab, direct (2 sockets each)           {direct_slab:6.2} KiB per connection \
          (the relay adds {:.2})",
-        per(direct_slab),
-        per(relayed_slab) - per(direct_slab)
+        relayed_slab - direct_slab
     );
     drop(relayed);
     held.lock().unwrap().clear();
-    vec![
-        (
-            "rss_kib_per_conn",
-            (rss_after as f64 - rss_before as f64) / idle as f64,
-        ),
-        ("slab_kib_per_conn", per(relayed_slab)),
-        ("direct_slab_kib_per_conn", per(direct_slab)),
-    ]
+    let names = [
+        "rss_kib_per_conn",
+        "slab_kib_per_conn",
+        "direct_slab_kib_per_conn",
+    ];
+    names
+        .into_iter()
+        .zip([rss, relayed_slab, direct_slab])
+        .collect()
 }
 
 /// VmRSS of `pid`, KiB.
