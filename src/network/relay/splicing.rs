@@ -4,16 +4,28 @@
 //! Every call is non-blocking: a direction stops where the kernel says EAGAIN and goes on at
 //! the next readiness event. At the source's end of file the destination is shut for writing
 //! (half-close), once the pipe is empty.
+//!
+//! A direction's pipe starts at the kernel's default (64 KiB) and grows to [`BULK_PIPE`] once
+//! the direction has carried [`BULK_AFTER`] (a bulk transfer): fewer splice calls and
+//! wake-ups per byte
+//! (examples/relay_bench.rs measured 1 GiB one way on 2 cores, interleaved: see
+//! docs/benchmarks.md). An idle or small connection keeps the small pipe (its slot array is
+//! kernel memory, and the per-user pipe budget, `fs.pipe-user-pages-soft`, is shared).
 
 use crate::sys::splice::splice_nonblocking;
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
+use nix::fcntl::{FcntlArg, OFlag};
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, OwnedFd};
 
-/// What one splice(2) asks to move.
-const CHUNK: usize = 1 << 16;
+/// A pipe's size until it first fills (the kernel's default).
+const SMALL_PIPE: usize = 1 << 16;
+/// What a bulk direction's pipe grows to (`fs.pipe-max-size`'s default: no privilege
+/// needed).
+pub const BULK_PIPE: usize = 1 << 20;
+/// The bytes after which a direction is a bulk one.
+pub const BULK_AFTER: u64 = 1 << 18;
 /// Rounds of one direction per readiness event before the others get their turn.
 const ROUNDS: usize = 8;
 
@@ -22,6 +34,12 @@ pub struct Flow {
     pipe_write: OwnedFd,
     /// Bytes in the pipe, not yet in the destination.
     pending: usize,
+    /// What the pipe holds; what one splice(2) into it asks to move.
+    capacity: usize,
+    /// Bytes spliced into the pipe so far, until it grows.
+    carried: u64,
+    /// It was grown (or the kernel refused to: not asked again).
+    grown: bool,
     /// Bytes to write to the destination before any spliced one.
     head: Vec<u8>,
     /// The source said end of file.
@@ -48,6 +66,9 @@ impl Flow {
             pipe_read,
             pipe_write,
             pending: 0,
+            capacity: SMALL_PIPE,
+            carried: 0,
+            grown: false,
             head,
             eof: false,
             shut: false,
@@ -87,7 +108,7 @@ impl Flow {
                 }
             }
             if !self.eof {
-                match splice_nonblocking(src.as_fd(), self.pipe_write.as_fd(), CHUNK) {
+                match splice_nonblocking(src.as_fd(), self.pipe_write.as_fd(), self.capacity) {
                     Ok(0) => {
                         self.eof = true;
                         progress = true;
@@ -95,6 +116,12 @@ impl Flow {
                     Ok(n) => {
                         self.pending += n;
                         progress = true;
+                        if !self.grown {
+                            self.carried += n as u64;
+                            if self.carried >= BULK_AFTER {
+                                self.grow();
+                            }
+                        }
                     }
                     Err(e) if transient(&e) => {}
                     Err(e) => return Err(e),
@@ -110,6 +137,19 @@ impl Flow {
         }
         turn.more = !self.shut;
         Ok(turn)
+    }
+}
+
+impl Flow {
+    /// The pipe made [`BULK_PIPE`] large (once; a refusal — the user's pipe budget spent —
+    /// leaves it as it is).
+    fn grow(&mut self) {
+        self.grown = true;
+        let size = BULK_PIPE as libc::c_int;
+        match nix::fcntl::fcntl(&self.pipe_write, FcntlArg::F_SETPIPE_SZ(size)) {
+            Ok(now) => self.capacity = now.max(1) as usize,
+            Err(e) => log::debug!("relay: a pipe of {BULK_PIPE} bytes: {e}"),
+        }
     }
 }
 
