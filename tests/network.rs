@@ -107,6 +107,8 @@ fn an_allow_list_lets_through_what_it_lists_and_refuses_the_rest_at_once_on_the_
     }
     let p1 = http_server("hello-p1");
     let p2 = http_server("hello-p2");
+    // A host entry and an address entry on one port: one listener takes both.
+    let p3 = http_server("hello-p3");
     // Names the relay resolves on the host: only to loopback (refused unless an entry names
     // the address: DNS rebinding).
     let resolver = network_relay_support::dns_server(&[("loop.test.example", Ipv4Addr::LOCALHOST)]);
@@ -122,6 +124,7 @@ fn an_allow_list_lets_through_what_it_lists_and_refuses_the_rest_at_once_on_the_
         echo "resolver $(grep ^nameserver /etc/resolv.conf | tr '\n' ' ')"
         exec 3<>/dev/tcp/host.keel.internal/{p1} && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && echo "direct $(tail -n 1 <&3)"
         if (exec 4<>/dev/tcp/host.keel.internal/{p2}) 2>/dev/null; then echo "p2 open"; else echo "p2 refused"; fi
+        echo "p3 $(curl -s -m 10 --noproxy '*' http://host.keel.internal:{p3}/)"
         if (exec 4<>/dev/tcp/198.18.0.1/{p2}) 2>/dev/null; then echo "raw p2 open"; else echo "raw p2 refused"; fi
         if (exec 4<>/dev/tcp/127.0.0.1/{p1}) 2>/dev/null; then echo "own lo p1 open"; else echo "own lo p1 refused"; fi
         if getent hosts unlisted.test.example >/dev/null; then echo "unlisted resolves"; else echo "unlisted nxdomain"; fi
@@ -137,7 +140,7 @@ fn an_allow_list_lets_through_what_it_lists_and_refuses_the_rest_at_once_on_the_
         "#
     );
     let entries = format!(
-        r#"sandbox: Sandbox(network: Allow(["host:{p1}", "*.wild.test.example", "loop.test.example:{p1}"]))"#
+        r#"sandbox: Sandbox(network: Allow(["host:{p1}", "*.wild.test.example", "loop.test.example:{p1}", "host:{p3}", "10.255.0.0/16:{p3}"]))"#
     );
     let (task, out) = run_agent(&d, "agent", &bash(&script), &entries);
     assert_eq!(task["state"], "succeeded", "{out}\n{}", d.daemon_log());
@@ -145,6 +148,7 @@ fn an_allow_list_lets_through_what_it_lists_and_refuses_the_rest_at_once_on_the_
         "resolver nameserver 198.18.0.2",
         "direct hello-p1",
         "p2 refused",
+        "p3 hello-p3",
         "raw p2 refused",
         "own lo p1 refused",
         "unlisted nxdomain",

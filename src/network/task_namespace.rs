@@ -155,8 +155,11 @@ fn configure_allow(policy: &Policy) -> io::Result<RelaySockets> {
     wanted.extend(
         host_ports
             .iter()
-            .map(|p| host(*p))
-            .filter(|a| a.port() != PROXY_PORT),
+            .filter(|p| **p != PROXY_PORT)
+            // A port an address entry has at every address: that listener takes
+            // `host.keel.internal:PORT` as well (one socket per port and address).
+            .filter(|p| !network_ports.contains(p))
+            .map(|p| host(*p)),
     );
     let mut listeners = Vec::new();
     for at in wanted {
@@ -166,6 +169,12 @@ fn configure_allow(policy: &Policy) -> io::Result<RelaySockets> {
     // An address entry's port, at every address: `[::]` takes IPv4 too (as `::ffff:a.b.c.d`);
     // `0.0.0.0` where the host has no IPv6.
     for port in network_ports {
+        if port == PROXY_PORT {
+            log::warn!(
+                "an address entry's port {port} is the sandbox proxy's: not captured (refused)"
+            );
+            continue;
+        }
         let any6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port);
         let any4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
         let (at, listener) = match TcpListener::bind(any6) {
