@@ -136,9 +136,10 @@ fn every_attempt_off_loopback_is_seen_and_nothing_else() {
     refused_datagram(ns.as_fd(), "198.18.0.2:53".parse().unwrap());
     accepted_connect(ns.as_fd(), "127.0.0.1:0".parse().unwrap());
     accepted_connect(ns.as_fd(), "[::1]:0".parse().unwrap());
-    refused_datagram(ns.as_fd(), "[fd00::53]:53".parse().unwrap());
 
-    // What must be seen.
+    // What must be seen (DNS to any server but the sandbox's is too).
+    let dns6: SocketAddr = "[fd00::53]:53".parse().unwrap();
+    refused_datagram(ns.as_fd(), dns6);
     let tcp: SocketAddr = "10.1.2.3:80".parse().unwrap();
     refused_connect(ns.as_fd(), tcp);
     let udp: SocketAddr = "10.1.2.3:123".parse().unwrap();
@@ -153,6 +154,7 @@ fn every_attempt_off_loopback_is_seen_and_nothing_else() {
     assert_eq!(seen_udp.source, udp_source);
     let seen_captured = sniffer.wait_for(Protocol::Tcp, captured);
     assert_eq!(seen_captured.source, captured_source);
+    sniffer.wait_for(Protocol::Udp, dns6);
     let seen_tcp6 = sniffer.wait_for(Protocol::Tcp, tcp6);
     assert!(seen_tcp6.source.is_ipv6(), "{seen_tcp6:?}");
 
@@ -169,6 +171,7 @@ fn every_attempt_off_loopback_is_seen_and_nothing_else() {
         (Protocol::Udp, udp),
         (Protocol::Tcp, captured),
         (Protocol::Tcp, tcp6),
+        (Protocol::Udp, dns6),
     ];
     expected.sort();
     assert_eq!(seen, expected, "{:?}", sniffer.seen);

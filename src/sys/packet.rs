@@ -13,8 +13,8 @@
 //! - IPv4 (no later fragment: it has no transport header) and IPv6 whose next header is TCP or
 //!   UDP directly — an IPv6 packet with extension headers is dropped: `connect(2)` and
 //!   `sendto(2)` never add them, and only a hand-made packet (raw sockets) carries them;
-//! - TCP with SYN set and ACK clear (a connection's first packet), or UDP to any port but 53
-//!   (the namespace's resolver is keel's, not a refusal);
+//! - TCP with SYN set and ACK clear (a connection's first packet), or UDP but to the
+//!   sandbox's resolver, `198.18.0.2:53` (keel's: not a refusal; DNS to any other server is);
 //! - to a destination outside `127.0.0.0/8` and `::1`: the agent's own loopback traffic (its
 //!   test servers) costs keel nothing.
 //!
@@ -52,6 +52,9 @@ const IPPROTO_UDP: u8 = 17;
 const TCP_SYN: u8 = 0x02;
 const TCP_ACK: u8 = 0x10;
 const DNS_PORT: u16 = 53;
+/// The sandbox's own resolver (`crate::network::fake::RESOLVER_ADDRESS`, 198.18.0.2): its
+/// queries are no attempt; DNS to any other server is (refused, and journaled).
+const SANDBOX_RESOLVER: [u8; 4] = [198, 18, 0, 2];
 const IPV4_FRAGMENT_OFFSET: u32 = 0x1FFF;
 const IPV6_HEADER: usize = 40;
 /// Bytes of each packet the kernel keeps: the longest IPv4 header (60) and the first 20 of
@@ -190,7 +193,7 @@ pub fn take_dropped(fd: BorrowedFd<'_>) -> io::Result<u32> {
 
 /// The attempt in `packet` (its network header first), received with ethertype `ethertype`,
 /// or `None` unless it is one the filter passes: IPv4 (not a later fragment) or IPv6 (no
-/// extension header) carrying a TCP SYN without ACK, or UDP to a port other than 53, to a
+/// extension header) carrying a TCP SYN without ACK, or UDP but to `198.18.0.2:53`, to a
 /// destination off loopback. Only the headers are read (a capture is cut at
 /// [`SNAP_LENGTH`]); never panics on any bytes.
 pub fn parse_attempt(ethertype: u16, packet: &[u8]) -> Option<Attempt> {
@@ -243,7 +246,12 @@ pub fn parse_attempt(ethertype: u16, packet: &[u8]) -> Option<Attempt> {
             }
             Protocol::Tcp
         }
-        IPPROTO_UDP if destination_port != DNS_PORT => Protocol::Udp,
+        IPPROTO_UDP
+            if destination_port != DNS_PORT
+                || destination != IpAddr::V4(Ipv4Addr::from(SANDBOX_RESOLVER)) =>
+        {
+            Protocol::Udp
+        }
         _ => return None,
     };
     Some(Attempt {
@@ -281,6 +289,7 @@ enum Label {
     Transport,
     Tcp,
     Udp,
+    Dns,
     Accept,
     Drop,
 }
@@ -431,7 +440,18 @@ fn filter() -> Vec<Instruction> {
         .jump(BPF_JMP_JEQ_K, u32::from(TCP_SYN), Accept, Drop)
         .label(Udp)
         .op(BPF_LD_H_IND, 2)
-        .jump(BPF_JMP_JEQ_K, u32::from(DNS_PORT), Drop, Accept)
+        .jump(BPF_JMP_JEQ_K, u32::from(DNS_PORT), Dns, Accept)
+        // To port 53: only the sandbox's resolver's (IPv4) is no attempt.
+        .label(Dns)
+        .op(BPF_LD_W_ABS, ancillary(libc::SKF_AD_PROTOCOL))
+        .jump(BPF_JMP_JEQ_K, u32::from(ETHERTYPE_IPV4), Next, Accept)
+        .op(BPF_LD_W_ABS, 16)
+        .jump(
+            BPF_JMP_JEQ_K,
+            u32::from_be_bytes(SANDBOX_RESOLVER),
+            Drop,
+            Accept,
+        )
         .label(Accept)
         .op(BPF_RET_K, SNAP_LENGTH)
         .label(Drop)

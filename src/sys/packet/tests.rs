@@ -231,8 +231,12 @@ fn udp_is_an_attempt_except_to_the_resolver() {
     assert_eq!(attempt.destination, "10.1.2.3:123".parse().unwrap());
     let dns = ipv4(CLIENT, [198, 18, 0, 2], IPPROTO_UDP, 0, 0, &udp(5000, 53));
     assert_eq!(seen(ETHERTYPE_IPV4, &dns), None);
-    let dns = ipv6(v6("fd00::2"), v6("fd00::1"), IPPROTO_UDP, &udp(5000, 53));
-    assert_eq!(seen(ETHERTYPE_IPV6, &dns), None);
+    // DNS to any other server is an attempt (refused, and journaled): hard-coded resolvers.
+    let elsewhere = ipv4(CLIENT, [10, 9, 9, 9], IPPROTO_UDP, 0, 0, &udp(5000, 53));
+    let attempt = seen(ETHERTYPE_IPV4, &elsewhere).expect("DNS to another server");
+    assert_eq!(attempt.destination, "10.9.9.9:53".parse().unwrap());
+    let dns6 = ipv6(v6("fd00::2"), v6("fd00::1"), IPPROTO_UDP, &udp(5000, 53));
+    assert!(seen(ETHERTYPE_IPV6, &dns6).is_some());
     let quic = ipv6(
         v6("fd00::2"),
         v6("2001:db8::1"),
