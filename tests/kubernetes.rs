@@ -2,7 +2,8 @@
 //! invariants that matter — `keel init` with the state directory on the PersistentVolumeClaim,
 //! `keel health` as the liveness probe, requests matching the capacity in keel.ron, the
 //! Containerfile's capability set, units that pass `keel check` — and rendered by
-//! `kubectl kustomize` where kubectl is installed (it is not a Debian package).
+//! `kubectl kustomize` where kubectl is installed (it is not a Debian package), and held to
+//! the Kubernetes API's own schemas offline by `kubernetes-validate --strict`.
 
 mod common;
 use common::*;
@@ -314,6 +315,68 @@ fn kubectl_renders_the_kustomization_where_it_is_installed() {
     let expected = kinds_and_names(&documents());
     assert!(expected.len() >= 3, "{expected:?}");
     assert_eq!(kinds_and_names(&rendered), expected);
+}
+
+/// The Kubernetes version the manifests are held to (`kubernetes-validate -k`).
+const KUBERNETES_VERSION: &str = "1.37.0";
+
+/// `kubernetes-validate --strict` (PyPI; `.ci/run` installs it) on `files`.
+fn validate(files: &[String]) -> std::io::Result<std::process::Output> {
+    Command::new("kubernetes-validate")
+        .args(["--strict", "-k", KUBERNETES_VERSION])
+        .args(files)
+        .output()
+}
+
+/// Every manifest (the kustomization, which is kustomize's and not the API's, aside) passes
+/// the API's own schemas offline, unknown fields refused; and the validator refuses a
+/// manifest with a field the API does not have (it is not one that passes anything).
+#[test]
+fn the_manifests_pass_the_kubernetes_apis_schemas_strictly() {
+    let mut files: Vec<String> = std::fs::read_dir(DIR)
+        .unwrap()
+        .map(|e| path_str(&e.unwrap().path()))
+        .filter(|p| p.ends_with(".yaml") && !p.ends_with("/kustomization.yaml"))
+        .collect();
+    files.sort();
+    let out = match validate(&files) {
+        Ok(out) => out,
+        Err(e) if !privileged_required() => {
+            eprintln!(
+                "the_manifests_pass_the_kubernetes_apis_schemas_strictly: skipped: cannot run \
+                 kubernetes-validate ({e}): python3 -m pip install kubernetes-validate"
+            );
+            return;
+        }
+        Err(e) => panic!("kubernetes-validate (.ci/run installs it from PyPI): {e}"),
+    };
+    let said = format!("{}{}", stdout_of(&out), stderr_of(&out));
+    assert!(out.status.success(), "{said}");
+    let passed = said
+        .lines()
+        .filter(|l| l.contains(" passed for resource "))
+        .count();
+    let resources = (documents().iter())
+        .filter(|d| d["kind"] != "Kustomization")
+        .count();
+    assert_eq!(passed, resources, "every document validated: {said}");
+
+    // A field the StatefulSet's spec does not have: refused under --strict.
+    let statefulset = std::fs::read_to_string(format!("{DIR}/statefulset.yaml")).unwrap();
+    let bad = statefulset.replacen("spec:\n", "spec:\n  replicass: 2\n", 1);
+    assert_ne!(bad, statefulset);
+    let dir = std::env::temp_dir().join(format!("keel-k8s-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad_file = dir.join("statefulset.yaml");
+    std::fs::write(&bad_file, bad).unwrap();
+    let out = validate(&[path_str(&bad_file)]).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        !out.status.success(),
+        "an unknown field passed: {}{}",
+        stdout_of(&out),
+        stderr_of(&out)
+    );
 }
 
 /// The units directory as the kubelet keeps a ConfigMap volume: each key a symlink through
