@@ -393,6 +393,9 @@ impl Daemon {
             resolver: self.settings.config.network.resolver,
             cgroup: Some(cgroup_dir.as_fd()),
             v1_procs: &attempt_spec.cgroup_v1_procs,
+            secrets: (attempt_spec.sandbox.as_ref()).map_or(&[], |s| &s.secrets[..]),
+            state_root: &self.store.dirs.root,
+            trust: &self.settings.config.network.trust,
         };
         let task_network = match attempt_spec.sandbox.as_ref() {
             Some(sandbox) => network::start(&sandbox.network, userns, &network_ctx),

@@ -191,6 +191,8 @@ impl Daemon {
         let id_claims = id_blocks::open_claims(&settings.config.user_namespaces)
             .map_err(DaemonError::Config)?;
         raise_open_file_limit();
+        // The CA of the tasks' secrets, once per state directory, and the sandboxes' bundle.
+        network::prepare_authority(&dirs.root);
 
         let under_init = std::env::var("KEEL_UNDER_INIT")
             .ok()
@@ -380,8 +382,8 @@ impl Daemon {
             };
             any |= network.has_relay();
             let name = task.name.clone();
-            let lines = network.check(&name, now);
-            journal_refusals(task, lines, &mut self.store);
+            let events = network.check(&name, now);
+            journal_network_events(task, events, &mut self.store);
         }
         if any {
             self.arm_network_look();
@@ -446,12 +448,19 @@ impl Daemon {
     }
 }
 
-/// Journal a task's relay's refusals (`net-denied`, one event per destination refused since
-/// the last look).
-pub(crate) fn journal_refusals(task: &Task, lines: Vec<String>, store: &mut store::Store) {
-    for line in lines {
-        log::info!("{}: net-denied {line}", task.name);
-        store.task_event(task, "net-denied", &line);
+/// Journal what a task's relay's report calls for: `net-denied` (one event per destination
+/// refused since the last look), `secret-misdirected` (per secret and destination).
+pub(crate) fn journal_network_events(
+    task: &Task,
+    events: Vec<network::NetworkEvent>,
+    store: &mut store::Store,
+) {
+    for (kind, line) in events {
+        match kind {
+            "secret-misdirected" => log::warn!("{}: {kind} {line}", task.name),
+            _ => log::info!("{}: {kind} {line}", task.name),
+        }
+        store.task_event(task, kind, &line);
     }
 }
 

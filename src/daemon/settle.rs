@@ -72,8 +72,8 @@ impl Daemon {
         ending.exit = slices::account_oom(task, &self.slices, ending.exit, ending.ended_ms);
         // What its relay refused last (its report, up to half a second before the end).
         if let Some(network) = task.network.as_mut() {
-            let lines = network.last_refusals();
-            super::journal_refusals(task, lines, &mut self.store);
+            let events = network.last_events();
+            super::journal_network_events(task, events, &mut self.store);
         }
         slices::release_slice(task, &self.slices, &mut self.events);
         self.liveness.unwatch(unit);
