@@ -34,7 +34,7 @@ pub struct Conn {
     client: mio::net::TcpStream,
     stage: Stage,
     /// The destination as counted (`name:port`, `address:port`).
-    label: String,
+    pub(super) label: String,
     proxy: bool,
     /// Bytes for the upstream before the agent's (a proxy's forwarded head).
     to_upstream: Vec<u8>,
