@@ -138,6 +138,13 @@ impl Daemon {
             defer_start(task, before, why, &mut self.store, &mut self.events.timers);
             return;
         }
+        // A secret of keel's environment that is not there: the host's to set, not the
+        // attempt's failure (no attempt, nothing counted against its restart limit).
+        if let Some(why) = spawn::env_secret_problem(&unit_def) {
+            let before = task.record.clone();
+            defer_start(task, before, &why, &mut self.store, &mut self.events.timers);
+            return;
+        }
         // Chosen (and claimed host-wide) once no earlier shim can hold the task's claim.
         let id_block = self.id_block_for(unit);
         let Some(task) = self.tasks.get_mut(unit) else {
@@ -305,6 +312,11 @@ impl Daemon {
         };
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         match outcome {
+            // A secret file that cannot be read as it is (missing, loose, another owner's):
+            // the operator's to fix; the start waits for it, nothing counted against the task.
+            Ok(JobResult::Prepared { findings, .. }) if !findings.secrets.is_empty() => {
+                self.defer_prepared_start(unit, *pending, &findings.secrets.join("; "));
+            }
             Ok(JobResult::Prepared { checkout, findings }) => {
                 if let Some(sandbox) = pending.spec.sandbox.as_mut() {
                     sandbox.findings = Some(findings);
@@ -560,7 +572,9 @@ fn preparation_job(
     unit_def: &crate::unit::Unit,
     sandbox: Option<&crate::sandbox::spec::SandboxSpec>,
 ) -> Result<Option<Job>, String> {
-    let names_paths = !unit_def.sandbox.writable.is_empty() || !unit_def.sandbox.hidden.is_empty();
+    let names_paths = !unit_def.sandbox.writable.is_empty()
+        || !unit_def.sandbox.hidden.is_empty()
+        || unit_def.secrets.values().any(|s| s.file.is_some());
     if unit_def.repo.is_none() && !(names_paths && sandbox.is_some()) {
         return Ok(None);
     }
@@ -572,6 +586,14 @@ fn preparation_job(
         hidden: s.hidden.clone(),
         writable: s.writable.clone(),
         keel_dirs: s.keel_dirs.clone(),
+        secret_files: (s.secrets.iter())
+            .filter_map(|secret| match &secret.source {
+                crate::secrets::SecretSource::File(path) => {
+                    Some((secret.name.clone(), path.clone()))
+                }
+                crate::secrets::SecretSource::Env(_) => None,
+            })
+            .collect(),
     });
     Ok(Some(Job::Prepare {
         unit: unit.to_string(),

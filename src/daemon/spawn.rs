@@ -62,7 +62,26 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         crate::unit::Network::Allow(_) => proxy_env(),
         _ => Vec::new(),
     };
+    let secrets = task_secrets(unit);
+    // With secrets, TLS to their hosts is keel's: the bundle that trusts its CA, named for
+    // every runtime that reads a variable (before the unit's env, which wins).
+    if !secrets.is_empty() {
+        match crate::secrets::ca_bundle_target() {
+            Some(bundle) => env.extend(ca_env(&bundle)),
+            None => log::warn!(
+                "{}: the host has no CA bundle ({}): TLS to the secrets' hosts will not verify",
+                ctx.unit_name,
+                crate::secrets::HOST_BUNDLES.join(", ")
+            ),
+        }
+    }
     env.extend(unit.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // The agent's secret is its placeholder (a name also in `env` is refused by validation).
+    env.extend(
+        secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.placeholder.clone())),
+    );
     let keel_vars = [
         ("KEEL_UNIT", ctx.unit_name.to_string()),
         ("KEEL_ATTEMPT", ctx.attempt.to_string()),
@@ -130,6 +149,7 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         // The task's block of host ids: given by the caller (`crate::daemon::id_blocks`).
         id_block: None,
         findings: None,
+        secrets,
     };
     AttemptSpec {
         unit: ctx.unit_name.to_string(),
@@ -144,6 +164,49 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         sandbox: Some(sandbox),
         cgroup_v1_procs: Vec::new(),
     }
+}
+
+/// The unit's secrets for one attempt: a fresh placeholder for each (a secret validation
+/// refused, with neither source or both, is left out).
+pub fn task_secrets(unit: &Unit) -> Vec<crate::secrets::TaskSecret> {
+    (unit.secrets.iter())
+        .filter_map(|(name, secret)| {
+            Some(crate::secrets::TaskSecret {
+                name: name.clone(),
+                placeholder: crate::secrets::placeholder(),
+                source: secret.source()?,
+                hosts: secret.normalised_hosts(),
+            })
+        })
+        .collect()
+}
+
+/// Why `unit` cannot start now for a secret of keel's environment (`secret NAME: why`):
+/// one that is not set, or not a value a header can carry. Read in the loop: no I/O.
+pub fn env_secret_problem(unit: &Unit) -> Option<String> {
+    unit.secrets.iter().find_map(|(name, secret)| {
+        let source @ crate::secrets::SecretSource::Env(_) = secret.source()? else {
+            return None;
+        };
+        crate::secrets::read_value(&source)
+            .err()
+            .map(|e| format!("secret {name}: {e}"))
+    })
+}
+
+/// The variables that name the CA bundle (`bundle`, where the sandbox shows keel's).
+pub fn ca_env(bundle: &Path) -> Vec<(String, String)> {
+    let bundle = bundle.display().to_string();
+    [
+        "SSL_CERT_FILE",
+        "NODE_EXTRA_CA_CERTS",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+    ]
+    .into_iter()
+    .map(|name| (name.to_string(), bundle.clone()))
+    .collect()
 }
 
 /// The proxy variables of a sandbox with `network: Allow`: its relay's HTTP proxy on

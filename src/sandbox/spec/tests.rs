@@ -41,6 +41,7 @@ fn sandbox(writable: &[&Path], state: &Path, units: Option<&Path>) -> SandboxSpe
         user: None,
         network: SandboxNetwork::Host,
         findings: None,
+        secrets: vec![],
         tmp_size: 1 << 20,
         home_size: 1 << 20,
         keel_dirs: KeelDirs {
@@ -159,6 +160,7 @@ fn a_workers_findings_decide_the_check_of_writable_paths_without_reading_them() 
     spec.findings = Some(PathFindings {
         writable: Some("sandbox.writable: as the worker found".into()),
         lines: Default::default(),
+        secrets: vec![],
     });
     assert_eq!(refused(&spec), "sandbox.writable: as the worker found");
 }

@@ -48,6 +48,7 @@ fn cap_net_admin_without_a_user_namespace_is_refused_before_anything_is_done() {
         keel_dirs: Default::default(),
         id_block: None,
         findings: None,
+        secrets: vec![],
     };
     let listed = std::cell::Cell::new(false);
     let refused = prepare(&spec, || {
