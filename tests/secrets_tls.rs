@@ -203,7 +203,7 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
     // for its pass-through check; the marker it waits for.
     let host = HostDir::new("secrets-tls");
     let secret_file = host.0.join("api-key");
-    let (value, rotated) = (test_value(), test_value());
+    let (value, rotated, from_env) = (test_value(), test_value(), test_value());
     write_secret(&secret_file, &value);
     let test_ca_file = host.0.join("test-ca.pem");
     std::fs::write(&test_ca_file, &ca.pem).unwrap();
@@ -224,6 +224,9 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
         ),
     )
     .unwrap();
+    // A second secret, from keel's own environment, under a name that is not KEEL_*: the
+    // variable is withheld from the agent, whose OTHER_KEY is a placeholder.
+    d.env.push(("SECRET_SOURCE_VAR".into(), from_env.clone()));
     d.spawn();
 
     // Search everything the agent can read that changed since the test began (the value is
@@ -234,7 +237,8 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
         r#"
         echo "env $API_KEY"
         echo "cafile $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE $CURL_CA_BUNDLE $GIT_SSL_CAINFO"
-        echo "api $(curl -s -m 10 --noproxy '*' -H "Authorization: Bearer $API_KEY" https://api.secret.test:{api_port}/one || echo failed)"
+        echo "source [$SECRET_SOURCE_VAR]"
+        echo "api $(curl -s -m 10 --noproxy '*' -H "Authorization: Bearer $API_KEY" -H "x-other: $OTHER_KEY" https://api.secret.test:{api_port}/one || echo failed)"
         echo "proxied $(curl -s -m 10 -H "x-api-key: $API_KEY" https://api.secret.test:{api_port}/proxied || echo failed)"
         echo "other $(curl -s -m 10 --noproxy '*' -H "x-api-key: $API_KEY" http://other.secret.test:{other_port}/ || echo failed)"
         echo "pass $(curl -s -m 10 --noproxy '*' --cacert {ca} https://pass.secret.test:{pass_port}/ || echo failed)"
@@ -257,7 +261,8 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
     );
     let unit = format!(
         r#"Unit(command: ["/bin/bash", "-c", {script:?}], restart: Never,
-            secrets: {{"API_KEY": Secret(file: "{secret}", hosts: ["api.secret.test"])}},
+            secrets: {{"API_KEY": Secret(file: "{secret}", hosts: ["api.secret.test"]),
+                "OTHER_KEY": Secret(env: "SECRET_SOURCE_VAR", hosts: ["api.secret.test"])}},
             sandbox: Sandbox(network: Allow(["api.secret.test:{api_port}", "pass.secret.test:{pass_port}",
                 "other.secret.test:{other_port}", "127.0.0.1:{api_port}", "127.0.0.1:{pass_port}",
                 "127.0.0.1:{other_port}"])))"#,
@@ -298,6 +303,7 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
         "pass ok",
         "pass-with-keel-ca untrusted",
         "secret file unreadable",
+        "source []",
         "api2 ok",
         "found []",
     ] {
@@ -322,6 +328,7 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
             .unwrap_or_default()
     };
     assert_eq!(header(&api[0], "authorization"), format!("Bearer {value}"));
+    assert_eq!(header(&api[0], "x-other"), from_env);
     assert_eq!(header(&api[1], "x-api-key"), value);
     assert_eq!(header(&api[2], "authorization"), format!("Bearer {rotated}"));
     // Another allowed host: the placeholder only, and on the record.
@@ -344,7 +351,7 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
 
     // Nowhere on keel's side either: status, the journal, the logs, the state directory.
     let status = stdout_of(&d.keel(&["status", "agent", "--json"]));
-    for secret in [&value, &rotated] {
+    for secret in [&value, &rotated, &from_env] {
         assert!(!status.contains(secret.as_str()));
         assert!(!out.contains(secret.as_str()));
         assert_eq!(files_holding(&d.scratch.dir, secret), Vec::<String>::new());
