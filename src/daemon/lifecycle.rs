@@ -140,7 +140,9 @@ impl Daemon {
         }
         // A secret of keel's environment that is not there: the host's to set, not the
         // attempt's failure (no attempt, nothing counted against its restart limit).
-        if let Some(why) = spawn::env_secret_problem(&unit_def) {
+        let problem = (spawn::env_secret_problem(&unit_def))
+            .or_else(|| network::authority_problem(&self.store.dirs.root, &unit_def));
+        if let Some(why) = problem {
             let before = task.record.clone();
             defer_start(task, before, &why, &mut self.store, &mut self.events.timers);
             return;

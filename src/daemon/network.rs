@@ -110,6 +110,32 @@ pub(crate) fn prepare_authority(state_root: &Path) {
     }
 }
 
+/// Why a unit with secrets cannot start now for want of keel's CA or the sandboxes' bundle
+/// (made at the daemon's start: tried again here, in keel's own state directory). The host's
+/// problem: the start waits (deferred), spending nothing of the task's.
+pub(crate) fn authority_problem(state_root: &Path, unit: &crate::unit::Unit) -> Option<String> {
+    if unit.secrets.is_empty() {
+        return None;
+    }
+    let ready = || {
+        let ca = state_root
+            .join(crate::network::tls::CA_DIR)
+            .join(crate::network::tls::CA_CERT_FILE);
+        ca.is_file() && crate::secrets::ca_bundle_path(state_root).is_file()
+    };
+    if ready() {
+        return None;
+    }
+    prepare_authority(state_root);
+    match ready() {
+        true => None,
+        false => Some(
+            "keel's CA for the secrets' hosts could not be made (the daemon's log says why)"
+                .to_string(),
+        ),
+    }
+}
+
 /// The network of an attempt of `network`: `None` for `Host`; else its namespace (owned by
 /// `userns`, the task's) and, for `Allow`, its relay, started. `Err`: why not (the host's
 /// problem: no network namespace can be made, or the relay cannot run).
