@@ -6,6 +6,8 @@ use super::{Unit, MIN_MEMORY};
 use std::fmt;
 use std::path::Path;
 
+mod secrets;
+
 /// One step of a [`FieldPath`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum PathSeg {
@@ -332,7 +334,7 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
             "is 0: give the agent time to exit cleanly before SIGKILL, e.g. \"30s\"".to_string(),
         );
     }
-    problems.0.extend(super::secrets::secret_problems(unit));
+    problems.0.extend(secrets::secret_problems(unit));
     problems.0
 }
 
@@ -377,7 +379,7 @@ pub fn network_list_problems(
     }
     problems
         .0
-        .extend(super::secrets::unreached_hosts(unit, Some(lists)));
+        .extend(secrets::unreached_hosts(unit, Some(lists)));
     problems.0
 }
 

@@ -1,0 +1,190 @@
+//! The rules of `secrets` (see `unit::secrets`), each problem at its field.
+
+use super::{check_absolute_path, FieldPath, Problem};
+use crate::network::entry::{self, Entry};
+use crate::unit::secrets::is_env_name;
+use crate::unit::{Network, Unit};
+use std::collections::BTreeMap;
+
+fn host_problem(host: &str) -> Option<String> {
+    let shown = format!("{host:?}");
+    if host.contains("://") {
+        return Some(format!(
+            "{shown} has a scheme: write the host name alone, e.g. \"api.anthropic.com\""
+        ));
+    }
+    if host.contains('*') {
+        return Some(format!(
+            "{shown}: a secret's hosts are exact names (no wildcards): list each host the value is sent to"
+        ));
+    }
+    if host.contains(':') {
+        return Some(format!(
+            "{shown} has a port: write the host name alone (the relay swaps the value in on any allowed port)"
+        ));
+    }
+    if host.contains('/') || host.contains('@') {
+        return Some(format!(
+            "{shown} is not a host name: write it alone, e.g. \"api.anthropic.com\""
+        ));
+    }
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return Some(format!(
+            "{shown} is an address: a secret's hosts are DNS names, whose certificates keel verifies"
+        ));
+    }
+    entry::normalise_name(host, host.trim())
+        .err()
+        .map(|e| e.to_string())
+}
+
+/// The problems of `unit.secrets`, each at its field.
+pub(super) fn secret_problems(unit: &Unit) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut add = |path: FieldPath, also: Vec<FieldPath>, message: String| {
+        problems.push(Problem {
+            path,
+            message,
+            also,
+        })
+    };
+    let root = FieldPath::default();
+    for (name, secret) in &unit.secrets {
+        let at = root.field("secrets").key(name);
+        if name.starts_with("KEEL_") {
+            add(
+                at.clone(),
+                vec![],
+                "the KEEL_ prefix is reserved: keel sets the KEEL_* variables itself; choose another name".to_string(),
+            );
+        } else if !is_env_name(name) {
+            add(
+                at.clone(),
+                vec![],
+                format!("{name:?} is not an environment variable name: use letters, digits and '_', not starting with a digit (the agent sees the placeholder under this name)"),
+            );
+        }
+        if unit.env.contains_key(name) {
+            add(
+                root.field("env").key(name),
+                vec![at.clone()],
+                format!("{name} is also a secret: the agent's {name} is the secret's placeholder; remove it from env"),
+            );
+        }
+        match (&secret.file, &secret.env) {
+            (Some(_), Some(_)) => add(
+                at.field("env"),
+                vec![at.clone()],
+                "a secret has one source: give file or env, not both".to_string(),
+            ),
+            (None, None) => add(
+                at.clone(),
+                vec![],
+                format!("says neither file nor env: write Secret(file: \"/etc/keel/secrets/{}\", hosts: [...]) or Secret(env: \"{name}\", hosts: [...])", name.to_ascii_lowercase()),
+            ),
+            _ => {}
+        }
+        if let Some(file) = &secret.file {
+            if let Err(message) = check_absolute_path(file, "/etc/keel/secrets/anthropic") {
+                add(at.field("file"), vec![], message);
+            }
+        }
+        if let Some(var) = &secret.env {
+            if !is_env_name(var) {
+                add(
+                    at.field("env"),
+                    vec![],
+                    format!("{var:?} is not an environment variable name: name the variable of keel's environment that holds the value"),
+                );
+            }
+        }
+        if secret.hosts.is_empty() {
+            add(
+                at.field("hosts"),
+                vec![at.clone()],
+                "is empty: name the hosts the value is sent to, e.g. [\"api.anthropic.com\"]"
+                    .to_string(),
+            );
+        }
+        for (index, host) in secret.hosts.iter().enumerate() {
+            if let Some(message) = host_problem(host) {
+                add(at.field("hosts").index(index), vec![], message);
+            }
+        }
+    }
+    if !unit.secrets.is_empty() && !matches!(unit.sandbox.network, Network::Allow(_)) {
+        add(
+            root.field("sandbox").field("network"),
+            vec![root.field("secrets")],
+            format!(
+                "{}: a unit with secrets needs its own network: secrets are swapped in by the Allow network's relay: use network: Allow([...]) with the secrets' hosts",
+                unit.sandbox.network.mode()
+            ),
+        );
+    }
+    problems.extend(unreached_hosts(unit, None));
+    problems
+}
+
+/// The secrets' hosts that `sandbox.network: Allow([...])` does not reach (a name entry of the
+/// host, or a `*.` entry above it), each at its place. `lists`: `keel.ron`'s named lists;
+/// `None` (they are not known here): nothing is said of a unit whose allow-list names one.
+pub(super) fn unreached_hosts(
+    unit: &Unit,
+    lists: Option<&BTreeMap<String, Vec<String>>>,
+) -> Vec<Problem> {
+    let Network::Allow(entries) = &unit.sandbox.network else {
+        return Vec::new();
+    };
+    let mut reached: Vec<Entry> = Vec::new();
+    let mut pending: Vec<&String> = entries.iter().collect();
+    let mut seen_lists = Vec::new();
+    while let Some(text) = pending.pop() {
+        match entry::parse(text) {
+            Ok(Entry::List(list)) => {
+                let Some(lists) = lists else {
+                    return Vec::new();
+                };
+                if seen_lists.contains(&list) {
+                    continue;
+                }
+                match lists.get(&list) {
+                    Some(more) => pending.extend(more),
+                    // Reported as an unknown list: nothing more here.
+                    None => return Vec::new(),
+                }
+                seen_lists.push(list);
+            }
+            Ok(entry) => reached.push(entry),
+            Err(_) => {}
+        }
+    }
+    let covers = |host: &str| {
+        reached.iter().any(|entry| match entry {
+            Entry::Name { name, .. } => name == host,
+            Entry::Subdomains { parent, .. } => host
+                .strip_suffix(parent.as_str())
+                .is_some_and(|rest| rest.ends_with('.')),
+            _ => false,
+        })
+    };
+    let mut problems = Vec::new();
+    for (name, secret) in &unit.secrets {
+        for (index, host) in secret.normalised_hosts().iter().enumerate() {
+            if host_problem(host).is_none() && !covers(host) {
+                problems.push(Problem {
+                    path: FieldPath::default()
+                        .field("secrets")
+                        .key(name)
+                        .field("hosts")
+                        .index(index),
+                    message: format!(
+                        "{host:?} is not in sandbox.network's allow-list, so the agent could not reach it: add \"{host}\" to Allow([...])"
+                    ),
+                    also: vec![],
+                });
+            }
+        }
+    }
+    problems
+}
