@@ -100,13 +100,17 @@ pub(crate) fn prepare_authority(state_root: &Path) {
     let authority = match crate::network::tls::Authority::open(state_root) {
         Ok(authority) => authority,
         Err(e) => {
-            log::error!("the CA for the tasks' secrets: {e} (tasks with secrets cannot reach their hosts)");
+            log::error!(
+                "the CA for the tasks' secrets: {e} (tasks with secrets cannot reach their hosts)"
+            );
             return;
         }
     };
     match crate::secrets::write_ca_bundle(state_root, authority.cert_pem()) {
         Ok(path) => log::debug!("the sandboxes' CA bundle: {}", path.display()),
-        Err(e) => log::error!("the sandboxes' CA bundle: {e} (tasks with secrets cannot reach their hosts)"),
+        Err(e) => log::error!(
+            "the sandboxes' CA bundle: {e} (tasks with secrets cannot reach their hosts)"
+        ),
     }
 }
 
@@ -386,9 +390,11 @@ fn new_events(path: &Path, journaled: &mut Journaled) -> Vec<NetworkEvent> {
     };
     let misdirected = misdirected_since(&report, &mut journaled.misdirected);
     let refused = refusals_since(&report, &mut journaled.refused);
-    (misdirected.into_iter().map(|line| ("secret-misdirected", line)))
-        .chain(refused.into_iter().map(|line| ("net-denied", line)))
-        .collect()
+    (misdirected
+        .into_iter()
+        .map(|line| ("secret-misdirected", line)))
+    .chain(refused.into_iter().map(|line| ("net-denied", line)))
+    .collect()
 }
 
 /// One line per (secret, destination) whose placeholder was seen again since the last look

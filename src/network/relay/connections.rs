@@ -4,8 +4,8 @@
 //! blocking and within a deadline, then spliced both ways until both are done. A refusal is
 //! a reset (an HTTP `403` for the proxy); a hung upstream holds its own connection only.
 
-use super::report::now_ms;
 use super::intercepting::{first_byte, FirstByte, Watch};
+use super::report::now_ms;
 use super::splicing::Flow;
 use super::*;
 use crate::network::policy::{Decision, Destination, Refusal, Upstream};
@@ -47,7 +47,6 @@ pub struct Conn {
     /// What the relay does with the agent's first bytes (a task with secrets).
     pub(super) watch: Watch,
 }
-
 
 fn label_of(destination: &Destination, port: u16) -> String {
     match destination {
@@ -597,4 +596,3 @@ impl Relay {
         }
     }
 }
-

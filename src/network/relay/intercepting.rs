@@ -126,7 +126,9 @@ impl Intercepts {
 
     /// Whether `name` is one of a secret's hosts.
     pub(super) fn is_secret_host(&self, name: &str) -> bool {
-        self.secrets.iter().any(|s| s.hosts.iter().any(|h| h == name))
+        self.secrets
+            .iter()
+            .any(|s| s.hosts.iter().any(|h| h == name))
     }
 
     /// The secret whose placeholder is `placeholder`.
@@ -175,7 +177,8 @@ impl Relay {
             }
         };
         if self.intercepts.running >= MAX_INTERCEPTS {
-            let why = format!("{MAX_INTERCEPTS} connections to the secrets' hosts are open already");
+            let why =
+                format!("{MAX_INTERCEPTS} connections to the secrets' hosts are open already");
             return self.reset_counted(slot, &why);
         }
         let Some((client, upstream, label, host)) = self.take_out(slot) else {

@@ -24,6 +24,9 @@ pub struct Counts {
     misdirected: BTreeMap<(String, String), MisdirectedCount>,
     open: u64,
     dirty: bool,
+    /// A change that must reach the daemon now, not after [`WRITE_PERIOD`] (a misdirected
+    /// placeholder: the agent may end right after, and the relay with it).
+    urgent: bool,
     written: Option<Instant>,
 }
 
@@ -49,6 +52,7 @@ impl Counts {
             // The connections counted open were the last relay's: gone with it.
             open: 0,
             dirty: true,
+            urgent: false,
             written: None,
         }
     }
@@ -144,6 +148,7 @@ impl Counts {
         entry.count += 1;
         entry.last_ms = now_ms;
         self.dirty = true;
+        self.urgent = true;
         entry.count == 1
     }
 
@@ -164,6 +169,9 @@ impl Counts {
         if !self.dirty {
             return None;
         }
+        if self.urgent {
+            return Some(Instant::now());
+        }
         Some(
             self.written
                 .map_or_else(Instant::now, |at| at + WRITE_PERIOD),
@@ -173,6 +181,7 @@ impl Counts {
     /// The report was written at `now`.
     pub fn mark_written(&mut self, now: Instant) {
         self.dirty = false;
+        self.urgent = false;
         self.written = Some(now);
     }
 }

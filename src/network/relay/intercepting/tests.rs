@@ -35,9 +35,21 @@ fn a_session_gets_its_hosts_secrets_read_now_and_the_others_placeholders() {
     let anthropic = private_file(&dir, "anthropic", "sk-one\n");
     let missing = dir.join("missing");
     let secrets = vec![
-        secret("A", SecretSource::File(anthropic.clone()), &["api.anthropic.com"]),
-        secret("B", SecretSource::File(missing), &["api.anthropic.com", "b.example"]),
-        secret("C", SecretSource::File(anthropic.clone()), &["api.openai.com"]),
+        secret(
+            "A",
+            SecretSource::File(anthropic.clone()),
+            &["api.anthropic.com"],
+        ),
+        secret(
+            "B",
+            SecretSource::File(missing),
+            &["api.anthropic.com", "b.example"],
+        ),
+        secret(
+            "C",
+            SecretSource::File(anthropic.clone()),
+            &["api.openai.com"],
+        ),
     ];
     let session = session_for("api.anthropic.com", &secrets);
     assert_eq!(session.host, "api.anthropic.com");
@@ -100,7 +112,10 @@ fn the_first_byte_tells_tls_from_plain_text_and_is_left_for_the_connection() {
 
     // The relay's own head goes first (a proxy's forwarded request): plain text.
     let (relay_side, agent) = pair();
-    assert_eq!(said(first_byte(b"GET / HTTP/1.1\r\n", &relay_side)), "plain");
+    assert_eq!(
+        said(first_byte(b"GET / HTTP/1.1\r\n", &relay_side)),
+        "plain"
+    );
     // An agent that closes without a word.
     drop(agent);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
