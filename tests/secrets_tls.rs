@@ -360,6 +360,14 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
         "{misdirected:?}\n{context}"
     );
     assert_eq!(pass_heads.lock().unwrap().len(), 1);
+    // Everything it did was allowed: no refusal (the resolver's own replies are none).
+    let denied: Vec<String> = d
+        .events(Some("agent"))
+        .iter()
+        .filter(|e| e["event"] == "net-denied")
+        .map(|e| e["detail"].to_string())
+        .collect();
+    assert_eq!(denied, Vec::<String>::new(), "{context}");
 
     // Nowhere on keel's side either: status, the journal, the logs, the state directory.
     let status = stdout_of(&d.keel(&["status", "agent", "--json"]));
