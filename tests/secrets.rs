@@ -325,6 +325,16 @@ fn a_loose_secret_file_is_refused_by_check_and_waited_for_until_fixed() {
         "at the file's line: {errors}"
     );
 
+    // keel add refuses it the same way, before the daemon sees it.
+    let add = d.keel(&["add", &path_str(&unit_file)]);
+    assert!(!add.status.success(), "{}", stdout_of(&add));
+    assert!(
+        stderr_of(&add).contains(&format!("chmod 600 {}", file.display())),
+        "{}",
+        stderr_of(&add)
+    );
+    assert!(d.task("agent").is_none());
+
     d.write_unit("agent", &text);
     assert_waits_for_its_secret(&d, "chmod 600");
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -363,4 +373,37 @@ fn a_missing_secret_file_is_waited_for_until_it_is_there() {
     let out =
         std::fs::read_to_string(d.task_dir("agent").join("run/output.log")).unwrap_or_default();
     assert!(out.contains("started"), "{out}");
+}
+
+#[test]
+fn an_env_secret_missing_from_keels_environment_is_waited_for() {
+    if !require_root("an_env_secret_missing_from_keels_environment_is_waited_for") {
+        return;
+    }
+    let name = format!("KEEL_TEST_SECRET_{}", std::process::id());
+    let mut d = Daemon::start("secrets-env");
+    d.write_unit(
+        "agent",
+        &format!(
+            r#"Unit(
+    command: ["/bin/sh", "-c", "echo \"got $ANTHROPIC_API_KEY\""],
+    secrets: {{"ANTHROPIC_API_KEY": Secret(env: "{name}", hosts: ["api.anthropic.com"])}},
+    sandbox: Sandbox(network: Allow(["api.anthropic.com"])),
+    restart: Never,
+)"#
+        ),
+    );
+    assert_waits_for_its_secret(&d, &format!("{name} is not set in keel's environment"));
+    // Set in keel's environment (here: the daemon started again with it), the task runs.
+    d.shutdown();
+    let value = fresh_value();
+    d.env.push((name, value.clone()));
+    d.spawn();
+    let task = d.wait_state("agent", "succeeded", Duration::from_secs(40));
+    assert_eq!(task["attempt"], 1, "the restart budget untouched: {task}");
+    let out =
+        std::fs::read_to_string(d.task_dir("agent").join("run/output.log")).unwrap_or_default();
+    let got = line(&out, "got ");
+    assert!(keel::secrets::is_placeholder(got.as_bytes()), "{out}");
+    assert!(!out.contains(&value));
 }
