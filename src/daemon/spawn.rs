@@ -112,6 +112,12 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
             .filter(|p| std::fs::symlink_metadata(p).is_ok()),
     );
     hidden.extend(unit.sandbox.hidden.iter().map(std::path::PathBuf::from));
+    // A secret's file is keel's to read, never the agent's: an agent that is root without a
+    // user namespace of its own owns a root-owned 0600 file.
+    hidden.extend(secrets.iter().filter_map(|s| match &s.source {
+        crate::secrets::SecretSource::File(path) => Some(path.clone()),
+        crate::secrets::SecretSource::Env(_) => None,
+    }));
     let sandbox = SandboxSpec {
         workdir: unit.workdir.clone().into(),
         work_source: dirs.work_dir(ctx.unit_name),

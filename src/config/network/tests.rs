@@ -147,7 +147,7 @@ fn trusted_cas_are_absolute_pem_files() {
         "Config(network: Network(trust: [{:?}]))",
         pem.display().to_string()
     ));
-    assert_eq!(config.network.trust, [pem.clone()]);
+    assert_eq!(config.network.trust, std::slice::from_ref(&pem));
     assert!(parse("Config()").network.trust.is_empty());
 
     let not_pem = dir.join("key.txt");

@@ -181,6 +181,10 @@ fn each_secret_is_a_fresh_placeholder_in_the_env_and_the_spec() {
         secrets[1].source,
         crate::secrets::SecretSource::Env("KEEL_SPAWN_TEST_GH".into())
     );
+    assert!(
+        (first.sandbox.as_ref().unwrap().hidden).contains(&"/etc/keel/secrets/anthropic".into()),
+        "the secret's file is hidden from the agent"
+    );
     assert_eq!(env_of(&first, "ANTHROPIC_API_KEY"), key.placeholder);
     assert_eq!(env_of(&first, "GH_TOKEN"), secrets[1].placeholder);
     assert_ne!(

@@ -219,3 +219,18 @@ fn a_secrets_value_of_the_wrong_type_says_what_a_secret_is() {
     assert!(errors[0].starts_with("3:20:"), "{errors:#?}");
     assert!(errors[0].contains("Secret(file:"), "{errors:#?}");
 }
+
+#[test]
+fn a_near_miss_of_a_secrets_field_is_suggested() {
+    let errors = errors(
+        "Unit(\n    command: [\"a\"],\n    secrets: {\"T\": Secret(fille: \"/s\", hosts: [\"a.com\"])},\n)",
+    );
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(errors[0].contains("did you mean \"file\""), "{errors:#?}");
+    let errors = errors_of_field("secrtes");
+    assert!(errors.contains("did you mean \"secrets\""), "{errors}");
+}
+
+fn errors_of_field(field: &str) -> String {
+    errors(&format!("Unit(command: [\"a\"], {field}: {{}})")).join("\n")
+}
