@@ -17,6 +17,10 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 pub const PLACEHOLDER_PREFIX: &str = "keel-secret-";
+/// What the name of a secret's variable of keel's environment (`Secret(env: ...)`) starts
+/// with: such variables stay in keel's own processes (the daemon, its relays), never in a
+/// shim's environment or any agent's, whichever unit it runs.
+pub const ENV_SOURCE_PREFIX: &str = "KEEL_SECRET_";
 /// The prefix and 32 lower-case hex digits.
 pub const PLACEHOLDER_LEN: usize = 12 + 32;
 /// The largest value a secret file may hold.
@@ -185,7 +189,7 @@ impl fmt::Display for SecretError {
             }
             SecretError::EnvMissing(name) => write!(
                 f,
-                "{name} is not set in keel's environment: set {name} in keel's environment (systemd: EnvironmentFile=, a container: -e {name})"
+                "{name} is not set in keel's environment: set {name} in keel's environment (systemd: EnvironmentFile=, a container: -e {name}) and restart keel, which reads its environment once"
             ),
         }
     }

@@ -380,7 +380,7 @@ fn an_env_secret_missing_from_keels_environment_is_waited_for() {
     if !require_root("an_env_secret_missing_from_keels_environment_is_waited_for") {
         return;
     }
-    let name = format!("KEEL_TEST_SECRET_{}", std::process::id());
+    let name = format!("KEEL_SECRET_TEST_{}", std::process::id());
     let mut d = Daemon::start("secrets-env");
     d.write_unit(
         "agent",

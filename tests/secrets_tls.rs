@@ -223,9 +223,9 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
         ),
     )
     .unwrap();
-    // A second secret, from keel's own environment, under a name that is not KEEL_*: the
-    // variable is withheld from the agent, whose OTHER_KEY is a placeholder.
-    d.env.push(("SECRET_SOURCE_VAR".into(), from_env.clone()));
+    // A second secret, from keel's own environment (KEEL_SECRET_*: never in a shim's or an
+    // agent's environment); the agent's OTHER_KEY is a placeholder.
+    d.env.push(("KEEL_SECRET_SOURCE_VAR".into(), from_env.clone()));
     d.spawn();
 
     // Search everything the agent can read that changed since the test began (the value is
@@ -236,7 +236,7 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
         r#"
         echo "env $API_KEY"
         echo "cafile $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE $CURL_CA_BUNDLE $GIT_SSL_CAINFO"
-        echo "source [$SECRET_SOURCE_VAR]"
+        echo "source [$KEEL_SECRET_SOURCE_VAR]"
         echo "api $(curl -s -m 10 --noproxy '*' -H "Authorization: Bearer $API_KEY" -H "x-other: $OTHER_KEY" https://api.secret.test:{api_port}/one || echo failed)"
         echo "proxied $(curl -s -m 10 -H "x-api-key: $API_KEY" https://api.secret.test:{api_port}/proxied || echo failed)"
         echo "other $(curl -s -m 10 --noproxy '*' -H "x-api-key: $API_KEY" http://other.secret.test:{other_port}/ || echo failed)"
@@ -261,7 +261,7 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
     let unit = format!(
         r#"Unit(command: ["/bin/bash", "-c", {script:?}], restart: Never,
             secrets: {{"API_KEY": Secret(file: "{secret}", hosts: ["api.secret.test"]),
-                "OTHER_KEY": Secret(env: "SECRET_SOURCE_VAR", hosts: ["api.secret.test"])}},
+                "OTHER_KEY": Secret(env: "KEEL_SECRET_SOURCE_VAR", hosts: ["api.secret.test"])}},
             sandbox: Sandbox(network: Allow(["api.secret.test:{api_port}", "pass.secret.test:{pass_port}",
                 "other.secret.test:{other_port}", "127.0.0.1:{api_port}", "127.0.0.1:{pass_port}",
                 "127.0.0.1:{other_port}"])))"#,

@@ -121,11 +121,11 @@ pub(crate) fn authority_problem(state_root: &Path, unit: &crate::unit::Unit) -> 
     if unit.secrets.is_empty() {
         return None;
     }
+    // As the relay will load it (a key another keel or an operator left wider is refused
+    // there too): keel's own state directory, a few small files.
     let ready = || {
-        let ca = state_root
-            .join(crate::network::tls::CA_DIR)
-            .join(crate::network::tls::CA_CERT_FILE);
-        ca.is_file() && crate::secrets::ca_bundle_path(state_root).is_file()
+        crate::network::tls::Authority::load(state_root).is_ok()
+            && crate::secrets::ca_bundle_path(state_root).is_file()
     };
     if ready() {
         return None;

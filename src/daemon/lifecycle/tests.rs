@@ -14,7 +14,7 @@ fn a_start_deferred_again_and_again_waits_longer_up_to_five_minutes() {
 fn a_unit_with_a_secret_file_has_its_file_checked_by_the_preparation_job() {
     let text = r#"Unit(command: ["a"], sandbox: Sandbox(network: Allow(["a.com"])),
         secrets: {"TOKEN": Secret(file: "/etc/keel/secrets/t", hosts: ["a.com"]),
-                  "OTHER": Secret(env: "OTHER", hosts: ["a.com"])})"#;
+                  "OTHER": Secret(env: "KEEL_SECRET_OTHER", hosts: ["a.com"])})"#;
     let unit = crate::unit::parse_unit(std::path::Path::new("t.ron"), text).unwrap();
     let dirs = crate::state::StateDir::new("/s");
     let ctx = spawn::AttemptContext {
@@ -36,7 +36,7 @@ fn a_unit_with_a_secret_file_has_its_file_checked_by_the_preparation_job() {
     );
     // Only env secrets: nothing on a disk to read, no job.
     let text = r#"Unit(command: ["a"], sandbox: Sandbox(network: Allow(["a.com"])),
-        secrets: {"OTHER": Secret(env: "OTHER", hosts: ["a.com"])})"#;
+        secrets: {"OTHER": Secret(env: "KEEL_SECRET_OTHER", hosts: ["a.com"])})"#;
     let unit = crate::unit::parse_unit(std::path::Path::new("t.ron"), text).unwrap();
     let spec = spawn::attempt_spec(&dirs, &unit, &ctx);
     assert_eq!(preparation_job("t", &unit, spec.sandbox.as_ref()), Ok(None));

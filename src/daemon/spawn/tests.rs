@@ -148,7 +148,7 @@ const SECRET_UNIT: &str = r#"Unit(
     env: {"SSL_CERT_FILE": "/mine.pem", "X": "1"},
     secrets: {
         "ANTHROPIC_API_KEY": Secret(file: "/etc/keel/secrets/anthropic", hosts: ["API.anthropic.com"]),
-        "GH_TOKEN": Secret(env: "KEEL_SPAWN_TEST_GH", hosts: ["api.github.com"]),
+        "GH_TOKEN": Secret(env: "KEEL_SECRET_SPAWN_TEST_GH", hosts: ["api.github.com"]),
     },
     sandbox: Sandbox(network: Allow(["api.anthropic.com", "api.github.com"])),
 )"#;
@@ -179,7 +179,7 @@ fn each_secret_is_a_fresh_placeholder_in_the_env_and_the_spec() {
     assert_eq!(key.hosts, ["api.anthropic.com"], "lower-cased");
     assert_eq!(
         secrets[1].source,
-        crate::secrets::SecretSource::Env("KEEL_SPAWN_TEST_GH".into())
+        crate::secrets::SecretSource::Env("KEEL_SECRET_SPAWN_TEST_GH".into())
     );
     assert!(
         (first.sandbox.as_ref().unwrap().hidden).contains(&"/etc/keel/secrets/anthropic".into()),
@@ -223,17 +223,17 @@ fn each_secret_is_a_fresh_placeholder_in_the_env_and_the_spec() {
 fn an_env_secret_missing_from_keels_environment_is_a_reason_to_wait() {
     let u = unit(
         r#"Unit(command: ["a"], sandbox: Sandbox(network: Allow(["a.com"])),
-                secrets: {"TOKEN": Secret(env: "KEEL_SPAWN_TEST_UNSET", hosts: ["a.com"])})"#,
+                secrets: {"TOKEN": Secret(env: "KEEL_SECRET_SPAWN_TEST_UNSET", hosts: ["a.com"])})"#,
     );
     let why = env_secret_problem(&u).expect("unset");
     assert!(
-        why.starts_with("secret TOKEN: KEEL_SPAWN_TEST_UNSET is not set in keel's environment"),
+        why.starts_with("secret TOKEN: KEEL_SECRET_SPAWN_TEST_UNSET is not set in keel's environment"),
         "{why}"
     );
-    std::env::set_var("KEEL_SPAWN_TEST_SET", "v");
+    std::env::set_var("KEEL_SECRET_SPAWN_TEST_SET", "v");
     let u = unit(
         r#"Unit(command: ["a"], sandbox: Sandbox(network: Allow(["a.com"])),
-                secrets: {"TOKEN": Secret(env: "KEEL_SPAWN_TEST_SET", hosts: ["a.com"]),
+                secrets: {"TOKEN": Secret(env: "KEEL_SECRET_SPAWN_TEST_SET", hosts: ["a.com"]),
                           "FILE": Secret(file: "/nonexistent/secret", hosts: ["a.com"])})"#,
     );
     assert_eq!(

@@ -535,14 +535,25 @@ impl Relay {
             Ok((sent, received))
         });
         let found = out.take_found();
+        // Seen before anything else: a connection that breaks right after (a reset) is still
+        // on the record.
+        if !found.is_empty() {
+            let (name, label) = (conn.name.clone(), conn.label.clone());
+            self.placeholders_seen(&found, name.as_deref(), &label);
+        }
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return;
+        };
+        let Stage::Relaying { upstream, flows } = &mut conn.stage else {
+            return;
+        };
+        let [out, back] = flows;
         match outcome {
             Ok((sent, received)) => {
                 let done = out.finished() && back.finished();
                 let label = conn.label.clone();
-                let name = conn.name.clone();
                 self.counts
                     .bytes(&label, sent.moved, received.moved, now_ms());
-                self.placeholders_seen(&found, name.as_deref(), &label);
                 if done {
                     self.close(slot);
                 } else if sent.more || received.more {

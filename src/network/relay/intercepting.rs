@@ -192,7 +192,15 @@ impl Relay {
             .name("keel-intercept".into())
             .stack_size(INTERCEPT_STACK_SIZE)
             .spawn(move || {
-                let outcome = intercept(client, upstream, &host, &secrets, &interceptor);
+                // A panic is this connection's end, counted like any other (never a slot of
+                // MAX_INTERCEPTS lost for good).
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    intercept(client, upstream, &host, &secrets, &interceptor)
+                }))
+                .unwrap_or_else(|_| Outcome {
+                    error: Some("the intercept thread panicked".to_string()),
+                    ..Outcome::default()
+                });
                 let _ = sender.send(Finished {
                     label: thread_label,
                     outcome,

@@ -173,6 +173,11 @@ pub struct Relay {
 
 /// `keel relay --spec FILE`: the exit code (0 after SIGTERM, 1 when it could not start).
 pub fn run(spec_path: &Path) -> i32 {
+    // It holds the CA's key and, for moments, the secrets' values: no core dump of it, no
+    // ptrace by a process of its uid without CAP_SYS_PTRACE.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        log::warn!("relay: PR_SET_DUMPABLE: {e}");
+    }
     let spec = match read_spec(spec_path) {
         Ok(spec) => spec,
         Err(e) => {

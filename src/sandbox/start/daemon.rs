@@ -56,16 +56,6 @@ impl Launch {
     where
         I: IntoIterator<Item = (OsString, OsString)>,
     {
-        // The variables of keel's environment that hold the task's secrets never reach the
-        // agent (the placeholder is under the secret's own name).
-        let withheld: Vec<&str> = (spec.sandbox.iter().flat_map(|s| &s.secrets))
-            .filter_map(|secret| match &secret.source {
-                crate::secrets::SecretSource::Env(name) => Some(name.as_str()),
-                crate::secrets::SecretSource::File(_) => None,
-            })
-            .collect();
-        let inherited = (inherited.into_iter())
-            .filter(|(name, _)| !withheld.iter().any(|w| name.as_os_str() == *w));
         let mut spec_env = spec.env.clone();
         if let Some(sandbox) = &sandbox {
             // Before the unit's variables: a HOME the unit sets itself wins.

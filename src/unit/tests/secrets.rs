@@ -29,7 +29,7 @@ fn file_and_env_secrets_parse() {
     command: ["claude"],
     secrets: {
         "ANTHROPIC_API_KEY": Secret(file: "/etc/keel/secrets/anthropic", hosts: ["API.Anthropic.com."]),
-        "GH_TOKEN": Secret(env: "KEEL_HOST_GH_TOKEN", hosts: ["api.github.com", "github.com"]),
+        "GH_TOKEN": Secret(env: "KEEL_SECRET_GH_TOKEN", hosts: ["api.github.com", "github.com"]),
     },
     sandbox: Sandbox(network: Allow(["api.anthropic.com", "*.github.com", "github.com"])),
 )"#,
@@ -42,7 +42,7 @@ fn file_and_env_secrets_parse() {
     assert_eq!(anthropic.normalised_hosts(), ["api.anthropic.com"]);
     assert_eq!(
         unit.secrets["GH_TOKEN"].source(),
-        Some(SecretSource::Env("KEEL_HOST_GH_TOKEN".into()))
+        Some(SecretSource::Env("KEEL_SECRET_GH_TOKEN".into()))
     );
     assert!(parse(r#"Unit(command: ["a"])"#).secrets.is_empty());
 }
@@ -146,7 +146,7 @@ fn each_rule_is_reported_at_its_field() {
 #[test]
 fn a_name_also_in_env_is_refused_at_the_env_entry() {
     assert_one(
-        "Unit(\n    command: [\"a\"],\n    env: {\"TOKEN\": \"x\"},\n    secrets: {\"TOKEN\": Secret(env: \"TOKEN\", hosts: [\"a.com\"])},\n    sandbox: Sandbox(network: Allow([\"a.com\"])),\n)",
+        "Unit(\n    command: [\"a\"],\n    env: {\"TOKEN\": \"x\"},\n    secrets: {\"TOKEN\": Secret(env: \"KEEL_SECRET_TOKEN\", hosts: [\"a.com\"])},\n    sandbox: Sandbox(network: Allow([\"a.com\"])),\n)",
         "3:11:",
         "env[\"TOKEN\"]: TOKEN is also a secret",
     );
@@ -155,7 +155,7 @@ fn a_name_also_in_env_is_refused_at_the_env_entry() {
 #[test]
 fn secrets_need_the_allow_network() {
     for (network, col) in [("Host", 31), ("None", 31)] {
-        let text = format!("Unit(\n    command: [\"a\"],\n    sandbox: Sandbox(network: {network}),\n    secrets: {{\"T\": Secret(env: \"T\", hosts: [\"a.com\"])}},\n)");
+        let text = format!("Unit(\n    command: [\"a\"],\n    sandbox: Sandbox(network: {network}),\n    secrets: {{\"T\": Secret(env: \"KEEL_SECRET_T\", hosts: [\"a.com\"])}},\n)");
         assert_one(
             &text,
             &format!("3:{col}:"),
@@ -164,8 +164,8 @@ fn secrets_need_the_allow_network() {
     }
     // The default network (Allow([])): the host is not reached.
     assert_one(
-        "Unit(\n    command: [\"a\"],\n    secrets: {\"T\": Secret(env: \"T\", hosts: [\"a.com\"])},\n)",
-        "3:45:",
+        "Unit(\n    command: [\"a\"],\n    secrets: {\"T\": Secret(env: \"KEEL_SECRET_T\", hosts: [\"a.com\"])},\n)",
+        "3:57:",
         "secrets[\"T\"].hosts[0]: \"a.com\" is not in sandbox.network's allow-list",
     );
 }
@@ -179,12 +179,12 @@ fn a_host_is_reached_by_its_name_a_wildcard_above_it_or_a_list() {
             "a.com"
         };
         let text = format!(
-            "Unit(command: [\"a\"], sandbox: Sandbox(network: Allow([{allow}])), secrets: {{\"T\": Secret(env: \"T\", hosts: [\"{host}\"])}})"
+            "Unit(command: [\"a\"], sandbox: Sandbox(network: Allow([{allow}])), secrets: {{\"T\": Secret(env: \"KEEL_SECRET_T\", hosts: [\"{host}\"])}})"
         );
         parse(&text);
     }
     // A list: unknown to the unit alone, so nothing is said; with keel.ron's lists, checked.
-    let text = "Unit(command: [\"a\"], sandbox: Sandbox(network: Allow([\"@model\"])), secrets: {\"T\": Secret(env: \"T\", hosts: [\"api.anthropic.com\"])})";
+    let text = "Unit(command: [\"a\"], sandbox: Sandbox(network: Allow([\"@model\"])), secrets: {\"T\": Secret(env: \"KEEL_SECRET_T\", hosts: [\"api.anthropic.com\"])})";
     let unit = parse(text);
     let mut lists = std::collections::BTreeMap::new();
     lists.insert("model".to_string(), vec!["@anthropic".to_string()]);
@@ -233,4 +233,14 @@ fn a_near_miss_of_a_secrets_field_is_suggested() {
 
 fn errors_of_field(field: &str) -> String {
     errors(&format!("Unit(command: [\"a\"], {field}: {{}})")).join("\n")
+}
+
+#[test]
+fn a_variable_of_keels_environment_must_be_a_keel_secret_one() {
+    let text = "Unit(\n    command: [\"a\"],\n    secrets: {\"GH_TOKEN\": Secret(env: \"GH_TOKEN\", hosts: [\"api.github.com\"])},\n    sandbox: Sandbox(network: Allow([\"api.github.com\"])),\n)";
+    let err = crate::unit::parse_unit(std::path::Path::new("units/t.ron"), text).unwrap_err();
+    let said = err.to_string();
+    assert!(said.starts_with("units/t.ron:3:"), "{said}");
+    assert!(said.contains("secrets[\"GH_TOKEN\"].env"), "{said}");
+    assert!(said.contains("KEEL_SECRET_GH_TOKEN"), "the name to use: {said}");
 }

@@ -80,7 +80,7 @@ pub(super) fn secret_problems(unit: &Unit) -> Vec<Problem> {
             (None, None) => add(
                 at.clone(),
                 vec![],
-                format!("says neither file nor env: write Secret(file: \"/etc/keel/secrets/{}\", hosts: [...]) or Secret(env: \"{name}\", hosts: [...])", name.to_ascii_lowercase()),
+                format!("says neither file nor env: write Secret(file: \"/etc/keel/secrets/{}\", hosts: [...]) or Secret(env: \"KEEL_SECRET_{name}\", hosts: [...])", name.to_ascii_lowercase()),
             ),
             _ => {}
         }
@@ -95,6 +95,16 @@ pub(super) fn secret_problems(unit: &Unit) -> Vec<Problem> {
                     at.field("env"),
                     vec![],
                     format!("{var:?} is not an environment variable name: name the variable of keel's environment that holds the value"),
+                );
+            } else if !var.starts_with(crate::secrets::ENV_SOURCE_PREFIX) {
+                add(
+                    at.field("env"),
+                    vec![],
+                    format!(
+                        "{var:?} does not start with {prefix}: keel's environment reaches every agent (of every unit) but for its KEEL_* variables, and {prefix}* ones stay in keel's own processes (the daemon, the relays); name it e.g. {prefix}{suggested} in keel's environment (EnvironmentFile=, podman run -e) and here",
+                        prefix = crate::secrets::ENV_SOURCE_PREFIX,
+                        suggested = var.trim_start_matches("KEEL_"),
+                    ),
                 );
             }
         }
