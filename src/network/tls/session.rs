@@ -133,15 +133,7 @@ impl<'a> Drive<'a> {
 
     /// Everything that can be done without blocking.
     fn progress(&mut self, rewriter: &mut Rewriter, outcome: &mut Outcome) -> Result<(), String> {
-        // A refusal waits for the agent's handshake.
-        if !self.agent_tls.is_handshaking() {
-            if let Some(refusal) = self.refusal.take() {
-                let _ = self.agent_tls.writer().write_all(&refusal.response);
-                self.to_agent.clear();
-                self.agent_closing = true;
-                self.ending = Some((Instant::now() + LINGER, refusal.error));
-            }
-        }
+        self.answer_refusal();
         // The agent's plaintext, through the rewriter, to the upstream.
         self.flush_to_upstream();
         while self.to_upstream.is_empty() && !self.agent_done {
@@ -163,6 +155,7 @@ impl<'a> Drive<'a> {
                 Err(e) => return Err(format!("reading the agent's TLS: {e}")),
             }
         }
+        self.answer_refusal();
         if self.agent_done && self.to_upstream.is_empty() && !self.upstream_closing {
             self.upstream_closing = true;
             if !self.upstream_dropped {
@@ -190,7 +183,7 @@ impl<'a> Drive<'a> {
         if upstream_ended
             && self.to_agent.is_empty()
             && !self.agent_closing
-            && (!self.agent_tls.is_handshaking() || self.refusal.is_none())
+            && self.refusal.is_none()
         {
             self.agent_closing = true;
         }
@@ -214,6 +207,19 @@ impl<'a> Drive<'a> {
             self.upstream_shut = true;
         }
         Ok(())
+    }
+
+    /// A refusal, written once the agent's handshake is done.
+    fn answer_refusal(&mut self) {
+        if self.agent_tls.is_handshaking() {
+            return;
+        }
+        if let Some(refusal) = self.refusal.take() {
+            let _ = self.agent_tls.writer().write_all(&refusal.response);
+            self.to_agent.clear();
+            self.agent_closing = true;
+            self.ending = Some((Instant::now() + LINGER, refusal.error));
+        }
     }
 
     /// A request keel answers itself: the upstream is dropped, the answer written once the
@@ -371,6 +377,13 @@ impl<'a> Drive<'a> {
             if self.ending.is_some() {
                 self.agent_eof = true;
                 return Ok(());
+            }
+            if e == rustls::Error::NoApplicationProtocol {
+                return Err(
+                    "TLS with the agent: it offered no protocol keel intercepts by ALPN \
+                     (only http/1.1; HTTP/2 is not spoken)"
+                        .into(),
+                );
             }
             return Err(format!("TLS with the agent: {e}"));
         }
