@@ -30,11 +30,15 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, StreamOwned};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const HOST: &str = "api.secret.test";
 const KEY: &str = "keel-secret-0123456789abcdef0123456789abcdef";
+const VALUE: &str = "sk-ant-bench-value-0123456789";
+/// Requests the server got with the value in place of the placeholder.
+static SWAPPED_SEEN: AtomicU64 = AtomicU64::new(0);
 
 type Client = StreamOwned<ClientConnection, TcpStream>;
 
@@ -80,7 +84,10 @@ fn main() {
     let (tm, tp) = median_p99(&mut t);
     let (dm, dp) = median_p99(&mut d);
     println!("a small request on a kept-alive connection, {rounds} rounds each, interleaved (median / p99):");
-    println!("  pass-through (TCP forwarder)   {dm:8.3} / {tp_d:8.3} ms", tp_d = dp);
+    println!(
+        "  pass-through (TCP forwarder)   {dm:8.3} / {tp_d:8.3} ms",
+        tp_d = dp
+    );
     println!(
         "  intercepting (Interceptor)     {tm:8.3} / {tp:8.3} ms   added {:.3} / {:.3} ms (goal < 2 ms)",
         tm - dm,
@@ -115,6 +122,16 @@ fn main() {
     );
     close(through);
     close(direct);
+    // Every request through the interceptor reached the server with the value.
+    let through_requests = (50 + rounds + 10 + handshakes) as u64;
+    let seen = SWAPPED_SEEN.load(Ordering::Relaxed);
+    assert_eq!(
+        seen, through_requests,
+        "requests swapped as the server saw them"
+    );
+    println!(
+        "(the server saw the value in all {seen} intercepted requests, in none of the others)"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     println!(
         "figures: {{\"keepalive_pass_median_ms\": {dm:.4}, \"keepalive_pass_p99_ms\": {dp:.4}, \
@@ -166,10 +183,15 @@ fn https_server(issuer: &Issuer<'static, KeyPair>) -> SocketAddr {
                 let conn = rustls::ServerConnection::new(config).expect("a connection");
                 let mut tls = StreamOwned::new(conn, stream);
                 let body = "x".repeat(64);
-                let response =
-                    format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
                 let mut buf = Vec::new();
-                while read_message(&mut tls, &mut buf).is_some() {
+                while let Some(head) = read_message(&mut tls, &mut buf) {
+                    if head.contains(&format!("Bearer {VALUE}\r\n")) {
+                        SWAPPED_SEEN.fetch_add(1, Ordering::Relaxed);
+                    }
                     if tls.write_all(response.as_bytes()).is_err() {
                         return;
                     }
@@ -195,7 +217,7 @@ fn intercept_listener(interceptor: Arc<Interceptor>, server: SocketAddr) -> Sock
                 swaps: vec![Swap {
                     name: "ANTHROPIC_API_KEY".into(),
                     placeholder: KEY.into(),
-                    value: Ok(b"sk-ant-bench-value-0123456789".to_vec()),
+                    value: Ok(VALUE.as_bytes().to_vec()),
                 }],
                 others: vec![],
             };
@@ -221,7 +243,10 @@ fn forward_listener(server: SocketAddr) -> SocketAddr {
         for client in listener.incoming().flatten() {
             let upstream = TcpStream::connect(server).expect("the server");
             for (mut from, mut to) in [
-                (client.try_clone().expect("a clone"), upstream.try_clone().expect("a clone")),
+                (
+                    client.try_clone().expect("a clone"),
+                    upstream.try_clone().expect("a clone"),
+                ),
                 (upstream, client),
             ] {
                 let _ = from.set_nodelay(true);
@@ -266,9 +291,8 @@ fn connect(to: SocketAddr, config: &Arc<ClientConfig>) -> Client {
 /// One request and its whole response: how long it took, ms.
 fn request(client: &mut Client) -> f64 {
     let t = Instant::now();
-    let request = format!(
-        "GET /v1/messages HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {KEY}\r\n\r\n"
-    );
+    let request =
+        format!("GET /v1/messages HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {KEY}\r\n\r\n");
     client.write_all(request.as_bytes()).expect("the request");
     let mut buf = Vec::new();
     read_message(client, &mut buf).expect("a response");
@@ -293,19 +317,20 @@ fn close(mut client: Client) {
     let _ = client.read_to_end(&mut rest);
 }
 
-/// One HTTP message (head and Content-Length body) into `buf`; `None` at the stream's end.
-fn read_message(stream: &mut impl Read, buf: &mut Vec<u8>) -> Option<()> {
+/// One HTTP message (head and Content-Length body) read through `buf`, its head; `None` at
+/// the stream's end.
+fn read_message(stream: &mut impl Read, buf: &mut Vec<u8>) -> Option<String> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let length: usize = head
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let length: usize = (head.to_ascii_lowercase())
                 .lines()
                 .find_map(|l| l.strip_prefix("content-length:"))
                 .map_or(0, |v| v.trim().parse().unwrap_or(0));
             if buf.len() >= end + 4 + length {
                 buf.drain(..end + 4 + length);
-                return Some(());
+                return Some(head);
             }
         }
         match stream.read(&mut chunk) {

@@ -61,6 +61,7 @@ struct Drive<'a> {
     /// close_notify queued, and the TCP write side shut, towards each.
     upstream_closing: bool,
     agent_closing: bool,
+    agent_notified: bool,
     upstream_shut: bool,
     agent_shut: bool,
     /// The upstream is gone (failed, or a refusal): nothing more to or from it.
@@ -106,6 +107,7 @@ impl<'a> Drive<'a> {
             upstream_done: false,
             upstream_closing: false,
             agent_closing: false,
+            agent_notified: false,
             upstream_shut: false,
             agent_shut: false,
             upstream_dropped: false,
@@ -141,7 +143,7 @@ impl<'a> Drive<'a> {
                 Ok(0) => self.agent_done = true,
                 Ok(n) => {
                     outcome.bytes_out += n as u64;
-                    if self.ending.is_some() {
+                    if self.ending.is_some() || self.refusal.is_some() {
                         continue; // drained after a refusal
                     }
                     if let Err(refusal) = rewriter.feed(&self.buf[..n], &mut self.to_upstream) {
@@ -187,7 +189,12 @@ impl<'a> Drive<'a> {
         {
             self.agent_closing = true;
         }
-        if self.agent_closing && self.to_agent.is_empty() && !self.agent_tls.is_handshaking() {
+        if self.agent_closing
+            && !self.agent_notified
+            && self.to_agent.is_empty()
+            && !self.agent_tls.is_handshaking()
+        {
+            self.agent_notified = true;
             self.agent_tls.send_close_notify();
         }
         self.write_tls()?;
