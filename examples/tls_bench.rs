@@ -189,7 +189,7 @@ fn https_server(issuer: &Issuer<'static, KeyPair>) -> SocketAddr {
                 );
                 let mut buf = Vec::new();
                 while let Some(head) = read_message(&mut tls, &mut buf) {
-                    if head.contains(&format!("Bearer {VALUE}\r\n")) {
+                    if head.contains(&format!("Bearer {VALUE}")) {
                         SWAPPED_SEEN.fetch_add(1, Ordering::Relaxed);
                     }
                     if tls.write_all(response.as_bytes()).is_err() {
