@@ -401,3 +401,64 @@ fn a_client_offering_only_h2_fails_its_handshake_clearly() {
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
+
+/// A real client (curl, OpenSSL, offering h2 and http/1.1 by ALPN) through the interceptor:
+/// it trusts keel's CA only (`--cacert`), reaches `HOST` by `--resolve`, and two requests on
+/// one connection both reach the server with the value.
+#[test]
+fn curl_through_the_interceptor() {
+    let dir = TempDir::new("curl");
+    let (test_ca_pem, test_ca) = test_ca("test upstream CA");
+    let server = server(&test_ca);
+    let (interceptor, keel_ca) = interceptor(&dir, &test_ca_pem);
+    let ca_file = dir.0.join("keel-ca.pem");
+    std::fs::write(&ca_file, &keel_ca).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (client, _) = listener.accept().unwrap();
+        let upstream = TcpStream::connect(server.addr).unwrap();
+        let outcome = std::thread::Builder::new()
+            .stack_size(INTERCEPT_STACK_SIZE)
+            .spawn(move || interceptor.run(client, upstream, &session(vec![swap(Ok(VALUE))])))
+            .unwrap()
+            .join()
+            .unwrap();
+        let _ = done_tx.send((outcome, server.heads));
+    });
+    let url = format!("https://{HOST}:{port}/v1/curl");
+    let out = std::process::Command::new("curl")
+        .args(["--silent", "--show-error", "--max-time", "20", "--cacert"])
+        .arg(&ca_file)
+        .args(["--resolve", &format!("{HOST}:{port}:127.0.0.1")])
+        .args(["-H", &format!("Authorization: Bearer {KEY}")])
+        .args(["--write-out", " %{http_version}\\n", &url, &url])
+        .output()
+        .expect("curl (Debian's package curl) runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.matches("served /v1/curl (0 body bytes) 1.1").count(),
+        2,
+        "two answers over HTTP/1.1: {stdout}"
+    );
+    let (outcome, heads) = done.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(outcome.error, None);
+    assert_eq!(
+        (outcome.requests, outcome.swapped),
+        (2, 2),
+        "one connection, both swapped"
+    );
+    for _ in 0..2 {
+        let seen = heads.recv_timeout(Duration::from_secs(1)).unwrap();
+        assert!(
+            seen.contains(&format!("Authorization: Bearer {VALUE}\r\n")),
+            "{seen}"
+        );
+    }
+}
