@@ -87,6 +87,20 @@ fn server(issuer: &Issuer<'static, KeyPair>) -> Server {
                 let conn = rustls::ServerConnection::new(config).unwrap();
                 let mut tls = StreamOwned::new(conn, stream);
                 while let Some((head, body)) = read_message(&mut tls) {
+                    if head.contains("\r\nUpgrade: echo\r\n") {
+                        // Switch to echoing raw bytes.
+                        let _ = tx.send(head);
+                        let switch = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\n\
+                                      Connection: Upgrade\r\n\r\n";
+                        let _ = tls.write_all(switch.as_bytes());
+                        let mut buf = [0u8; 4096];
+                        while let Ok(n @ 1..) = tls.read(&mut buf) {
+                            if tls.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                        break;
+                    }
                     let path = head.split(' ').nth(1).unwrap_or("").to_string();
                     let answer = format!("served {path} ({} body bytes)", body.len());
                     let _ = tx.send(head);
@@ -461,4 +475,84 @@ fn curl_through_the_interceptor() {
             "{seen}"
         );
     }
+}
+
+#[test]
+fn after_an_upgrade_bytes_pass_through_raw() {
+    let dir = TempDir::new("upgrade");
+    let (test_ca_pem, test_ca) = test_ca("test upstream CA");
+    let server = server(&test_ca);
+    let (interceptor, keel_ca) = interceptor(&dir, &test_ca_pem);
+    let (agent, run) = intercept(&interceptor, session(vec![swap(Ok(VALUE))]), server.addr);
+    let mut tls = client(agent, &keel_ca, &[b"http/1.1"]);
+    let upgrade = format!(
+        "GET /ws HTTP/1.1\r\nUpgrade: echo\r\nConnection: Upgrade\r\nAuthorization: Bearer {KEY}\r\n\r\n"
+    );
+    tls.write_all(upgrade.as_bytes()).unwrap();
+    let (head, _) = read_message(&mut tls).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    let seen = server.heads.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        seen.contains(&format!("Bearer {VALUE}\r\n")),
+        "the upgrade's head is swapped"
+    );
+    // Raw bytes after it, a head-like text with the placeholder among them: echoed unchanged.
+    let raw = format!("\x01\x02GET / HTTP/1.1\r\nx-api-key: {KEY}\r\n\r\n");
+    tls.write_all(raw.as_bytes()).unwrap();
+    let mut echoed = vec![0u8; raw.len()];
+    tls.read_exact(&mut echoed).unwrap();
+    assert_eq!(String::from_utf8(echoed).unwrap(), raw);
+    close(tls);
+    let outcome = run.join().unwrap();
+    assert_eq!(outcome.error, None);
+    assert_eq!((outcome.requests, outcome.swapped), (1, 1));
+}
+
+#[test]
+fn the_answer_still_comes_after_the_agent_closes_its_side() {
+    let dir = TempDir::new("half-close");
+    let (test_ca_pem, test_ca) = test_ca("test upstream CA");
+    let server = server(&test_ca);
+    let (interceptor, keel_ca) = interceptor(&dir, &test_ca_pem);
+    let (agent, run) = intercept(&interceptor, session(vec![swap(Ok(VALUE))]), server.addr);
+    let mut tls = client(agent, &keel_ca, &[b"http/1.1"]);
+    tls.write_all(format!("GET /last HTTP/1.1\r\nx-api-key: {KEY}\r\n\r\n").as_bytes())
+        .unwrap();
+    // close_notify and a TCP half-close right after the request.
+    tls.conn.send_close_notify();
+    tls.flush().unwrap();
+    tls.sock.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    let _ = tls.read_to_end(&mut rest);
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.starts_with("HTTP/1.1 200 OK") && rest.ends_with("served /last (0 body bytes)"),
+        "{rest}"
+    );
+    let outcome = run.join().unwrap();
+    assert_eq!(outcome.error, None);
+    assert_eq!(outcome.swapped, 1);
+}
+
+#[test]
+fn a_connection_without_a_byte_ends_after_the_idle_timeout() {
+    let dir = TempDir::new("idle");
+    let (test_ca_pem, test_ca) = test_ca("test upstream CA");
+    let server = server(&test_ca);
+    let trust = dir.0.join("upstream-ca.pem");
+    std::fs::write(&trust, &test_ca_pem).unwrap();
+    let mut interceptor = Interceptor::new(Authority::open(&dir.0).unwrap(), &[trust]).unwrap();
+    interceptor.set_idle_timeout(Duration::from_millis(300));
+    let interceptor = Arc::new(interceptor);
+    // An agent that connects and never says hello.
+    let t = std::time::Instant::now();
+    let (_agent, run) = intercept(&interceptor, session(vec![]), server.addr);
+    let outcome = run.join().unwrap();
+    let took = t.elapsed();
+    let error = outcome.error.expect("ended by the timeout");
+    assert!(error.contains("no byte either way for 0.3 s"), "{error}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
 }

@@ -106,6 +106,7 @@ pub struct Outcome {
 /// all of a relay's intercept threads.
 pub struct Interceptor {
     authority: Authority,
+    idle_timeout: Duration,
     upstream: Arc<ClientConfig>,
     leaves: Mutex<HashMap<String, CachedLeaf>>,
 }
@@ -153,6 +154,7 @@ impl Interceptor {
         upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Interceptor {
             authority,
+            idle_timeout: IDLE_TIMEOUT,
             upstream: Arc::new(upstream),
             leaves: Mutex::new(HashMap::new()),
         })
@@ -160,7 +162,8 @@ impl Interceptor {
 
     /// Blocking: carry one connection of the agent's (`client`, its ClientHello not yet read)
     /// to `session.host` over `upstream` (connected TCP), swapping the placeholders; return
-    /// when both directions are done, on an error, or after [`IDLE_TIMEOUT`] without a byte.
+    /// when both directions are done, on an error, or after [`IDLE_TIMEOUT`] (or the time
+    /// [`Interceptor::set_idle_timeout`] set) without a byte.
     pub fn run(
         &self,
         client: std::net::TcpStream,
@@ -168,6 +171,11 @@ impl Interceptor {
         session: &Session,
     ) -> Outcome {
         session::run(self, client, upstream, session)
+    }
+
+    /// End a connection after `idle` without a byte either way, not [`IDLE_TIMEOUT`].
+    pub fn set_idle_timeout(&mut self, idle: Duration) {
+        self.idle_timeout = idle;
     }
 
     /// The CA this interceptor signs with.

@@ -9,7 +9,7 @@
 //! [`LINGER`] so that its last bytes do not reset the connection before it reads the answer.
 
 use super::http::{Refusal, Rewriter};
-use super::{Interceptor, Outcome, Session, IDLE_TIMEOUT};
+use super::{Interceptor, Outcome, Session};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, ServerConnection};
@@ -70,6 +70,7 @@ struct Drive<'a> {
     refusal: Option<Refusal>,
     ending: Option<(Instant, String)>,
     last_byte: Instant,
+    idle_timeout: Duration,
     buf: Vec<u8>,
 }
 
@@ -114,6 +115,7 @@ impl<'a> Drive<'a> {
             refusal: None,
             ending: None,
             last_byte: Instant::now(),
+            idle_timeout: interceptor.idle_timeout,
             buf: vec![0; CHUNK],
         })
     }
@@ -317,7 +319,7 @@ impl<'a> Drive<'a> {
         }
         let deadline = match &self.ending {
             Some((until, _)) => *until,
-            None => self.last_byte + IDLE_TIMEOUT,
+            None => self.last_byte + self.idle_timeout,
         };
         let left = deadline.saturating_duration_since(Instant::now());
         let timeout =
@@ -350,9 +352,9 @@ impl<'a> Drive<'a> {
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "{}: no byte either way for {} s",
+                    "{}: no byte either way for {:.1} s",
                     self.session.host,
-                    IDLE_TIMEOUT.as_secs()
+                    self.idle_timeout.as_secs_f64()
                 ));
             }
             return Ok(());
