@@ -37,9 +37,10 @@ pub const HOST_BUNDLES: [&str; 3] = [
 ];
 /// A connection with no byte either way for this long is ended.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-/// The stack size to spawn intercept threads with. Measured: `run`'s deepest path (both
-/// handshakes, a leaf made and signed) passes the integration tests with 64 KiB; four times
-/// that for what the tests do not reach.
+/// The stack size to spawn intercept threads with. Measured with tests/tls_intercept.rs
+/// (`KEEL_TEST_TLS_STACK`, debug build: both handshakes, a leaf made and signed, 4 MiB
+/// bodies, the refusals): 64 KiB suffices, 32 KiB overflows; four times the least that
+/// passed, for the paths the tests do not reach.
 pub const INTERCEPT_STACK_SIZE: usize = 256 * 1024;
 /// The most hosts whose leaf is kept in memory (the cache is emptied beyond it).
 const MAX_CACHED_LEAVES: usize = 1024;
@@ -105,6 +106,7 @@ pub struct Outcome {
 /// all of a relay's intercept threads.
 pub struct Interceptor {
     authority: Authority,
+    idle_timeout: Duration,
     upstream: Arc<ClientConfig>,
     leaves: Mutex<HashMap<String, CachedLeaf>>,
 }
@@ -152,6 +154,7 @@ impl Interceptor {
         upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Interceptor {
             authority,
+            idle_timeout: IDLE_TIMEOUT,
             upstream: Arc::new(upstream),
             leaves: Mutex::new(HashMap::new()),
         })
@@ -159,7 +162,8 @@ impl Interceptor {
 
     /// Blocking: carry one connection of the agent's (`client`, its ClientHello not yet read)
     /// to `session.host` over `upstream` (connected TCP), swapping the placeholders; return
-    /// when both directions are done, on an error, or after [`IDLE_TIMEOUT`] without a byte.
+    /// when both directions are done, on an error, or after [`IDLE_TIMEOUT`] (or the time
+    /// [`Interceptor::set_idle_timeout`] set) without a byte.
     pub fn run(
         &self,
         client: std::net::TcpStream,
@@ -167,6 +171,11 @@ impl Interceptor {
         session: &Session,
     ) -> Outcome {
         session::run(self, client, upstream, session)
+    }
+
+    /// End a connection after `idle` without a byte either way, not [`IDLE_TIMEOUT`].
+    pub fn set_idle_timeout(&mut self, idle: Duration) {
+        self.idle_timeout = idle;
     }
 
     /// The CA this interceptor signs with.

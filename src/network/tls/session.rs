@@ -9,7 +9,7 @@
 //! [`LINGER`] so that its last bytes do not reset the connection before it reads the answer.
 
 use super::http::{Refusal, Rewriter};
-use super::{Interceptor, Outcome, Session, IDLE_TIMEOUT};
+use super::{Interceptor, Outcome, Session};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, ServerConnection};
@@ -61,6 +61,7 @@ struct Drive<'a> {
     /// close_notify queued, and the TCP write side shut, towards each.
     upstream_closing: bool,
     agent_closing: bool,
+    agent_notified: bool,
     upstream_shut: bool,
     agent_shut: bool,
     /// The upstream is gone (failed, or a refusal): nothing more to or from it.
@@ -69,6 +70,7 @@ struct Drive<'a> {
     refusal: Option<Refusal>,
     ending: Option<(Instant, String)>,
     last_byte: Instant,
+    idle_timeout: Duration,
     buf: Vec<u8>,
 }
 
@@ -106,12 +108,14 @@ impl<'a> Drive<'a> {
             upstream_done: false,
             upstream_closing: false,
             agent_closing: false,
+            agent_notified: false,
             upstream_shut: false,
             agent_shut: false,
             upstream_dropped: false,
             refusal: None,
             ending: None,
             last_byte: Instant::now(),
+            idle_timeout: interceptor.idle_timeout,
             buf: vec![0; CHUNK],
         })
     }
@@ -133,15 +137,7 @@ impl<'a> Drive<'a> {
 
     /// Everything that can be done without blocking.
     fn progress(&mut self, rewriter: &mut Rewriter, outcome: &mut Outcome) -> Result<(), String> {
-        // A refusal waits for the agent's handshake.
-        if !self.agent_tls.is_handshaking() {
-            if let Some(refusal) = self.refusal.take() {
-                let _ = self.agent_tls.writer().write_all(&refusal.response);
-                self.to_agent.clear();
-                self.agent_closing = true;
-                self.ending = Some((Instant::now() + LINGER, refusal.error));
-            }
-        }
+        self.answer_refusal();
         // The agent's plaintext, through the rewriter, to the upstream.
         self.flush_to_upstream();
         while self.to_upstream.is_empty() && !self.agent_done {
@@ -149,7 +145,7 @@ impl<'a> Drive<'a> {
                 Ok(0) => self.agent_done = true,
                 Ok(n) => {
                     outcome.bytes_out += n as u64;
-                    if self.ending.is_some() {
+                    if self.ending.is_some() || self.refusal.is_some() {
                         continue; // drained after a refusal
                     }
                     if let Err(refusal) = rewriter.feed(&self.buf[..n], &mut self.to_upstream) {
@@ -163,6 +159,7 @@ impl<'a> Drive<'a> {
                 Err(e) => return Err(format!("reading the agent's TLS: {e}")),
             }
         }
+        self.answer_refusal();
         if self.agent_done && self.to_upstream.is_empty() && !self.upstream_closing {
             self.upstream_closing = true;
             if !self.upstream_dropped {
@@ -190,11 +187,16 @@ impl<'a> Drive<'a> {
         if upstream_ended
             && self.to_agent.is_empty()
             && !self.agent_closing
-            && (!self.agent_tls.is_handshaking() || self.refusal.is_none())
+            && self.refusal.is_none()
         {
             self.agent_closing = true;
         }
-        if self.agent_closing && self.to_agent.is_empty() && !self.agent_tls.is_handshaking() {
+        if self.agent_closing
+            && !self.agent_notified
+            && self.to_agent.is_empty()
+            && !self.agent_tls.is_handshaking()
+        {
+            self.agent_notified = true;
             self.agent_tls.send_close_notify();
         }
         self.write_tls()?;
@@ -214,6 +216,19 @@ impl<'a> Drive<'a> {
             self.upstream_shut = true;
         }
         Ok(())
+    }
+
+    /// A refusal, written once the agent's handshake is done.
+    fn answer_refusal(&mut self) {
+        if self.agent_tls.is_handshaking() {
+            return;
+        }
+        if let Some(refusal) = self.refusal.take() {
+            let _ = self.agent_tls.writer().write_all(&refusal.response);
+            self.to_agent.clear();
+            self.agent_closing = true;
+            self.ending = Some((Instant::now() + LINGER, refusal.error));
+        }
     }
 
     /// A request keel answers itself: the upstream is dropped, the answer written once the
@@ -304,7 +319,7 @@ impl<'a> Drive<'a> {
         }
         let deadline = match &self.ending {
             Some((until, _)) => *until,
-            None => self.last_byte + IDLE_TIMEOUT,
+            None => self.last_byte + self.idle_timeout,
         };
         let left = deadline.saturating_duration_since(Instant::now());
         let timeout =
@@ -337,9 +352,9 @@ impl<'a> Drive<'a> {
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "{}: no byte either way for {} s",
+                    "{}: no byte either way for {:.1} s",
                     self.session.host,
-                    IDLE_TIMEOUT.as_secs()
+                    self.idle_timeout.as_secs_f64()
                 ));
             }
             return Ok(());
@@ -371,6 +386,13 @@ impl<'a> Drive<'a> {
             if self.ending.is_some() {
                 self.agent_eof = true;
                 return Ok(());
+            }
+            if e == rustls::Error::NoApplicationProtocol {
+                return Err(
+                    "TLS with the agent: it offered no protocol keel intercepts by ALPN \
+                     (only http/1.1; HTTP/2 is not spoken)"
+                        .into(),
+                );
             }
             return Err(format!("TLS with the agent: {e}"));
         }
