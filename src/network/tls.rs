@@ -29,12 +29,9 @@ pub const CA_DIR: &str = "network/ca";
 pub const CA_CERT_FILE: &str = "ca.pem";
 /// The CA's private key (0600).
 pub const CA_KEY_FILE: &str = "ca.key";
-/// The distribution bundle paths, first existing wins.
-pub const HOST_BUNDLES: [&str; 3] = [
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/cert.pem",
-];
+/// The distribution bundle paths, first existing wins (the sandboxes' bundle is shown at the
+/// same path: `crate::secrets`).
+pub use crate::secrets::HOST_BUNDLES;
 /// A connection with no byte either way for this long is ended.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// The stack size to spawn intercept threads with. Measured with tests/tls_intercept.rs
