@@ -23,6 +23,7 @@
 mod checkouts;
 mod control;
 mod event_loop;
+mod host_sleep;
 pub mod id_blocks;
 mod jobs;
 mod lifecycle;
@@ -118,6 +119,8 @@ pub struct Daemon {
     shutdown: Option<Shutdown>,
     /// A [`Timer::Network`] is in the queue (one for all relays, however many start).
     network_look_armed: bool,
+    /// How the host's sleeps are noticed (host_sleep.rs).
+    sleep_watch: host_sleep::SleepWatch,
     _lock: InstanceLock,
 }
 
@@ -244,6 +247,7 @@ impl Daemon {
             },
             shutdown: None,
             network_look_armed: false,
+            sleep_watch: host_sleep::SleepWatch::default(),
             _lock: lock,
         })
     }
@@ -263,7 +267,9 @@ impl Daemon {
             if let Some(code) = self.finished_shutdown() {
                 return self.exit(code);
             }
-            if !self.events.wait(&mut events) {
+            let woke = self.events.wait(&mut events);
+            self.notice_host_sleep();
+            if !woke {
                 continue;
             }
             for event in events.iter() {
