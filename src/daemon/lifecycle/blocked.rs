@@ -132,12 +132,15 @@ pub(crate) fn test_refuses_slice() -> Option<String> {
 impl Daemon {
     /// `keel reload` and SIGHUP: the host may have changed (a user created, cgroups
     /// mounted, room made): every queued task waiting out a blocked or deferred start is
-    /// tried again now.
+    /// tried again now, its backoff started over (a burst of reloads must not leave the next
+    /// periodic retry minutes away).
     pub(crate) fn retry_waiting_starts(&mut self) {
         let mut retried = 0;
         for task in self.tasks.values_mut() {
             if task.record.state == TaskState::Queued && task.start_retry_at.is_some() {
                 task.start_retry_at = None;
+                task.start_deferrals = 0;
+                task.blocked_retries = 0;
                 retried += 1;
             }
         }
