@@ -208,3 +208,48 @@ fn cgroups_the_host_cannot_give_never_fail_the_task_and_it_starts_once_they_can(
     assert_never_failed(&d, "agent");
     assert_eq!(d.record("agent").blocked, None);
 }
+
+#[test]
+fn a_start_the_shim_says_the_host_refused_gives_its_attempt_back_and_waits() {
+    if !require_root("a_start_the_shim_says_the_host_refused_gives_its_attempt_back_and_waits") {
+        return;
+    }
+    let mut d = Daemon::prepare("shimrefused");
+    let refuse = d.scratch.dir.join("refuse-shim");
+    std::fs::write(&refuse, "").unwrap();
+    d.env.push((
+        "KEEL_TEST_SHIM_REFUSE_WHILE".into(),
+        refuse.display().to_string(),
+    ));
+    d.spawn();
+    d.write_unit("agent", &format!("Unit(\n    {UNIT_BODY}\n)\n"));
+    let task = wait_blocked(&d, "agent", "KEEL_TEST_SHIM_REFUSE_WHILE");
+    assert!(task["generation"].as_u64().unwrap() >= 1, "{task}");
+    assert_eq!(task["last_exit"], serde_json::Value::Null, "{task}");
+    // A retry (5 s later) is refused again: still no attempt spent, one journal entry.
+    wait_until(Duration::from_secs(15), "a second refused start", || {
+        d.task("agent")
+            .is_some_and(|t| t["generation"].as_u64().unwrap_or(0) >= 2)
+    });
+    wait_blocked(&d, "agent", "KEEL_TEST_SHIM_REFUSE_WHILE");
+    assert_eq!(
+        start_blocked_count(&d, "agent"),
+        1,
+        "{:?}",
+        d.events(Some("agent"))
+    );
+    assert_never_failed(&d, "agent");
+    let record = d.record("agent");
+    assert_eq!(
+        (record.attempt, record.restarts.len()),
+        (0, 0),
+        "{record:?}"
+    );
+    assert!(record.recent_exits.is_empty(), "{record:?}");
+
+    std::fs::remove_file(&refuse).unwrap();
+    let out = d.keel(&["reload"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_ran_first_attempt(&d, "agent");
+    assert_never_failed(&d, "agent");
+}

@@ -127,6 +127,9 @@ fn start<'a>(
     if let Some(Handed::LaunchError(message)) = handed {
         return Err(fail(message));
     }
+    if let Some(message) = test_refuses_start() {
+        return Err(fail(message));
+    }
     // The attempt lock the daemon handed over as fd 3 stays with the shim alone: close-on-exec,
     // so no agent (nor anything it daemonizes) can keep the lock after the shim is gone,
     // whatever the kernel's close_range support.
@@ -477,6 +480,16 @@ fn setup_failure(spec: Option<&AttemptSpec>, message: String) -> i32 {
         );
     }
     SETUP_FAILURE
+}
+
+/// Test hook (docs/testing.md): `KEEL_TEST_SHIM_REFUSE_WHILE=PATH`: while PATH exists, the
+/// shim's own set-up fails, as on a host that refuses it (the agent, forked already, dies
+/// with the shim's PID namespace).
+fn test_refuses_start() -> Option<String> {
+    let path = std::env::var_os("KEEL_TEST_SHIM_REFUSE_WHILE")?;
+    Path::new(&path)
+        .exists()
+        .then(|| "the shim's set-up refused by the test hook KEEL_TEST_SHIM_REFUSE_WHILE".into())
 }
 
 /// Whether the agent's child failed for a reason of the host's: a sandbox step the kernel
