@@ -63,7 +63,11 @@ pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
                     "{}: ok (unit {name})",
                     printable(&file.display().to_string())
                 );
-                let user = missing_user_problem(&unit).map(|p| p.to_string());
+                let user = missing_user_problem(&unit).map(|p| {
+                    format!(
+                        "{p} (on the host that runs it, the task waits, blocked, until it exists)"
+                    )
+                });
                 for warning in secret_file_problems(&unit).1.into_iter().chain(user) {
                     eprintln!(
                         "{}: warning: {}",
@@ -149,7 +153,7 @@ pub(super) fn missing_user_problem(unit: &crate::unit::Unit) -> Option<crate::un
         path: crate::unit::FieldPath::default()
             .field("sandbox")
             .field("user"),
-        message: format!("{message}; until then the task waits, blocked"),
+        message,
         also: Vec::new(),
     })
 }
