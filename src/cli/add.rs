@@ -11,7 +11,10 @@ pub fn run(state_dir: &Path, file: &Path) -> CliResult {
         crate::unit::load_unit_file(file).map_err(|e| CliError(e.to_string()))?;
     // A secret file that is there but loose, or another user's: refused with the fix; one
     // not there yet is a warning (the task waits for it).
-    let (refused, warnings) = super::check::secret_file_problems(&unit);
+    let (mut refused, warnings) = super::check::secret_file_problems(&unit);
+    // A `sandbox.user` this host does not have: every start would wait for it; refused now,
+    // with the fix (`keel check` only warns: the unit may be meant for another host).
+    refused.extend(super::check::missing_user_problem(&unit));
     if !refused.is_empty() {
         let errors = crate::unit::check_unit_with(file, &text, |_| refused.clone())
             .err()

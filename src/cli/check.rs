@@ -13,6 +13,9 @@
 //! that is there but loose (group-writable, or anything for others), another user's, not a
 //! regular file or not a one-line value is an error with the fix (`chmod 600 FILE`); one that
 //! is not there yet is a warning (the task waits for it).
+//!
+//! A `sandbox.user` this host does not have is a warning (the unit may be meant for another
+//! machine; `keel add` refuses it, and a task whose user is missing waits, blocked).
 
 use super::{CliError, CliResult};
 use crate::fmt::printable;
@@ -60,7 +63,12 @@ pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
                     "{}: ok (unit {name})",
                     printable(&file.display().to_string())
                 );
-                for warning in secret_file_problems(&unit).1 {
+                let user = missing_user_problem(&unit).map(|p| {
+                    format!(
+                        "{p} (on the host that runs it, the task waits, blocked, until it exists)"
+                    )
+                });
+                for warning in secret_file_problems(&unit).1.into_iter().chain(user) {
                     eprintln!(
                         "{}: warning: {}",
                         printable(&file.display().to_string()),
@@ -131,6 +139,23 @@ pub(super) fn secret_file_problems(
         }
     }
     (problems, warnings)
+}
+
+/// A `sandbox.user` this host's `/etc/passwd` or `/etc/group` does not have, at
+/// `sandbox.user`, with the fix: `keel add` refuses the unit, `keel check` warns (the unit
+/// may be checked on another machine than the one that runs it).
+pub(super) fn missing_user_problem(unit: &crate::unit::Unit) -> Option<crate::unit::Problem> {
+    let spec = unit.sandbox.user.as_deref()?;
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let message = crate::sandbox::start::daemon::missing_user(spec, &passwd, &group)?;
+    Some(crate::unit::Problem {
+        path: crate::unit::FieldPath::default()
+            .field("sandbox")
+            .field("user"),
+        message,
+        also: Vec::new(),
+    })
 }
 
 /// The named network lists of the configuration at `path` (none: no file).

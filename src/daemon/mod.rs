@@ -353,6 +353,7 @@ impl Daemon {
                         log::error!("{e}");
                     }
                     self.scan_units();
+                    self.retry_waiting_starts();
                 }
                 // Forwarded by keel init from whoever signals the container; a supervisor
                 // must not die of them. They report the counts, as a cheap "are you there".

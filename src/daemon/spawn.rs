@@ -327,7 +327,10 @@ pub fn spawn_shim_program(
             .as_deref_mut()
             .map(|t| t as &mut dyn TemplateCache),
     )
-    .map_err(|e| SpawnError::Launch(e.to_string()))?;
+    .map_err(|e| match e.refused_by_host() {
+        true => SpawnError::Refused(e.to_string()),
+        false => SpawnError::Launch(e.to_string()),
+    })?;
     // The task's user namespace, made by the daemon (`userns`: a descriptor the clone
     // inherits, or the spare is sent); without one, the shim's clone makes it.
     if let (Some(userns), Some(sandbox)) = (userns, launch.sandbox_mut()) {
@@ -463,6 +466,9 @@ pub enum SpawnError {
     /// The agent's start could not be resolved (an unknown `sandbox.user`, say): the attempt
     /// failed to spawn, for a reason the unit's author can fix.
     Launch(String),
+    /// The agent's start could not be resolved for a reason of the host's (a `sandbox.user`
+    /// it does not have, a capability keel lacks): the task waits, blocked.
+    Refused(String),
 }
 
 impl std::fmt::Display for SpawnError {
@@ -470,7 +476,7 @@ impl std::fmt::Display for SpawnError {
         match self {
             SpawnError::Open(path, e) => write!(f, "cannot open {path}: {e}"),
             SpawnError::NulInPath => f.write_str("state directory path contains a NUL byte"),
-            SpawnError::Launch(message) => f.write_str(message),
+            SpawnError::Launch(message) | SpawnError::Refused(message) => f.write_str(message),
             SpawnError::PreviousShimAlive => f.write_str(
                 "a shim of an earlier attempt still holds run/attempt.lock: not starting a second one",
             ),

@@ -330,6 +330,12 @@ pub struct ExitRecord {
     /// Set when the agent could not be started at all (`execvp: No such file or directory`).
     #[serde(default)]
     pub spawn_error: Option<String>,
+    /// The start was refused by the host, not by the unit or its agent (a sandbox step the
+    /// kernel refuses for want of a privilege or a resource, the shim's own set-up): the
+    /// daemon does not count it against the restart limit; the task waits, `blocked`, and is
+    /// retried. `false` in the records of an older keel.
+    #[serde(default)]
+    pub host_refused: bool,
 }
 
 /// File names inside `run/`.

@@ -567,5 +567,8 @@ impl std::fmt::Display for ResolveError {
     }
 }
 
+mod refusal;
+pub use refusal::{missing_account, missing_user};
+
 #[cfg(test)]
 mod tests;
