@@ -208,7 +208,7 @@ impl<'s> Rewriter<'s> {
     /// Body bytes: forwarded as they are, watched for misdirected placeholders.
     fn body(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(bytes);
-        if self.session.others.is_empty() && !(self.foreign && !self.own.is_empty()) {
+        if self.session.others.is_empty() && (!self.foreign || self.own.is_empty()) {
             return;
         }
         let mut joint = std::mem::take(&mut self.tail);

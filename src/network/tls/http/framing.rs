@@ -143,5 +143,5 @@ pub(super) fn target_names_host(method: &str, target: &str, host: &str) -> bool 
         return false;
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    names_host(rest[..end].as_bytes(), host)
+    names_host(&rest.as_bytes()[..end], host)
 }
