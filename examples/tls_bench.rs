@@ -218,6 +218,7 @@ fn intercept_listener(interceptor: Arc<Interceptor>, server: SocketAddr) -> Sock
                     name: "ANTHROPIC_API_KEY".into(),
                     placeholder: KEY.into(),
                     value: Ok(VALUE.as_bytes().to_vec()),
+                    headers: keel::secrets::DEFAULT_HEADERS.map(String::from).to_vec(),
                 }],
                 others: vec![],
             };

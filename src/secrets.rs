@@ -44,14 +44,55 @@ impl fmt::Display for SecretSource {
     }
 }
 
+/// The request headers a secret's placeholder is swapped in when its unit names none (the
+/// ones API keys and tokens travel in), lower case.
+pub const DEFAULT_HEADERS: [&str; 7] = [
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "private-token",
+    "x-auth-token",
+];
+
+/// Headers no placeholder is swapped in (a unit may not name them): the request's authority,
+/// its framing, and the hop-by-hop ones (RFC 9110 7.6.1).
+pub const UNSWAPPABLE_HEADERS: [&str; 9] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
 /// One secret of one attempt: the variable the agent sees, the placeholder it holds, where the
-/// value is, and the hosts it is sent to (lower-cased DNS names).
+/// value is, the hosts it is sent to (lower-cased DNS names), and the request headers it is
+/// swapped in (lower case; empty: [`DEFAULT_HEADERS`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskSecret {
     pub name: String,
     pub placeholder: String,
     pub source: SecretSource,
     pub hosts: Vec<String>,
+    #[serde(default)]
+    pub headers: Vec<String>,
+}
+
+impl TaskSecret {
+    /// The headers the placeholder is swapped in: `headers`, or [`DEFAULT_HEADERS`] when
+    /// empty.
+    pub fn header_names(&self) -> Vec<String> {
+        if self.headers.is_empty() {
+            DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect()
+        } else {
+            self.headers.clone()
+        }
+    }
 }
 
 /// A secret's value: its bytes, never printed (`Debug` shows `<secret>`), zeroed on drop.

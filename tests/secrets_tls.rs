@@ -225,7 +225,8 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
     .unwrap();
     // A second secret, from keel's own environment (KEEL_SECRET_*: never in a shim's or an
     // agent's environment); the agent's OTHER_KEY is a placeholder.
-    d.env.push(("KEEL_SECRET_SOURCE_VAR".into(), from_env.clone()));
+    d.env
+        .push(("KEEL_SECRET_SOURCE_VAR".into(), from_env.clone()));
     d.spawn();
 
     // Search everything the agent can read that changed since the test began (the value is
@@ -261,7 +262,7 @@ fn the_agent_holds_a_placeholder_and_only_its_secrets_host_gets_the_value() {
     let unit = format!(
         r#"Unit(command: ["/bin/bash", "-c", {script:?}], restart: Never,
             secrets: {{"API_KEY": Secret(file: "{secret}", hosts: ["api.secret.test"]),
-                "OTHER_KEY": Secret(env: "KEEL_SECRET_SOURCE_VAR", hosts: ["api.secret.test"])}},
+                "OTHER_KEY": Secret(env: "KEEL_SECRET_SOURCE_VAR", hosts: ["api.secret.test"], headers: ["x-other"])}},
             sandbox: Sandbox(network: Allow(["api.secret.test:{api_port}", "pass.secret.test:{pass_port}",
                 "other.secret.test:{other_port}", "127.0.0.1:{api_port}", "127.0.0.1:{pass_port}",
                 "127.0.0.1:{other_port}"])))"#,

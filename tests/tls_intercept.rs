@@ -166,6 +166,10 @@ fn swap(value: Result<&str, &str>) -> Swap {
         name: "ANTHROPIC_API_KEY".into(),
         placeholder: KEY.into(),
         value: value.map(|v| v.as_bytes().to_vec()).map_err(str::to_string),
+        headers: keel::secrets::DEFAULT_HEADERS
+            .iter()
+            .map(|h| h.to_string())
+            .collect(),
     }
 }
 

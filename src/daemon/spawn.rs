@@ -182,6 +182,7 @@ pub fn task_secrets(unit: &Unit) -> Vec<crate::secrets::TaskSecret> {
                 placeholder: crate::secrets::placeholder(),
                 source: secret.source()?,
                 hosts: secret.normalised_hosts(),
+                headers: secret.normalised_headers(),
             })
         })
         .collect()

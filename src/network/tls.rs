@@ -62,6 +62,10 @@ pub struct Swap {
     pub placeholder: String,
     /// The value, read by the caller for this connection; Err: why (no value in it).
     pub value: Result<Vec<u8>, String>,
+    /// The request headers (lower case) whose values the placeholder is swapped in, e.g.
+    /// `authorization` ([`crate::secrets::DEFAULT_HEADERS`] unless the unit names its own);
+    /// empty: none. Never `host` nor a framing or hop-by-hop header, whatever it says.
+    pub headers: Vec<String>,
 }
 
 impl std::fmt::Debug for Swap {
@@ -69,6 +73,7 @@ impl std::fmt::Debug for Swap {
         f.debug_struct("Swap")
             .field("name", &self.name)
             .field("value", &self.value.as_ref().map(|_| "<secret>"))
+            .field("headers", &self.headers)
             .finish_non_exhaustive()
     }
 }

@@ -1,6 +1,7 @@
 //! `secrets: {"NAME": Secret(file: "/etc/keel/secrets/name", hosts: ["api.example.com"])}`:
 //! credentials the agent uses but never holds. The agent's `NAME` is a placeholder; the
-//! task's relay (`network: Allow`) swaps the value in on the way to the secret's hosts.
+//! task's relay (`network: Allow`) swaps the value in on the way to the secret's hosts, in
+//! the request headers credentials travel in (`headers: [...]` to name others).
 
 use crate::secrets::SecretSource;
 use serde::{Deserialize, Deserializer};
@@ -18,11 +19,17 @@ pub struct Secret {
     pub env: Option<String>,
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// The request headers the value is swapped in (replacing
+    /// [`crate::secrets::DEFAULT_HEADERS`]); absent: those.
+    #[serde(default, deserialize_with = "present")]
+    pub headers: Option<Vec<String>>,
 }
 
 /// `file: "..."`, written without `Some(...)`.
-fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
-    String::deserialize(deserializer).map(Some)
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
 }
 
 impl Secret {
@@ -32,6 +39,17 @@ impl Secret {
             (Some(file), None) => Some(SecretSource::File(file.into())),
             (None, Some(name)) => Some(SecretSource::Env(name.clone())),
             _ => None,
+        }
+    }
+
+    /// The headers the value is swapped in, as they are compared: the unit's, lower case,
+    /// or [`crate::secrets::DEFAULT_HEADERS`].
+    pub fn normalised_headers(&self) -> Vec<String> {
+        match &self.headers {
+            Some(headers) => headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            None => (crate::secrets::DEFAULT_HEADERS.iter())
+                .map(|h| h.to_string())
+                .collect(),
         }
     }
 

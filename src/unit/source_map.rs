@@ -44,6 +44,8 @@ pub(super) const SCHEMA: &[(&str, &str)] = &[
         "a list of host names such as [\"api.anthropic.com\"]",
     ),
     ("secrets{}.hosts[]", "a host name such as \"api.anthropic.com\""),
+    ("secrets{}.headers", "a list of header names such as [\"x-api-key\"]"),
+    ("secrets{}.headers[]", "a header name such as \"x-api-key\""),
     (
         "repo",
         "None or Some(Repo(path: \"/srv/repos/app\", base: \"main\"))",

@@ -227,7 +227,9 @@ fn an_env_secret_missing_from_keels_environment_is_a_reason_to_wait() {
     );
     let why = env_secret_problem(&u).expect("unset");
     assert!(
-        why.starts_with("secret TOKEN: KEEL_SECRET_SPAWN_TEST_UNSET is not set in keel's environment"),
+        why.starts_with(
+            "secret TOKEN: KEEL_SECRET_SPAWN_TEST_UNSET is not set in keel's environment"
+        ),
         "{why}"
     );
     std::env::set_var("KEEL_SECRET_SPAWN_TEST_SET", "v");

@@ -138,8 +138,8 @@ impl Intercepts {
 }
 
 /// What an intercepted connection to `host` is given: the secrets of `host`, each read from
-/// its source now (a changed file applies from this connection on), and the placeholders of
-/// the others (misdirected if seen).
+/// its source now (a changed file applies from this connection on) with the headers it is
+/// swapped in, and the placeholders of the others (misdirected if seen).
 fn session_for(host: &str, secrets: &[TaskSecret]) -> Session {
     let mut session = Session {
         host: host.to_string(),
@@ -155,6 +155,7 @@ fn session_for(host: &str, secrets: &[TaskSecret]) -> Session {
                 name: secret.name.clone(),
                 placeholder: secret.placeholder.clone(),
                 value,
+                headers: secret.header_names(),
             });
         } else {
             session

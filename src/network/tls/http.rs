@@ -1,17 +1,29 @@
 //! The request direction of an intercepted connection, pure: HTTP/1.1 requests read from the
 //! agent's plaintext, a piece at a time, and what goes to the upstream in their place.
 //!
-//! Each request head (up to [`MAX_HEAD`], else `431`) is parsed with `httparse`; in each
-//! header value every occurrence of a swap's placeholder becomes the swap's value (the rest of
-//! the head is kept byte for byte). A swap whose value could not be read, and whose placeholder
-//! occurs, ends the connection with `502` saying which secret and why. The placeholders of the
-//! task's other secrets are forwarded as they are and reported (`misdirected`), in the head
-//! and in the body. The body is framed by `Content-Length` or chunked `Transfer-Encoding`
-//! (neither: no body) and streamed through unchanged, so that the next request of a kept-alive
-//! connection is found. After an `Upgrade:` or `CONNECT` head the bytes pass through raw; an
-//! HTTP/2 preface gets `505`.
+//! Each request head (up to [`MAX_HEAD`], else `431`) is parsed with `httparse` and held to
+//! RFC 9112's strict rules ([`framing`]: CRLF only, no obs-fold, one `Content-Length` or a
+//! `Transfer-Encoding` ending in `chunked`, never both, none on HTTP/1.0; else `400`). A
+//! swap's placeholder becomes its value only in a request that names the session's host (one
+//! `Host` header, `host` or `host:port`, and an absolute-form target of that authority too;
+//! two `Host` headers or an empty one: `400`), and only in the values of the swap's headers
+//! ([`Swap::headers`]: `Authorization`, `X-Api-Key` and the like; never `Host` nor a framing
+//! or hop-by-hop one); the rest of the head is kept byte for byte. A placeholder of a swap in
+//! another header or in the request line is forwarded as it is; one in a request naming
+//! another host is forwarded as it is and reported (`misdirected`), as are the placeholders
+//! of the task's other secrets anywhere, in the head and in the body. A swap whose value
+//! could not be read, and whose placeholder is to be swapped, ends the connection with `502`
+//! saying which secret and why. The body is framed by `Content-Length` or chunked
+//! `Transfer-Encoding` (neither: no body; chunk-size, chunk-end and trailer lines strict too)
+//! and streamed through unchanged, so that the next request of a kept-alive connection is
+//! found. After an `Upgrade:` or `CONNECT` head the rest of the connection passes through
+//! raw, never swapped again, whether or not the server agrees to the upgrade. An HTTP/2
+//! preface gets `505`. After a refusal nothing more is read nor forwarded.
+
+mod framing;
 
 use super::{Session, Swap};
+use framing::{chunk_size, chunked_last, line_body, names_host, strict_head, target_names_host};
 
 /// The largest request head read (request line, headers, the empty line).
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -56,12 +68,14 @@ enum State {
     ChunkSize,
     /// Data bytes left of the current chunk.
     ChunkData(u64),
-    /// The line end after a chunk's data.
+    /// The CRLF after a chunk's data.
     ChunkEnd,
     /// Trailer lines, up to the empty one.
     Trailers,
     /// After an Upgrade or CONNECT head: bytes pass as they are.
     Raw,
+    /// After a refusal: nothing more is read nor forwarded.
+    Refused,
 }
 
 /// The agent → upstream direction of one connection.
@@ -70,10 +84,14 @@ pub struct Rewriter<'s> {
     state: State,
     /// The head read so far (placeholders only, never a value).
     head: Vec<u8>,
-    /// The chunk-size or trailer line read so far.
+    /// The chunk-size or trailer line read so far (forwarded once whole and valid).
     line: Vec<u8>,
     /// The body's last bytes, for placeholders split between pieces.
     tail: Vec<u8>,
+    /// (placeholder, name) of the swaps: misdirected in a request that names another host.
+    own: Vec<(String, String)>,
+    /// The request being carried does not name the session's host.
+    foreign: bool,
     pub requests: u64,
     pub swapped: u64,
     pub misdirected: Vec<String>,
@@ -87,6 +105,10 @@ impl<'s> Rewriter<'s> {
             head: Vec::new(),
             line: Vec::new(),
             tail: Vec::new(),
+            own: (session.swaps.iter())
+                .map(|s| (s.placeholder.clone(), s.name.clone()))
+                .collect(),
+            foreign: false,
             requests: 0,
             swapped: 0,
             misdirected: Vec::new(),
@@ -99,8 +121,19 @@ impl<'s> Rewriter<'s> {
     }
 
     /// Consume `input` (the agent's next plaintext), appending what goes upstream to `out`.
-    /// A refusal ends the connection: nothing more is to be fed.
-    pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), Refusal> {
+    /// A refusal ends the connection: what is fed after it is dropped.
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(), Refusal> {
+        let result = self.feed_inner(input, out);
+        if result.is_err() {
+            self.state = State::Refused;
+            self.head.fill(0);
+            self.head.clear();
+            self.line.clear();
+        }
+        result
+    }
+
+    fn feed_inner(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), Refusal> {
         while !input.is_empty() {
             match self.state {
                 State::Head => {
@@ -138,24 +171,35 @@ impl<'s> Rewriter<'s> {
                     };
                 }
                 State::ChunkSize | State::ChunkEnd | State::Trailers => {
-                    let Some(line) = self.take_line(&mut input, out)? else {
+                    let Some(line) = self.take_line(&mut input)? else {
                         return Ok(());
                     };
-                    self.state = match self.state {
-                        State::ChunkSize => match chunk_size(&line)? {
+                    let text = line_body(&line)?;
+                    let next = match self.state {
+                        State::ChunkSize => match chunk_size(text)? {
                             0 => State::Trailers,
                             size => State::ChunkData(size),
                         },
-                        State::ChunkEnd if line.is_empty() => State::ChunkSize,
-                        State::ChunkEnd => return Err(bad("chunk data longer than its size")),
-                        _ if line.is_empty() => State::Head,
-                        _ => State::Trailers,
+                        State::ChunkEnd if text.is_empty() => State::ChunkSize,
+                        State::ChunkEnd => {
+                            return Err(bad(
+                                "chunk data not followed by CRLF (longer than its size)",
+                            ))
+                        }
+                        _ if text.is_empty() => State::Head,
+                        _ => {
+                            framing::trailer_line(text)?;
+                            State::Trailers
+                        }
                     };
+                    self.body(&line, out);
+                    self.state = next;
                 }
                 State::Raw => {
                     self.body(input, out);
                     input = &[];
                 }
+                State::Refused => return Ok(()),
             }
         }
         Ok(())
@@ -164,14 +208,14 @@ impl<'s> Rewriter<'s> {
     /// Body bytes: forwarded as they are, watched for misdirected placeholders.
     fn body(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(bytes);
-        if self.session.others.is_empty() {
+        if self.session.others.is_empty() && (!self.foreign || self.own.is_empty()) {
             return;
         }
         let mut joint = std::mem::take(&mut self.tail);
         joint.extend_from_slice(&bytes[..bytes.len().min(PLACEHOLDER_LEN - 1)]);
         let mut found = Vec::new();
-        misdirected_in(&joint, self.session, &mut found);
-        misdirected_in(bytes, self.session, &mut found);
+        self.misdirected_in(&joint, &mut found);
+        self.misdirected_in(bytes, &mut found);
         self.note(found);
         self.tail = if bytes.len() >= PLACEHOLDER_LEN - 1 {
             bytes[bytes.len() - (PLACEHOLDER_LEN - 1)..].to_vec()
@@ -183,6 +227,25 @@ impl<'s> Rewriter<'s> {
         };
     }
 
+    /// The names of the placeholders in `hay` that are misdirected: the task's other
+    /// secrets', and the swaps' own in a request that names another host.
+    fn misdirected_in(&self, hay: &[u8], found: &mut Vec<String>) {
+        let own: &[(String, String)] = if self.foreign { &self.own } else { &[] };
+        if self.session.others.is_empty() && own.is_empty() {
+            return;
+        }
+        let mut at = 0;
+        while let Some(i) = find(hay, PREFIX, at) {
+            let candidate = &hay[i..(i + PLACEHOLDER_LEN).min(hay.len())];
+            for (placeholder, name) in self.session.others.iter().chain(own) {
+                if placeholder.as_bytes() == candidate && !found.contains(name) {
+                    found.push(name.clone());
+                }
+            }
+            at = i + 1;
+        }
+    }
+
     fn note(&mut self, found: Vec<String>) {
         for name in found {
             if !self.misdirected.contains(&name) {
@@ -191,31 +254,19 @@ impl<'s> Rewriter<'s> {
         }
     }
 
-    /// A line of chunked framing, forwarded as it is; `None` until its `\n` arrives.
-    fn take_line(
-        &mut self,
-        input: &mut &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<Option<Vec<u8>>, Refusal> {
+    /// A whole line of chunked framing (with its LF, not yet forwarded); `None` until its LF
+    /// arrives.
+    fn take_line(&mut self, input: &mut &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
         let (piece, done) = match input.iter().position(|&b| b == b'\n') {
             Some(i) => (&input[..=i], true),
             None => (*input, false),
         };
-        self.body(piece, out);
         self.line.extend_from_slice(piece);
         *input = &input[piece.len()..];
         if self.line.len() > MAX_LINE {
             return Err(bad("a chunk-size or trailer line longer than 8 KiB"));
         }
-        if !done {
-            return Ok(None);
-        }
-        let mut line = std::mem::take(&mut self.line);
-        line.pop();
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
-        Ok(Some(line))
+        Ok(done.then(|| std::mem::take(&mut self.line)))
     }
 
     /// The head if complete: its rewrite appended to `out`, the next state set; the head's
@@ -233,54 +284,102 @@ impl<'s> Rewriter<'s> {
             Ok(httparse::Status::Partial) => return Ok(None),
             Ok(httparse::Status::Complete(end)) => end,
             Err(httparse::Error::TooManyHeaders) => return Err(too_large()),
-            Err(e) => return Err(bad(&format!("an HTTP/1.1 request head ({e})"))),
+            Err(e) => {
+                // The rule broken, if one is (httparse says only where it stopped).
+                let lines = self
+                    .head
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |i| i + 1);
+                strict_head(&self.head[..lines])?;
+                return Err(bad(&format!("an HTTP/1.1 request head ({e})")));
+            }
         };
         if end > MAX_HEAD {
             return Err(too_large());
         }
-        let base = self.head.as_ptr() as usize;
-        let mut state = State::Head;
-        let mut length: Option<u64> = None;
-        let mut splices: Vec<(usize, usize, Vec<u8>)> = Vec::new();
-        let mut found = Vec::new();
-        let mut swapped = 0;
+        strict_head(&self.head[..end])?;
+        let host = self.session.host.as_str();
+        let method = request.method.unwrap_or("");
+        let mut hosts: Vec<&[u8]> = Vec::new();
+        let mut codings: Vec<&[u8]> = Vec::new();
+        let mut lengths: Vec<&[u8]> = Vec::new();
+        let mut upgrade = false;
         for header in request.headers.iter() {
             let name = header.name;
-            if name.eq_ignore_ascii_case("transfer-encoding") {
-                let last = header.value.rsplit(|&b| b == b',').next().unwrap_or(&[]);
-                if !last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                    return Err(bad(
-                        "a request Transfer-Encoding that does not end in chunked",
-                    ));
-                }
-                state = State::ChunkSize;
+            if name.eq_ignore_ascii_case("host") {
+                hosts.push(header.value);
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                codings.push(header.value);
             } else if name.eq_ignore_ascii_case("content-length") {
-                let n = std::str::from_utf8(header.value.trim_ascii())
+                lengths.push(header.value);
+            } else if name.eq_ignore_ascii_case("upgrade") {
+                upgrade = true;
+            }
+        }
+        let mut state = State::Head;
+        if !codings.is_empty() {
+            if !lengths.is_empty() {
+                return Err(bad("both Content-Length and Transfer-Encoding"));
+            }
+            if request.version == Some(0) {
+                return Err(bad("Transfer-Encoding on an HTTP/1.0 request"));
+            }
+            chunked_last(&codings)?;
+            state = State::ChunkSize;
+        }
+        match lengths[..] {
+            [] => {}
+            [value] => {
+                let n = std::str::from_utf8(value.trim_ascii())
                     .ok()
                     .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
                     .and_then(|s| s.parse::<u64>().ok())
                     .ok_or_else(|| bad("a Content-Length that is not a number"))?;
-                if length.is_some_and(|l| l != n) {
-                    return Err(bad("two different Content-Lengths"));
+                if n > 0 {
+                    state = State::Length(n);
                 }
-                length = Some(n);
-            } else if name.eq_ignore_ascii_case("upgrade") {
-                state = State::Raw;
             }
-            let start = header.value.as_ptr() as usize - base;
-            if let Some(value) = swap_value(header.value, &self.session.swaps, &mut swapped)? {
-                splices.push((start, start + header.value.len(), value));
-            }
+            _ => return Err(bad("several Content-Length headers")),
         }
-        if request.method == Some("CONNECT") {
+        let named = match hosts[..] {
+            [] => false,
+            [value] if value.trim_ascii().is_empty() => return Err(bad("an empty Host")),
+            [value] => {
+                names_host(value.trim_ascii(), host)
+                    && target_names_host(method, request.path.unwrap_or(""), host)
+            }
+            _ => return Err(bad("several Host headers")),
+        };
+        if upgrade || method == "CONNECT" {
             state = State::Raw;
         }
-        if state == State::Head {
-            if let Some(n @ 1..) = length {
-                state = State::Length(n);
+        let base = self.head.as_ptr() as usize;
+        let mut splices: Vec<(usize, usize, Vec<u8>)> = Vec::new();
+        let mut swapped = 0;
+        if named {
+            for header in request.headers.iter() {
+                let start = header.value.as_ptr() as usize - base;
+                let swaps = self.session.swaps.iter().filter(|swap| {
+                    let meant = swap_in(swap, header.name);
+                    if !meant && find(header.value, swap.placeholder.as_bytes(), 0).is_some() {
+                        log::debug!(
+                            "{host}: {}'s placeholder in the {} header, not one of its headers: forwarded as it is",
+                            swap.name,
+                            header.name
+                        );
+                    }
+                    meant
+                });
+                if let Some(value) = swap_value(header.value, swaps, &mut swapped)? {
+                    splices.push((start, start + header.value.len(), value));
+                }
             }
         }
-        misdirected_in(&self.head[..end], self.session, &mut found);
+        self.foreign = !named;
+        self.tail.clear();
+        let mut found = Vec::new();
+        self.misdirected_in(&self.head[..end], &mut found);
         self.note(found);
         let mut at = 0;
         for (start, stop, value) in &splices {
@@ -299,8 +398,20 @@ impl<'s> Rewriter<'s> {
     }
 }
 
-/// `value` with every swap's placeholder replaced, when one occurs.
-fn swap_value(value: &[u8], swaps: &[Swap], swapped: &mut u64) -> Result<Option<Vec<u8>>, Refusal> {
+/// Whether `swap`'s placeholder is swapped in the header `name`: one of its headers, and
+/// never one of [`crate::secrets::UNSWAPPABLE_HEADERS`] (the authority, the framing, the
+/// hop-by-hop headers), whatever the swap says.
+fn swap_in(swap: &Swap, name: &str) -> bool {
+    swap.headers.iter().any(|h| h.eq_ignore_ascii_case(name))
+        && !(crate::secrets::UNSWAPPABLE_HEADERS.iter()).any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// `value` with every placeholder of `swaps` replaced, when one occurs.
+fn swap_value<'a>(
+    value: &[u8],
+    swaps: impl Iterator<Item = &'a Swap>,
+    swapped: &mut u64,
+) -> Result<Option<Vec<u8>>, Refusal> {
     let mut current: Option<Vec<u8>> = None;
     for swap in swaps {
         let needle = swap.placeholder.as_bytes();
@@ -342,23 +453,6 @@ fn swap_value(value: &[u8], swaps: &[Swap], swapped: &mut u64) -> Result<Option<
     Ok(current)
 }
 
-/// The names of `session.others` whose placeholder occurs in `hay`.
-fn misdirected_in(hay: &[u8], session: &Session, found: &mut Vec<String>) {
-    if session.others.is_empty() {
-        return;
-    }
-    let mut at = 0;
-    while let Some(i) = find(hay, PREFIX, at) {
-        let candidate = &hay[i..(i + PLACEHOLDER_LEN).min(hay.len())];
-        for (placeholder, name) in &session.others {
-            if placeholder.as_bytes() == candidate && !found.contains(name) {
-                found.push(name.clone());
-            }
-        }
-        at = i + 1;
-    }
-}
-
 /// The first occurrence of `needle` in `hay` at or after `from`.
 pub fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
     let first = *needle.first()?;
@@ -374,21 +468,6 @@ pub fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
         at = i + 1;
     }
     None
-}
-
-/// The size of a chunk-size line (`1a;ext=v`).
-fn chunk_size(line: &[u8]) -> Result<u64, Refusal> {
-    let digits = line
-        .split(|&b| b == b';' || b == b' ' || b == b'\t')
-        .next()
-        .unwrap_or(&[]);
-    if digits.is_empty() || digits.len() > 15 {
-        return Err(bad("a chunk size that is not a hexadecimal number"));
-    }
-    std::str::from_utf8(digits)
-        .ok()
-        .and_then(|d| u64::from_str_radix(d, 16).ok())
-        .ok_or_else(|| bad("a chunk size that is not a hexadecimal number"))
 }
 
 fn bad(what: &str) -> Refusal {

@@ -211,6 +211,7 @@ fn a_swaps_debug_shows_no_value() {
         name: "K".into(),
         placeholder: "keel-secret-00000000000000000000000000000000".into(),
         value: Ok(b"sk-visible".to_vec()),
+        headers: vec!["authorization".into()],
     };
     assert!(!format!("{swap:?}").contains("sk-visible"));
 }

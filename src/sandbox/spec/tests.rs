@@ -182,6 +182,7 @@ fn a_spec_of_a_keel_before_secrets_reads_and_a_spec_never_holds_a_value() {
         placeholder: crate::secrets::placeholder(),
         source: crate::secrets::SecretSource::File("/etc/keel/secrets/anthropic".into()),
         hosts: vec!["api.anthropic.com".into()],
+        headers: vec!["x-api-key".into()],
     }];
     let text = serde_json::to_string(&spec).unwrap();
     let read: SandboxSpec = serde_json::from_str(&text).unwrap();

@@ -242,5 +242,8 @@ fn a_variable_of_keels_environment_must_be_a_keel_secret_one() {
     let said = err.to_string();
     assert!(said.starts_with("units/t.ron:3:"), "{said}");
     assert!(said.contains("secrets[\"GH_TOKEN\"].env"), "{said}");
-    assert!(said.contains("KEEL_SECRET_GH_TOKEN"), "the name to use: {said}");
+    assert!(
+        said.contains("KEEL_SECRET_GH_TOKEN"),
+        "the name to use: {said}"
+    );
 }

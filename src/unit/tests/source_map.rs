@@ -9,7 +9,7 @@ fn schema_names_every_field_and_only_real_ones() {
         .replace("network: Host", "network: Allow([\"a.com\"])")
         .replace(
             "    env: {",
-            "    secrets: {\"A\": Secret(file: \"/s\", hosts: [\"a.com\"]), \"B\": Secret(env: \"KEEL_SECRET_B\", hosts: [\"a.com\"])},\n    env: {",
+            "    secrets: {\"A\": Secret(file: \"/s\", hosts: [\"a.com\"], headers: [\"x-api-key\"]), \"B\": Secret(env: \"KEEL_SECRET_B\", hosts: [\"a.com\"])},\n    env: {",
         );
     parse(&text);
     let map = SourceMap::new(&text);

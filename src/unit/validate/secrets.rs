@@ -38,6 +38,28 @@ fn host_problem(host: &str) -> Option<String> {
         .map(|e| e.to_string())
 }
 
+/// What is wrong with `header` as a header a secret is swapped in.
+fn header_problem(header: &str) -> Option<String> {
+    let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if header.contains(':') {
+        return Some(format!(
+            "{header:?}: write the header's name alone, e.g. \"x-api-key\" (the placeholder goes in its value)"
+        ));
+    }
+    if header.is_empty() || !header.chars().all(tchar) {
+        return Some(format!(
+            "{header:?} is not a header name: letters, digits and !#$%&'*+-.^_`|~ (an RFC 9110 token), e.g. \"x-api-key\""
+        ));
+    }
+    let lower = header.to_ascii_lowercase();
+    if crate::secrets::UNSWAPPABLE_HEADERS.contains(&lower.as_str()) {
+        return Some(format!(
+            "{header:?} is never swapped in: host names the request's authority, content-length and transfer-encoding frame it, the hop-by-hop ones do not reach the server; name the header the API reads the key from"
+        ));
+    }
+    None
+}
+
 /// The problems of `unit.secrets`, each at its field.
 pub(super) fn secret_problems(unit: &Unit) -> Vec<Problem> {
     let mut problems = Vec::new();
@@ -119,6 +141,20 @@ pub(super) fn secret_problems(unit: &Unit) -> Vec<Problem> {
         for (index, host) in secret.hosts.iter().enumerate() {
             if let Some(message) = host_problem(host) {
                 add(at.field("hosts").index(index), vec![], message);
+            }
+        }
+        if let Some(headers) = &secret.headers {
+            if headers.is_empty() {
+                add(
+                    at.field("headers"),
+                    vec![at.clone()],
+                    format!("is empty: name the request headers the value is swapped in, e.g. [\"x-api-key\"], or leave headers out for the usual ones ({})", crate::secrets::DEFAULT_HEADERS.join(", ")),
+                );
+            }
+            for (index, header) in headers.iter().enumerate() {
+                if let Some(message) = header_problem(header) {
+                    add(at.field("headers").index(index), vec![], message);
+                }
             }
         }
     }

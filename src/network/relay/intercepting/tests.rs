@@ -12,6 +12,7 @@ fn secret(name: &str, source: SecretSource, hosts: &[&str]) -> TaskSecret {
         placeholder: crate::secrets::placeholder(),
         source,
         hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        headers: Vec::new(),
     }
 }
 
