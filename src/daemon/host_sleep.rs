@@ -75,7 +75,10 @@ fn remember(woke_wall_ms: u64, slept: Duration) {
 pub(crate) fn read_clocks() -> Option<(Duration, Duration)> {
     use nix::time::{clock_gettime, ClockId};
     let read = |id| clock_gettime(id).ok().map(Duration::from);
-    Some((read(ClockId::CLOCK_BOOTTIME)?, read(ClockId::CLOCK_MONOTONIC)?))
+    Some((
+        read(ClockId::CLOCK_BOOTTIME)?,
+        read(ClockId::CLOCK_MONOTONIC)?,
+    ))
 }
 
 impl super::Daemon {
