@@ -6,7 +6,7 @@
 //!     starvation_limit: "10m",
 //!     user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024),
 //!     jobs: Jobs(workers: 2, memory: "1G", deadline: "10m"),
-//!     network: Network(lists: {"anthropic": ["api.anthropic.com"]}, resolver: None),
+//!     network: Network(lists: {"anthropic": ["api.anthropic.com"]}, resolver: None, trust: []),
 //! )
 //! ```
 //!

@@ -18,6 +18,7 @@ pub mod network;
 pub mod notify;
 pub mod protocol;
 pub mod sandbox;
+pub mod secrets;
 pub mod state;
 #[allow(unsafe_code)]
 pub mod sys;

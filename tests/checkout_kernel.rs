@@ -406,6 +406,7 @@ fn sandbox_layout(dirs: &StateDir, unit: &str, prepared: &Prepared) -> SandboxLa
         in_user_namespace: false,
         own_network: false,
         resolver_file: None,
+        ca_bundle: None,
         veiled: vec![],
     }
 }

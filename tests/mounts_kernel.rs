@@ -54,6 +54,7 @@ fn layout(scratch: &Path) -> SandboxLayout {
         in_user_namespace: false,
         own_network: false,
         resolver_file: None,
+        ca_bundle: None,
         veiled: vec![],
     }
 }

@@ -522,23 +522,33 @@ fn a_writable_path_through_a_symlink_is_refused() {
 }
 
 #[test]
-fn an_unknown_user_fails_the_spawn_before_anything_runs() {
-    if !require_root("an_unknown_user_fails_the_spawn_before_anything_runs") {
+fn an_unknown_user_blocks_the_start_before_anything_runs() {
+    if !require_root("an_unknown_user_blocks_the_start_before_anything_runs") {
         return;
     }
     let d = Daemon::start("sb-nouser");
-    let (task, out) = run_agent(
-        &d,
+    d.write_unit(
         "nouser",
-        "echo ran",
-        r#"sandbox: Sandbox(user: Some("keel-no-such-user-xyz"))"#,
+        r#"Unit(command: ["/bin/sh", "-c", "echo ran"], restart: Never,
+            sandbox: Sandbox(user: Some("keel-no-such-user-xyz")))"#,
     );
-    assert_eq!(task["state"], "failed", "{out}");
-    assert_eq!(task["last_exit"], "spawn-failed");
+    // A user this host does not have is the host's to create: the task waits, blocked, with
+    // nothing spent (tests/host_side_refusals.rs has the rest).
+    let task = common::wait::wait_for(Duration::from_secs(20), "the start blocked", || {
+        d.task("nouser").filter(|t| {
+            t["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("blocked: "))
+        })
+    });
+    assert_eq!(task["state"], "queued", "{task}");
+    assert_eq!(task["attempt"], 0, "{task}");
     let reason = task["reason"].as_str().unwrap();
     assert!(
-        reason.contains("sandbox") && reason.contains("keel-no-such-user-xyz"),
+        reason.contains("no such user") && reason.contains("keel-no-such-user-xyz"),
         "{reason}"
     );
+    let out =
+        std::fs::read_to_string(d.task_dir("nouser").join("run/output.log")).unwrap_or_default();
     assert!(!out.contains("ran"), "the agent must not run: {out}");
 }

@@ -294,6 +294,7 @@ fn records_are_written_and_a_stale_exit_record_removed() {
         started_ms: 1,
         ended_ms: 2,
         spawn_error: None,
+        host_refused: false,
     };
     write_ron(&exit_record_path(&dir.run()), &stale).unwrap();
     let spec = dir.spec(&sh(

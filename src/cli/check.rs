@@ -8,6 +8,14 @@
 //! `sandbox.network` must name a list of the configuration (`--config`, or `STATE/keel.ron`),
 //! as the daemon requires when it reads the unit; a configuration with an error is reported
 //! (and fails the check) and that rule is then left out.
+//!
+//! A secret's file (`secrets: {"NAME": Secret(file: ...)}`) is checked as keel reads it: one
+//! that is there but loose (group-writable, or anything for others), another user's, not a
+//! regular file or not a one-line value is an error with the fix (`chmod 600 FILE`); one that
+//! is not there yet is a warning (the task waits for it).
+//!
+//! A `sandbox.user` this host does not have is a warning (the unit may be meant for another
+//! machine; `keel add` refuses it, and a task whose user is missing waits, blocked).
 
 use super::{CliError, CliResult};
 use crate::fmt::printable;
@@ -35,24 +43,39 @@ pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
         eprintln!("{}", printable(&error.to_string()));
     }
     let more = |unit: &crate::unit::Unit| {
-        let mut problems = crate::unit::keel_dir_problems(unit, &dirs);
+        let mut problems = secret_file_problems(unit).0;
+        problems.extend(crate::unit::keel_dir_problems(unit, &dirs));
         if let Ok(lists) = &lists {
             problems.extend(crate::unit::network_list_problems(unit, lists));
         }
         problems
     };
     for file in files {
-        let checked = crate::unit::load_unit_file(file).and_then(|(name, _, text)| {
+        let checked = crate::unit::load_unit_file(file).and_then(|(name, unit, text)| {
             match crate::unit::check_unit_with(file, &text, more) {
-                Ok(_) => Ok(name),
+                Ok(_) => Ok((name, unit)),
                 Err(mut errors) => Err(errors.remove(0)),
             }
         });
         match checked {
-            Ok(name) => println!(
-                "{}: ok (unit {name})",
-                printable(&file.display().to_string())
-            ),
+            Ok((name, unit)) => {
+                println!(
+                    "{}: ok (unit {name})",
+                    printable(&file.display().to_string())
+                );
+                let user = missing_user_problem(&unit).map(|p| {
+                    format!(
+                        "{p} (on the host that runs it, the task waits, blocked, until it exists)"
+                    )
+                });
+                for warning in secret_file_problems(&unit).1.into_iter().chain(user) {
+                    eprintln!(
+                        "{}: warning: {}",
+                        printable(&file.display().to_string()),
+                        printable(&warning)
+                    );
+                }
+            }
             Err(first) => {
                 bad += 1;
                 // A readable file may hold several problems: report them all.
@@ -82,6 +105,57 @@ pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
         )));
     }
     Ok(())
+}
+
+/// The unit's secret files as keel would read them: the problems that refuse the unit (each
+/// at its `secrets["NAME"].file`), and warnings: a file not there yet (the task waits for it),
+/// or one this user cannot judge (another user runs `keel check` than the daemon: the owner
+/// and the reading are the daemon's to check).
+pub(super) fn secret_file_problems(
+    unit: &crate::unit::Unit,
+) -> (Vec<crate::unit::Problem>, Vec<String>) {
+    use crate::secrets::SecretError;
+    let root = nix::unistd::geteuid().is_root();
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    for (name, secret) in &unit.secrets {
+        let Some(file) = &secret.file else { continue };
+        let at = crate::unit::FieldPath::default()
+            .field("secrets")
+            .key(name)
+            .field("file");
+        match crate::secrets::check_file(Path::new(file)) {
+            Ok(()) => {}
+            Err(error @ (SecretError::Missing(_) | SecretError::Unreadable { .. })) => {
+                warnings.push(format!("{at}: {error} (until then the task waits)"));
+            }
+            Err(error @ SecretError::WrongOwner { .. }) if !root => {
+                warnings.push(format!("{at}: {error} (if keel runs as this user)"));
+            }
+            Err(error) => problems.push(crate::unit::Problem {
+                path: at,
+                message: error.to_string(),
+                also: Vec::new(),
+            }),
+        }
+    }
+    (problems, warnings)
+}
+
+/// A `sandbox.user` this host's `/etc/passwd` or `/etc/group` does not have, at
+/// `sandbox.user`, with the fix: `keel add` refuses the unit, `keel check` warns (the unit
+/// may be checked on another machine than the one that runs it).
+pub(super) fn missing_user_problem(unit: &crate::unit::Unit) -> Option<crate::unit::Problem> {
+    let spec = unit.sandbox.user.as_deref()?;
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let message = crate::sandbox::start::daemon::missing_user(spec, &passwd, &group)?;
+    Some(crate::unit::Problem {
+        path: crate::unit::FieldPath::default()
+            .field("sandbox")
+            .field("user"),
+        message,
+        also: Vec::new(),
+    })
 }
 
 /// The named network lists of the configuration at `path` (none: no file).

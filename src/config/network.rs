@@ -9,8 +9,12 @@
 //!         "model": ["@anthropic", "host:11434"],
 //!     },
 //!     resolver: Some("127.0.0.1:53"),
+//!     trust: ["/etc/keel/ca/internal.pem"],
 //! ),
 //! ```
+//!
+//! `trust`: CA certificates (PEM files, absolute paths) the relay trusts, besides the host's
+//! store, when it verifies the real host of a secret's connection (private endpoints, tests).
 //!
 //! Entries have a unit's syntax ([`crate::network::entry`]) and may name other lists; a list
 //! that includes itself, or names one that is not there, is an error of the file.
@@ -30,6 +34,9 @@ pub struct RawNetwork {
     /// `Some("127.0.0.1:5353")`, checked as an address and port.
     #[serde(default)]
     pub resolver: Option<String>,
+    /// CA certificate files (PEM), absolute paths; each read when `keel.ron` is.
+    #[serde(default)]
+    pub trust: Vec<String>,
 }
 
 /// The network settings in force.
@@ -41,6 +48,9 @@ pub struct NetworkConfig {
     /// The DNS server the relays ask on the host; `None`: the first `nameserver` of
     /// `/etc/resolv.conf`.
     pub resolver: Option<SocketAddr>,
+    /// CA files trusted besides the host's store for the real hosts of secrets' connections
+    /// (checked: absolute, readable, PEM certificates).
+    pub trust: Vec<std::path::PathBuf>,
 }
 
 pub fn resolve(raw: &RawNetwork) -> NetworkConfig {
@@ -48,6 +58,7 @@ pub fn resolve(raw: &RawNetwork) -> NetworkConfig {
         lists: raw.lists.clone(),
         // Checked by `check`: a configuration that parsed has a valid one.
         resolver: raw.resolver.as_deref().and_then(|r| r.parse().ok()),
+        trust: raw.trust.iter().map(Into::into).collect(),
     }
 }
 
@@ -63,6 +74,11 @@ pub(super) fn check(raw: &RawNetwork) -> Vec<(FieldPath, String)> {
                     "{resolver:?} is not an address and port: write e.g. Some(\"127.0.0.1:53\"), or None for /etc/resolv.conf's"
                 ),
             ));
+        }
+    }
+    for (index, path) in raw.trust.iter().enumerate() {
+        if let Some(message) = trust_problem(path) {
+            problems.push((at.field("trust").index(index), message));
         }
     }
     let lists_at = at.field("lists");
@@ -111,6 +127,49 @@ pub(super) fn check(raw: &RawNetwork) -> Vec<(FieldPath, String)> {
         }
     }
     problems
+}
+
+/// The largest CA file `trust` may name.
+const MAX_TRUST_FILE: u64 = 1 << 20;
+
+/// Why `path`, an entry of `trust`, cannot be used: not absolute, missing, unreadable, not a
+/// regular file, or holding no PEM certificate. Read as `keel.ron` is.
+fn trust_problem(path: &str) -> Option<String> {
+    use std::io::Read;
+    let fix =
+        "put the CA's certificate (PEM, -----BEGIN CERTIFICATE-----) there, or remove the entry";
+    if !path.starts_with('/') {
+        return Some(format!(
+            "{path:?} is relative: write an absolute path such as \"/etc/keel/ca/internal.pem\""
+        ));
+    }
+    // Checked before opening: opening a FIFO would block.
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Some(format!("{path:?} does not exist: {fix}"))
+        }
+        Err(e) => return Some(format!("cannot read {path:?}: {e}: {fix}")),
+    };
+    if !meta.is_file() {
+        return Some(format!("{path:?} is not a regular file: {fix}"));
+    }
+    let mut text = Vec::new();
+    let read = std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_TRUST_FILE + 1).read_to_end(&mut text));
+    if let Err(e) = read {
+        return Some(format!("cannot read {path:?}: {e}: {fix}"));
+    }
+    if text.len() as u64 > MAX_TRUST_FILE {
+        return Some(format!(
+            "{path:?} is larger than 1M: name a file of CA certificates"
+        ));
+    }
+    let pem = String::from_utf8_lossy(&text);
+    if !(pem.contains("-----BEGIN CERTIFICATE-----") && pem.contains("-----END CERTIFICATE-----")) {
+        return Some(format!("{path:?} holds no PEM certificate: {fix}"));
+    }
+    None
 }
 
 /// The lists `entries` (a unit's, as written) reach, directly or through other lists: what

@@ -138,6 +138,22 @@ impl Daemon {
             defer_start(task, before, why, &mut self.store, &mut self.events.timers);
             return;
         }
+        // A secret of keel's environment that is not there: the host's to set, not the
+        // attempt's failure (no attempt, nothing counted against its restart limit).
+        let problem = (spawn::env_secret_problem(&unit_def))
+            .or_else(|| network::authority_problem(&self.store.dirs.root, &unit_def));
+        if let Some(why) = problem {
+            let before = task.record.clone();
+            defer_start(task, before, &why, &mut self.store, &mut self.events.timers);
+            return;
+        }
+        // A `sandbox.user` this host does not have: the host's to create, not the attempt's
+        // failure; the task waits, blocked, until it exists.
+        if let Some(why) = blocked::missing_user(&unit_def) {
+            let before = task.record.clone();
+            blocked::block_start(task, before, &why, &mut self.store, &mut self.events.timers);
+            return;
+        }
         // Chosen (and claimed host-wide) once no earlier shim can hold the task's claim.
         let id_block = self.id_block_for(unit);
         let Some(task) = self.tasks.get_mut(unit) else {
@@ -157,8 +173,12 @@ impl Daemon {
         // its cgroup keeps the block it just claimed rather than give it back at every retry.
         task.record.id_block = id_block;
         // The attempt's cgroup, before the decision: one still emptying defers the start.
-        let slice = match slices::prepare_slice(&self.slices, unit, &unit_def) {
-            Ok(slice) => Ok(slice),
+        let prepared = match blocked::test_refuses_slice() {
+            Some(why) => Err(SliceProblem::Failed(why)),
+            None => slices::prepare_slice(&self.slices, unit, &unit_def),
+        };
+        let slice = match prepared {
+            Ok(slice) => slice,
             Err(SliceProblem::Busy(why)) => {
                 // The previous attempt's killed processes are still exiting (milliseconds,
                 // unless one is stuck in the kernel): look again soon; status says why.
@@ -170,7 +190,14 @@ impl Daemon {
                     .add_after(SLICE_BUSY_RETRY, Timer::Schedule);
                 return;
             }
-            Err(SliceProblem::Failed(why)) => Err(why),
+            // No cgroup for it (cgroups unavailable, a limit the kernel refuses): never
+            // unconfined, and never the task's failure: it waits, blocked, for the host.
+            Err(SliceProblem::Failed(why)) => {
+                let before = task.record.clone();
+                let (store, timers) = (&mut self.store, &mut self.events.timers);
+                blocked::block_start(task, before, &why, store, timers);
+                return;
+            }
         };
         let before = task.record.clone();
         task.record.generation += 1;
@@ -243,14 +270,6 @@ impl Daemon {
                 sandbox.hidden.push(self.units.dir.clone());
             }
         }
-        let slice = match slice {
-            Ok(slice) => slice,
-            Err(why) => {
-                // Never unconfined in silence: the attempt fails with the reason.
-                self.fail_spawn(unit, why);
-                return;
-            }
-        };
         attempt_spec.cgroup_v1_procs = slice.v1_procs.clone();
         let pending = PendingStart {
             before,
@@ -305,6 +324,11 @@ impl Daemon {
         };
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         match outcome {
+            // A secret file that cannot be read as it is (missing, loose, another owner's):
+            // the operator's to fix; the start waits for it, nothing counted against the task.
+            Ok(JobResult::Prepared { findings, .. }) if !findings.secrets.is_empty() => {
+                self.defer_prepared_start(unit, *pending, &findings.secrets.join("; "));
+            }
             Ok(JobResult::Prepared { checkout, findings }) => {
                 if let Some(sandbox) = pending.spec.sandbox.as_mut() {
                     sandbox.findings = Some(findings);
@@ -393,6 +417,9 @@ impl Daemon {
             resolver: self.settings.config.network.resolver,
             cgroup: Some(cgroup_dir.as_fd()),
             v1_procs: &attempt_spec.cgroup_v1_procs,
+            secrets: (attempt_spec.sandbox.as_ref()).map_or(&[], |s| &s.secrets[..]),
+            state_root: &self.store.dirs.root,
+            trust: &self.settings.config.network.trust,
         };
         let task_network = match attempt_spec.sandbox.as_ref() {
             Some(sandbox) => network::start(&sandbox.network, userns, &network_ctx),
@@ -458,9 +485,16 @@ impl Daemon {
                 // `starting` reached the disk: put the record back as it was.
                 let _ = self.store.persist(task);
             }
-            // The unit's own mistake (an unknown user): failed to spawn, as the agent's
-            // missing binary is.
+            // The unit's own mistake (its command, its paths): failed to spawn, as the
+            // agent's missing binary is.
             Err(SpawnError::Launch(why)) => self.fail_spawn(unit, why),
+            // The host's (a user it does not have, a privilege or a resource it refuses):
+            // nothing counted against the task; it waits, blocked.
+            Err(e) if blocked::refused_by_host(&e) => {
+                slices::release_slice(task, &self.slices, &mut self.events);
+                let (store, timers) = (&mut self.store, &mut self.events.timers);
+                blocked::block_start(task, before, &e.to_string(), store, timers);
+            }
             Err(e) => {
                 let why = e.to_string();
                 log::error!("{unit}: cannot start: {why}");
@@ -557,7 +591,9 @@ fn preparation_job(
     unit_def: &crate::unit::Unit,
     sandbox: Option<&crate::sandbox::spec::SandboxSpec>,
 ) -> Result<Option<Job>, String> {
-    let names_paths = !unit_def.sandbox.writable.is_empty() || !unit_def.sandbox.hidden.is_empty();
+    let names_paths = !unit_def.sandbox.writable.is_empty()
+        || !unit_def.sandbox.hidden.is_empty()
+        || unit_def.secrets.values().any(|s| s.file.is_some());
     if unit_def.repo.is_none() && !(names_paths && sandbox.is_some()) {
         return Ok(None);
     }
@@ -569,6 +605,14 @@ fn preparation_job(
         hidden: s.hidden.clone(),
         writable: s.writable.clone(),
         keel_dirs: s.keel_dirs.clone(),
+        secret_files: (s.secrets.iter())
+            .filter_map(|secret| match &secret.source {
+                crate::secrets::SecretSource::File(path) => {
+                    Some((secret.name.clone(), path.clone()))
+                }
+                crate::secrets::SecretSource::Env(_) => None,
+            })
+            .collect(),
     });
     Ok(Some(Job::Prepare {
         unit: unit.to_string(),
@@ -609,6 +653,8 @@ fn user_namespace_for<'t>(
     }
     task.user_namespace.as_ref().map(|(_, ns)| ns.as_fd())
 }
+
+pub(crate) mod blocked;
 
 #[cfg(test)]
 mod tests;

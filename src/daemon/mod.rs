@@ -23,6 +23,7 @@
 mod checkouts;
 mod control;
 mod event_loop;
+mod host_sleep;
 pub mod id_blocks;
 mod jobs;
 mod lifecycle;
@@ -118,6 +119,8 @@ pub struct Daemon {
     shutdown: Option<Shutdown>,
     /// A [`Timer::Network`] is in the queue (one for all relays, however many start).
     network_look_armed: bool,
+    /// How the host's sleeps are noticed (host_sleep.rs).
+    sleep_watch: host_sleep::SleepWatch,
     _lock: InstanceLock,
 }
 
@@ -191,6 +194,8 @@ impl Daemon {
         let id_claims = id_blocks::open_claims(&settings.config.user_namespaces)
             .map_err(DaemonError::Config)?;
         raise_open_file_limit();
+        // The CA of the tasks' secrets, once per state directory, and the sandboxes' bundle.
+        network::prepare_authority(&dirs.root);
 
         let under_init = std::env::var("KEEL_UNDER_INIT")
             .ok()
@@ -242,6 +247,7 @@ impl Daemon {
             },
             shutdown: None,
             network_look_armed: false,
+            sleep_watch: host_sleep::SleepWatch::default(),
             _lock: lock,
         })
     }
@@ -261,7 +267,9 @@ impl Daemon {
             if let Some(code) = self.finished_shutdown() {
                 return self.exit(code);
             }
-            if !self.events.wait(&mut events) {
+            let woke = self.events.wait(&mut events);
+            self.notice_host_sleep();
+            if !woke {
                 continue;
             }
             for event in events.iter() {
@@ -345,6 +353,7 @@ impl Daemon {
                         log::error!("{e}");
                     }
                     self.scan_units();
+                    self.retry_waiting_starts();
                 }
                 // Forwarded by keel init from whoever signals the container; a supervisor
                 // must not die of them. They report the counts, as a cheap "are you there".
@@ -380,8 +389,8 @@ impl Daemon {
             };
             any |= network.has_relay();
             let name = task.name.clone();
-            let lines = network.check(&name, now);
-            journal_refusals(task, lines, &mut self.store);
+            let events = network.check(&name, now);
+            journal_network_events(task, events, &mut self.store);
         }
         if any {
             self.arm_network_look();
@@ -446,12 +455,19 @@ impl Daemon {
     }
 }
 
-/// Journal a task's relay's refusals (`net-denied`, one event per destination refused since
-/// the last look).
-pub(crate) fn journal_refusals(task: &Task, lines: Vec<String>, store: &mut store::Store) {
-    for line in lines {
-        log::info!("{}: net-denied {line}", task.name);
-        store.task_event(task, "net-denied", &line);
+/// Journal what a task's relay's report calls for: `net-denied` (one event per destination
+/// refused since the last look), `secret-misdirected` (per secret and destination).
+pub(crate) fn journal_network_events(
+    task: &Task,
+    events: Vec<network::NetworkEvent>,
+    store: &mut store::Store,
+) {
+    for (kind, line) in events {
+        match kind {
+            "secret-misdirected" => log::warn!("{}: {kind} {line}", task.name),
+            _ => log::info!("{}: {kind} {line}", task.name),
+        }
+        store.task_event(task, kind, &line);
     }
 }
 

@@ -44,9 +44,37 @@ struct Relay {
     restart_at: Option<Instant>,
     cgroup: Option<OwnedFd>,
     v1_procs: Vec<PathBuf>,
-    /// Refusals journaled so far, per destination (the report's counts).
-    journaled: BTreeMap<String, u64>,
+    /// What was journaled so far: the report's counts.
+    journaled: Journaled,
 }
+
+/// The report's counts already journaled: refusals per destination, misdirected
+/// placeholders per (secret, destination).
+#[derive(Debug, Default)]
+pub(crate) struct Journaled {
+    pub refused: BTreeMap<String, u64>,
+    pub misdirected: BTreeMap<(String, String), u64>,
+}
+
+impl Journaled {
+    /// All that `report` counts, taken as journaled.
+    fn of(report: Option<&RelayReport>) -> Journaled {
+        let refused = (report.iter().flat_map(|r| &r.refused))
+            .map(|r| (r.destination.clone(), r.count))
+            .collect();
+        let misdirected = (report.iter().flat_map(|r| &r.misdirected))
+            .map(|m| ((m.secret.clone(), m.destination.clone()), m.count))
+            .collect();
+        Journaled {
+            refused,
+            misdirected,
+        }
+    }
+}
+
+/// An event of the journal a relay's report calls for: `net-denied` or `secret-misdirected`,
+/// and its detail.
+pub(crate) type NetworkEvent = (&'static str, String);
 
 /// Where the attempt's relay asks names on the host (`keel.ron`), and what it inherits of the
 /// task's cgroup.
@@ -56,6 +84,60 @@ pub(crate) struct NetworkContext<'a> {
     pub resolver: Option<SocketAddr>,
     pub cgroup: Option<BorrowedFd<'a>>,
     pub v1_procs: &'a [PathBuf],
+    /// The attempt's secrets (with their placeholders), which its relay swaps in.
+    pub secrets: &'a [crate::secrets::TaskSecret],
+    /// The state root, whose CA the relay signs with (`crate::network::tls::CA_DIR`).
+    pub state_root: &'a Path,
+    /// `keel.ron`'s `network.trust`: CA files for the intercepted hosts' upstreams.
+    pub trust: &'a [PathBuf],
+}
+
+/// The CA that signs the certificates the relays show for the secrets' hosts
+/// (`STATE/network/ca/`, made once), and the bundle the sandboxes of units with secrets see
+/// as the host's (`STATE/network/ca-bundle.pem`: the host's bundle and that CA). A failure is
+/// logged, never fatal: the tasks with secrets then cannot reach their hosts (fail-closed).
+pub(crate) fn prepare_authority(state_root: &Path) {
+    let authority = match crate::network::tls::Authority::open(state_root) {
+        Ok(authority) => authority,
+        Err(e) => {
+            log::error!(
+                "the CA for the tasks' secrets: {e} (tasks with secrets cannot reach their hosts)"
+            );
+            return;
+        }
+    };
+    match crate::secrets::write_ca_bundle(state_root, authority.cert_pem()) {
+        Ok(path) => log::debug!("the sandboxes' CA bundle: {}", path.display()),
+        Err(e) => log::error!(
+            "the sandboxes' CA bundle: {e} (tasks with secrets cannot reach their hosts)"
+        ),
+    }
+}
+
+/// Why a unit with secrets cannot start now for want of keel's CA or the sandboxes' bundle
+/// (made at the daemon's start: tried again here, in keel's own state directory). The host's
+/// problem: the start waits (deferred), spending nothing of the task's.
+pub(crate) fn authority_problem(state_root: &Path, unit: &crate::unit::Unit) -> Option<String> {
+    if unit.secrets.is_empty() {
+        return None;
+    }
+    // As the relay will load it (a key another keel or an operator left wider is refused
+    // there too): keel's own state directory, a few small files.
+    let ready = || {
+        crate::network::tls::Authority::load(state_root).is_ok()
+            && crate::secrets::ca_bundle_path(state_root).is_file()
+    };
+    if ready() {
+        return None;
+    }
+    prepare_authority(state_root);
+    match ready() {
+        true => None,
+        false => Some(
+            "keel's CA for the secrets' hosts could not be made (the daemon's log says why)"
+                .to_string(),
+        ),
+    }
 }
 
 /// The network of an attempt of `network`: `None` for `Host`; else its namespace (owned by
@@ -84,7 +166,12 @@ pub(crate) fn start(
         return Err("no relay spec for an Allow network".into());
     };
     let relay_ctx = (ctx.unit, ctx.run_dir, ctx.resolver);
-    let spec = task_namespace::relay_spec(entries, lists, relay_ctx, fds);
+    let mut spec = task_namespace::relay_spec(entries, lists, relay_ctx, fds);
+    if !ctx.secrets.is_empty() {
+        spec.secrets = ctx.secrets.to_vec();
+        spec.state_root = Some(ctx.state_root.to_path_buf());
+        spec.trust = ctx.trust.to_vec();
+    }
     let cgroup = (ctx.cgroup)
         .map(|fd| fd.try_clone_to_owned())
         .transpose()
@@ -97,7 +184,7 @@ pub(crate) fn start(
         restart_at: None,
         cgroup,
         v1_procs: ctx.v1_procs.to_vec(),
-        journaled: BTreeMap::new(),
+        journaled: Journaled::default(),
     };
     relay.spawn(netns.as_fd(), &sockets)?;
     Ok(Some(TaskNetwork {
@@ -192,8 +279,8 @@ impl TaskNetwork {
     }
 
     /// The periodic look ([`CHECK_EVERY`]): a relay that died is started again (after its
-    /// backoff); the report's new refusals are journaled.
-    pub(crate) fn check(&mut self, task_name: &str, now: Instant) -> Vec<String> {
+    /// backoff); the report's new refusals and misdirected placeholders are journaled.
+    pub(crate) fn check(&mut self, task_name: &str, now: Instant) -> Vec<NetworkEvent> {
         let Some(relay) = self.relay.as_mut() else {
             return Vec::new();
         };
@@ -220,14 +307,14 @@ impl TaskNetwork {
                 relay.restart_at = Some(now + RESTART_MAX);
             }
         }
-        new_refusals(&relay.spec.report, &mut relay.journaled)
+        new_events(&relay.spec.report, &mut relay.journaled)
     }
 
-    /// The refusals the relay's report counts beyond those journaled (`net-denied` details),
-    /// without looking at the relay itself: the attempt's last look, as it ends.
-    pub(crate) fn last_refusals(&mut self) -> Vec<String> {
+    /// The events the relay's report calls for beyond those journaled, without looking at the
+    /// relay itself: the attempt's last look, as it ends.
+    pub(crate) fn last_events(&mut self) -> Vec<NetworkEvent> {
         match self.relay.as_mut() {
-            Some(relay) => new_refusals(&relay.spec.report, &mut relay.journaled),
+            Some(relay) => new_events(&relay.spec.report, &mut relay.journaled),
             None => Vec::new(),
         }
     }
@@ -261,9 +348,7 @@ pub(crate) fn readopt(
             .filter(|inside| *inside)?;
         Some((pid, crate::sys::pidfd_open(pid).ok()?))
     });
-    let journaled = (report.iter().flat_map(|r| &r.refused))
-        .map(|r| (r.destination.clone(), r.count))
-        .collect();
+    let journaled = Journaled::of(report.as_ref());
     log::info!(
         "{}: network relay {} re-adopted",
         spec.unit,
@@ -295,16 +380,59 @@ pub(crate) fn read_report(run_dir: &Path) -> Option<RelayReport> {
     serde_json::from_slice(&text).ok()
 }
 
-/// The refusals the report at `path` counts beyond those `journaled`, as `net-denied` event
-/// details; `journaled` brought up to date.
-fn new_refusals(path: &Path, journaled: &mut BTreeMap<String, u64>) -> Vec<String> {
+/// The events the report at `path` calls for beyond those `journaled` (brought up to date).
+fn new_events(path: &Path, journaled: &mut Journaled) -> Vec<NetworkEvent> {
     let Some(report) = std::fs::read(path)
         .ok()
         .and_then(|text| serde_json::from_slice::<RelayReport>(&text).ok())
     else {
         return Vec::new();
     };
-    refusals_since(&report, journaled)
+    let misdirected = misdirected_since(&report, &mut journaled.misdirected);
+    let refused = refusals_since(&report, &mut journaled.refused);
+    (misdirected
+        .into_iter()
+        .map(|line| ("secret-misdirected", line)))
+    .chain(refused.into_iter().map(|line| ("net-denied", line)))
+    .collect()
+}
+
+/// One line per (secret, destination) whose placeholder was seen again since the last look
+/// (`ANTHROPIC_API_KEY's placeholder sent to example.com:80 (×2) …`): never the value, nor
+/// the placeholder. Bounded per look like the refusals.
+pub(crate) fn misdirected_since(
+    report: &RelayReport,
+    journaled: &mut BTreeMap<(String, String), u64>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut others = 0u64;
+    for m in &report.misdirected {
+        let key = (m.secret.clone(), m.destination.clone());
+        let before = journaled.get(&key).copied().unwrap_or(0);
+        let new = m.count.checked_sub(before).unwrap_or(m.count);
+        journaled.insert(key, m.count);
+        if new == 0 {
+            continue;
+        }
+        if lines.len() >= JOURNALED_PER_LOOK {
+            others += new;
+            continue;
+        }
+        let times = match new {
+            1 => String::new(),
+            n => format!(" (\u{d7}{n})"),
+        };
+        lines.push(format!(
+            "{}'s placeholder sent to {}{times}, which is not one of its hosts: forwarded as it is (worthless there); a sign of prompt injection",
+            m.secret, m.destination
+        ));
+    }
+    if others > 0 {
+        lines.push(format!(
+            "and {others} more misdirected placeholders: keel status UNIT --json"
+        ));
+    }
+    lines
 }
 
 /// [`new_refusals`] of a report read: one line per destination refused again since

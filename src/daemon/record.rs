@@ -175,6 +175,14 @@ pub struct TaskRecord {
     /// `None`: never started with a user namespace (or the record of an older keel).
     #[serde(default)]
     pub id_block: Option<IdBlock>,
+    /// Why the host refused the task's last start (cgroups unavailable, a privilege keel
+    /// lacks, a `sandbox.user` this host does not have): the task is `queued` and waits,
+    /// `blocked`, retried with a backoff (at most a minute apart) and at `keel reload` or
+    /// SIGHUP; nothing was counted against its restart limit. Kept across attempts until one
+    /// ends on the agent's own terms (`None` then): a start refused again for the same reason
+    /// is journaled once (`start-blocked`), not at every retry.
+    #[serde(default)]
+    pub blocked: Option<String>,
 }
 
 /// How many ended attempts a record remembers.
@@ -233,6 +241,7 @@ impl TaskRecord {
             stall: None,
             recent_exits: Vec::new(),
             id_block: None,
+            blocked: None,
         }
     }
 }
@@ -247,6 +256,9 @@ pub(crate) struct Ending {
     /// An exit record of another generation was found and ignored: the generation it named.
     /// [`Daemon::settle`](super::Daemon::settle) journals it as `fenced`.
     pub fenced: Option<u64>,
+    /// The host refused the start (the shim's exit record says so): the task waits, blocked,
+    /// rather than settle; nothing counts against its restart limit.
+    pub host_refused: bool,
 }
 
 impl Ending {
@@ -256,6 +268,7 @@ impl Ending {
             note: Some(note.into()),
             ended_ms: None,
             fenced: None,
+            host_refused: false,
         }
     }
 
@@ -266,6 +279,7 @@ impl Ending {
             note: Some(why),
             ended_ms: None,
             fenced: None,
+            host_refused: false,
         }
     }
 
@@ -277,6 +291,7 @@ impl Ending {
                     Some(_) => LastExit::SpawnFailed,
                     None => LastExit::Agent(record.status),
                 },
+                host_refused: record.host_refused && record.spawn_error.is_some(),
                 note: record.spawn_error,
                 ended_ms: Some(record.ended_ms),
                 fenced: None,

@@ -72,8 +72,8 @@ impl Daemon {
         ending.exit = slices::account_oom(task, &self.slices, ending.exit, ending.ended_ms);
         // What its relay refused last (its report, up to half a second before the end).
         if let Some(network) = task.network.as_mut() {
-            let lines = network.last_refusals();
-            super::journal_refusals(task, lines, &mut self.store);
+            let events = network.last_events();
+            super::journal_network_events(task, events, &mut self.store);
         }
         slices::release_slice(task, &self.slices, &mut self.events);
         self.liveness.unwatch(unit);
@@ -166,6 +166,13 @@ fn settle_task(
             }
         }
     }
+    // The host refused the start (the shim says so): no attempt ran, nothing is counted.
+    if ending.host_refused {
+        return settle_refused(task, ending, intent, store, timers);
+    }
+    // An attempt that ran: the host's refusals before it are over.
+    task.record.blocked = None;
+    task.blocked_retries = 0;
     // Stopped by the liveness watch: the attempt ends as `stalled` (liveness.rs).
     let stall = super::liveness::take_stall(&mut task.record, &mut ending);
     let exit = ending.exit;
@@ -282,6 +289,47 @@ fn settle_task(
             Settled::Recorded
         }
         Decision::Remove => Settled::Remove { explicit: true },
+    }
+}
+
+/// An attempt whose start the host refused (its shim's exit record says so: a sandbox step
+/// the kernel refused for want of a privilege or a resource): it never ran. Its attempt
+/// number is given back, its exit not remembered, nothing counted against its restart limit;
+/// a pending removal or stop is carried out, else the task waits, blocked
+/// (`lifecycle::blocked`).
+fn settle_refused(
+    task: &mut Task,
+    ending: Ending,
+    intent: Intent,
+    store: &mut Store,
+    timers: &mut Timers,
+) -> Settled {
+    let why = (ending.note).unwrap_or_else(|| "the host refused the start".to_string());
+    log::info!(
+        "{}: attempt {} refused by the host before the agent ran: {why}",
+        task.name,
+        task.record.attempt
+    );
+    let before = super::lifecycle::blocked::before_refused_attempt(&task.record);
+    match intent {
+        Intent::Remove | Intent::Forget => Settled::Remove {
+            explicit: intent == Intent::Remove,
+        },
+        Intent::Stop => {
+            let generation = task.record.generation;
+            task.record = before;
+            task.record.generation = generation;
+            task.record.shim = None;
+            task.record.intent = Intent::None;
+            task.record.stop_started_ms = None;
+            task.record.reason = Some("stopped by request".into());
+            transition(task, TaskState::Stopped, "stopped before it ran", store);
+            Settled::Recorded
+        }
+        Intent::None | Intent::Restart | Intent::Interrupt => {
+            super::lifecycle::blocked::block_start(task, before, &why, store, timers);
+            Settled::Recorded
+        }
     }
 }
 

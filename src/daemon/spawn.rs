@@ -62,7 +62,26 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         crate::unit::Network::Allow(_) => proxy_env(),
         _ => Vec::new(),
     };
+    let secrets = task_secrets(unit);
+    // With secrets, TLS to their hosts is keel's: the bundle that trusts its CA, named for
+    // every runtime that reads a variable (before the unit's env, which wins).
+    if !secrets.is_empty() {
+        match crate::secrets::ca_bundle_target() {
+            Some(bundle) => env.extend(ca_env(&bundle)),
+            None => log::warn!(
+                "{}: the host has no CA bundle ({}): TLS to the secrets' hosts will not verify",
+                ctx.unit_name,
+                crate::secrets::HOST_BUNDLES.join(", ")
+            ),
+        }
+    }
     env.extend(unit.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // The agent's secret is its placeholder (a name also in `env` is refused by validation).
+    env.extend(
+        secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.placeholder.clone())),
+    );
     let keel_vars = [
         ("KEEL_UNIT", ctx.unit_name.to_string()),
         ("KEEL_ATTEMPT", ctx.attempt.to_string()),
@@ -93,6 +112,12 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
             .filter(|p| std::fs::symlink_metadata(p).is_ok()),
     );
     hidden.extend(unit.sandbox.hidden.iter().map(std::path::PathBuf::from));
+    // A secret's file is keel's to read, never the agent's: an agent that is root without a
+    // user namespace of its own owns a root-owned 0600 file.
+    hidden.extend(secrets.iter().filter_map(|s| match &s.source {
+        crate::secrets::SecretSource::File(path) => Some(path.clone()),
+        crate::secrets::SecretSource::Env(_) => None,
+    }));
     let sandbox = SandboxSpec {
         workdir: unit.workdir.clone().into(),
         work_source: dirs.work_dir(ctx.unit_name),
@@ -130,6 +155,7 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         // The task's block of host ids: given by the caller (`crate::daemon::id_blocks`).
         id_block: None,
         findings: None,
+        secrets,
     };
     AttemptSpec {
         unit: ctx.unit_name.to_string(),
@@ -144,6 +170,50 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         sandbox: Some(sandbox),
         cgroup_v1_procs: Vec::new(),
     }
+}
+
+/// The unit's secrets for one attempt: a fresh placeholder for each (a secret validation
+/// refused, with neither source or both, is left out).
+pub fn task_secrets(unit: &Unit) -> Vec<crate::secrets::TaskSecret> {
+    (unit.secrets.iter())
+        .filter_map(|(name, secret)| {
+            Some(crate::secrets::TaskSecret {
+                name: name.clone(),
+                placeholder: crate::secrets::placeholder(),
+                source: secret.source()?,
+                hosts: secret.normalised_hosts(),
+                headers: secret.normalised_headers(),
+            })
+        })
+        .collect()
+}
+
+/// Why `unit` cannot start now for a secret of keel's environment (`secret NAME: why`):
+/// one that is not set, or not a value a header can carry. Read in the loop: no I/O.
+pub fn env_secret_problem(unit: &Unit) -> Option<String> {
+    unit.secrets.iter().find_map(|(name, secret)| {
+        let source @ crate::secrets::SecretSource::Env(_) = secret.source()? else {
+            return None;
+        };
+        crate::secrets::read_value(&source)
+            .err()
+            .map(|e| format!("secret {name}: {e}"))
+    })
+}
+
+/// The variables that name the CA bundle (`bundle`, where the sandbox shows keel's).
+pub fn ca_env(bundle: &Path) -> Vec<(String, String)> {
+    let bundle = bundle.display().to_string();
+    [
+        "SSL_CERT_FILE",
+        "NODE_EXTRA_CA_CERTS",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+    ]
+    .into_iter()
+    .map(|name| (name.to_string(), bundle.clone()))
+    .collect()
 }
 
 /// The proxy variables of a sandbox with `network: Allow`: its relay's HTTP proxy on
@@ -258,7 +328,10 @@ pub fn spawn_shim_program(
             .as_deref_mut()
             .map(|t| t as &mut dyn TemplateCache),
     )
-    .map_err(|e| SpawnError::Launch(e.to_string()))?;
+    .map_err(|e| match e.refused_by_host() {
+        true => SpawnError::Refused(e.to_string()),
+        false => SpawnError::Launch(e.to_string()),
+    })?;
     // The task's user namespace, made by the daemon (`userns`: a descriptor the clone
     // inherits, or the spare is sent); without one, the shim's clone makes it.
     if let (Some(userns), Some(sandbox)) = (userns, launch.sandbox_mut()) {
@@ -394,6 +467,9 @@ pub enum SpawnError {
     /// The agent's start could not be resolved (an unknown `sandbox.user`, say): the attempt
     /// failed to spawn, for a reason the unit's author can fix.
     Launch(String),
+    /// The agent's start could not be resolved for a reason of the host's (a `sandbox.user`
+    /// it does not have, a capability keel lacks): the task waits, blocked.
+    Refused(String),
 }
 
 impl std::fmt::Display for SpawnError {
@@ -401,7 +477,7 @@ impl std::fmt::Display for SpawnError {
         match self {
             SpawnError::Open(path, e) => write!(f, "cannot open {path}: {e}"),
             SpawnError::NulInPath => f.write_str("state directory path contains a NUL byte"),
-            SpawnError::Launch(message) => f.write_str(message),
+            SpawnError::Launch(message) | SpawnError::Refused(message) => f.write_str(message),
             SpawnError::PreviousShimAlive => f.write_str(
                 "a shim of an earlier attempt still holds run/attempt.lock: not starting a second one",
             ),

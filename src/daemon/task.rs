@@ -98,6 +98,9 @@ pub(crate) struct Task {
     /// Starts deferred in a row (a host-side problem each time): the next retry waits longer
     /// ([`crate::daemon::lifecycle`]'s `deferral_delay`). Back to 0 once a shim runs.
     pub start_deferrals: u32,
+    /// Starts the host refused in a row (`lifecycle::blocked`): the next retry waits longer
+    /// (at most a minute). Back to 0 once an attempt ends on the agent's own terms.
+    pub blocked_retries: u32,
     /// First scan that found the unit file missing (removal needs two scans, 0.5 s apart).
     pub missing_since: Option<Instant>,
     /// This daemon has seen the unit file. A task whose file was never seen (a wrong or not
@@ -172,6 +175,7 @@ impl Task {
             started_at: None,
             start_retry_at: None,
             start_deferrals: 0,
+            blocked_retries: 0,
             missing_since: None,
             seen_file: false,
             waiting: None,

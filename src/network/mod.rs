@@ -17,6 +17,7 @@ pub mod relay;
 pub mod relay_protocol;
 pub mod resolver;
 pub mod task_namespace;
+pub mod tls;
 
 pub use entry::{Entry, EntryError, IpNet, Ports};
 pub use fake::FakeAddresses;

@@ -39,6 +39,20 @@ pub struct RelaySpec {
     pub resolver: Option<SocketAddr>,
     /// What a connect to an upstream may take before the agent's connection is reset.
     pub connect_timeout_ms: u64,
+    /// The unit's `secrets`, each with this attempt's placeholder: TLS to a secret's hosts is
+    /// terminated by the relay (`crate::network::tls`) and the placeholder in a request's
+    /// headers swapped for the value, read from its source for each new connection. Values
+    /// never travel in the spec. `serde(default)`: a spec of an older keel reads.
+    #[serde(default)]
+    pub secrets: Vec<crate::secrets::TaskSecret>,
+    /// The state root whose CA (`crate::network::tls::CA_DIR`) signs the intercepted hosts'
+    /// certificates; `None` when the task has no secrets.
+    #[serde(default)]
+    pub state_root: Option<PathBuf>,
+    /// CA files (`keel.ron` `network.trust`) trusted for the upstreams of intercepted hosts,
+    /// beside the host's bundle.
+    #[serde(default)]
+    pub trust: Vec<PathBuf>,
     /// The inherited descriptors.
     pub fds: RelayFds,
 }
@@ -82,6 +96,23 @@ pub struct RelayReport {
     pub refused: Vec<RefusedCount>,
     /// Connections open now.
     pub open_connections: u64,
+    /// Placeholders seen on their way to a host that is not their secret's (a sign of
+    /// prompt injection: the journal's `secret-misdirected`), per secret and destination.
+    /// `serde(default)`: a report of an older keel reads.
+    #[serde(default)]
+    pub misdirected: Vec<MisdirectedCount>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MisdirectedCount {
+    /// The secret's name (the agent's variable); never its value or placeholder.
+    pub secret: String,
+    /// Where the placeholder was going (`name:port`, `address:port`).
+    pub destination: String,
+    pub count: u64,
+    pub first_ms: u64,
+    pub last_ms: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

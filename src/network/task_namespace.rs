@@ -230,6 +230,9 @@ pub fn relay_spec(
         names: dir.join("names"),
         resolver,
         connect_timeout_ms: CONNECT_TIMEOUT_MS,
+        secrets: Vec::new(),
+        state_root: None,
+        trust: Vec::new(),
         fds,
     }
 }

@@ -96,6 +96,11 @@ pub struct SandboxLayout {
     /// where the host's `/etc/resolv.conf` really is (the sandbox shows it there instead).
     #[serde(default)]
     pub resolver_file: Option<(PathBuf, PathBuf)>,
+    /// A unit with secrets: keel's CA bundle (`STATE/network/ca-bundle.pem`: the host's
+    /// bundle and keel's CA) and the canonical path of the host's bundle, where the sandbox
+    /// shows it instead. `serde(default)`: a layout of an older keel reads.
+    #[serde(default)]
+    pub ca_bundle: Option<(PathBuf, PathBuf)>,
 }
 
 /// One entry of the host's `/`.

@@ -57,7 +57,21 @@ pub const SPEC_NOT_WRITTEN: i32 = 124;
 /// The environment a shim is given, and its agent's is made from: the daemon's, without its
 /// crash-point hook (`KEEL_CRASH_AT`), which is for the daemon alone.
 pub fn shim_env() -> impl Iterator<Item = (OsString, OsString)> {
-    std::env::vars_os().filter(|(k, _)| k != "KEEL_CRASH_AT")
+    shim_env_of(std::env::vars_os())
+}
+
+/// [`shim_env`] of the daemon's environment `vars`: without the daemon's crash point, and
+/// without the secrets' variables (`crate::secrets::ENV_SOURCE_PREFIX`), which only the
+/// daemon and its relays hold.
+pub fn shim_env_of(
+    vars: impl Iterator<Item = (OsString, OsString)>,
+) -> impl Iterator<Item = (OsString, OsString)> {
+    vars.filter(|(k, _)| {
+        k != "KEEL_CRASH_AT"
+            && !k
+                .as_encoded_bytes()
+                .starts_with(crate::secrets::ENV_SOURCE_PREFIX.as_bytes())
+    })
 }
 
 /// [`shim_env`] as execve(2) takes it.

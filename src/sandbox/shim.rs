@@ -127,6 +127,9 @@ fn start<'a>(
     if let Some(Handed::LaunchError(message)) = handed {
         return Err(fail(message));
     }
+    if let Some(message) = test_refuses_start() {
+        return Err(fail(message));
+    }
     // The attempt lock the daemon handed over as fd 3 stays with the shim alone: close-on-exec,
     // so no agent (nor anything it daemonizes) can keep the lock after the shim is gone,
     // whatever the kernel's close_range support.
@@ -192,6 +195,7 @@ fn start<'a>(
                 failure.pid,
                 (started_ms, now_ms()),
                 Some(message),
+                refused_by_host(&failure),
             );
             return Err(status.exit_code());
         }
@@ -382,6 +386,7 @@ impl Shim<'_> {
             self.agent,
             (self.started_ms, ended_ms),
             None,
+            false,
         );
         let note = if recorded {
             ""
@@ -436,6 +441,7 @@ fn write_exit_record(
     agent_pid: i32,
     (started_ms, ended_ms): (u64, u64),
     spawn_error: Option<String>,
+    host_refused: bool,
 ) -> bool {
     let record = ExitRecord {
         generation: spec.generation,
@@ -445,6 +451,7 @@ fn write_exit_record(
         started_ms,
         ended_ms,
         spawn_error,
+        host_refused,
     };
     match write_ron(&exit_record_path(&spec.run_dir), &record) {
         Ok(()) => true,
@@ -455,7 +462,10 @@ fn write_exit_record(
     }
 }
 
-/// The shim could not do its own job: say why, record it where possible, exit 125.
+/// The shim could not do its own job: say why, record it where possible, exit 125. Its own
+/// set-up (its records, a signalfd, the output log, what the daemon's clone did before it:
+/// cgroups, a pipe, a fork) is the host's: recorded as refused by the host, so that the
+/// daemon does not spend the task's restart budget on it.
 fn setup_failure(spec: Option<&AttemptSpec>, message: String) -> i32 {
     log::error!("{message}");
     if let Some(spec) = spec {
@@ -466,9 +476,43 @@ fn setup_failure(spec: Option<&AttemptSpec>, message: String) -> i32 {
             0,
             (now, now),
             Some(message),
+            true,
         );
     }
     SETUP_FAILURE
+}
+
+/// Test hook (docs/testing.md): `KEEL_TEST_SHIM_REFUSE_WHILE=PATH`: while PATH exists, the
+/// shim's own set-up fails, as on a host that refuses it (the agent, forked already, dies
+/// with the shim's PID namespace).
+fn test_refuses_start() -> Option<String> {
+    let path = std::env::var_os("KEEL_TEST_SHIM_REFUSE_WHILE")?;
+    Path::new(&path)
+        .exists()
+        .then(|| "the shim's set-up refused by the test hook KEEL_TEST_SHIM_REFUSE_WHILE".into())
+}
+
+/// Whether the agent's child failed for a reason of the host's: a sandbox step the kernel
+/// refused for want of a privilege (`EPERM`, `EACCES`: a namespace, a mount, a capability
+/// keel lacks) or of a resource (`ENOSPC`: a namespace or mount limit; `ENOMEM`, `EAGAIN`,
+/// `EMFILE`, `ENFILE`, `EUSERS`), or a kernel without the feature (`ENOSYS`, `EOPNOTSUPP`).
+/// Anything else (the program missing or not executable, a bad working directory, a path of
+/// the unit's that a mount cannot use) is the unit's or its agent's.
+pub fn refused_by_host(failure: &crate::sys::process::ExecFailure) -> bool {
+    failure.stage == crate::sys::process::ExecStage::Sandbox
+        && matches!(
+            failure.errno,
+            libc::EPERM
+                | libc::EACCES
+                | libc::ENOSPC
+                | libc::ENOMEM
+                | libc::EAGAIN
+                | libc::EMFILE
+                | libc::ENFILE
+                | libc::EUSERS
+                | libc::ENOSYS
+                | libc::EOPNOTSUPP
+        )
 }
 
 /// In the shim: the agent handed over by [`crate::sandbox::start::clone::launch_for_exec`]; its descriptors are this
@@ -515,3 +559,6 @@ fn install_logger() {
         log::set_max_level(log::LevelFilter::Info);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -92,6 +92,12 @@ pub struct SandboxSpec {
     /// path and has no `repo`).
     #[serde(default)]
     pub findings: Option<PathFindings>,
+    /// The unit's secrets for this attempt: the placeholder the agent holds for each (in its
+    /// env under the secret's name), where the value is, and its hosts (the relay's to swap
+    /// in). Never a value. With any, the sandbox trusts keel's CA (`STATE/network/
+    /// ca-bundle.pem` over the host's bundle). `serde(default)`: a spec of an older keel reads.
+    #[serde(default)]
+    pub secrets: Vec<crate::secrets::TaskSecret>,
 }
 
 /// What a worker found of a start's user-named paths (`crate::worker`'s preparation job).
@@ -102,6 +108,10 @@ pub struct PathFindings {
     /// Each hidden and writable path's line of the sandbox templates' host state
     /// (`crate::sandbox::mounts::template::path_line`).
     pub lines: std::collections::BTreeMap<PathBuf, String>,
+    /// Each secret file that cannot be read as it is (`secret NAME: why`, with the fix): the
+    /// start is deferred until it can. `serde(default)`: a worker of an older keel.
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 /// A sandbox's network (`sandbox.network`).
@@ -320,6 +330,12 @@ pub struct ExitRecord {
     /// Set when the agent could not be started at all (`execvp: No such file or directory`).
     #[serde(default)]
     pub spawn_error: Option<String>,
+    /// The start was refused by the host, not by the unit or its agent (a sandbox step the
+    /// kernel refuses for want of a privilege or a resource, the shim's own set-up): the
+    /// daemon does not count it against the restart limit; the task waits, `blocked`, and is
+    /// retried. `false` in the records of an older keel.
+    #[serde(default)]
+    pub host_refused: bool,
 }
 
 /// File names inside `run/`.

@@ -190,13 +190,14 @@ pub fn report_failure(report: RawFd, stage: ExecStage, errno: Errno) -> ! {
     }
 }
 
-/// Report a sandbox failure with its message (cut at `MAX_REPORT_MESSAGE` bytes) on
-/// `report` and exit 127. It allocates: only for a child whose sandbox set-up has used
-/// ordinary code already (its parent is single-threaded and suspended).
-pub fn report_sandbox_failure(report: RawFd, message: &str) -> ! {
+/// Report a sandbox failure with the errno of the step that failed (0: none) and its message
+/// (cut at `MAX_REPORT_MESSAGE` bytes) on `report` and exit 127. It allocates: only for a
+/// child whose sandbox set-up has used ordinary code already (its parent is single-threaded
+/// and suspended).
+pub fn report_sandbox_failure(report: RawFd, errno: i32, message: &str) -> ! {
     let mut msg = Vec::with_capacity(8 + message.len());
     msg.extend_from_slice(&ExecStage::Sandbox.code().to_ne_bytes());
-    msg.extend_from_slice(&0i32.to_ne_bytes());
+    msg.extend_from_slice(&errno.to_ne_bytes());
     msg.extend_from_slice(&message.as_bytes()[..message.len().min(MAX_REPORT_MESSAGE as usize)]);
     // SAFETY: write(2) of a live buffer, then _exit(2), which never returns.
     unsafe {

@@ -14,7 +14,8 @@
 //!   UDP directly — an IPv6 packet with extension headers is dropped: `connect(2)` and
 //!   `sendto(2)` never add them, and only a hand-made packet (raw sockets) carries them;
 //! - TCP with SYN set and ACK clear (a connection's first packet), or UDP but to the
-//!   sandbox's resolver, `198.18.0.2:53` (keel's: not a refusal; DNS to any other server is);
+//!   sandbox's resolver, `198.18.0.2:53` (keel's: not a refusal; DNS to any other server is),
+//!   nor the resolver's replies (from `198.18.0.2:53`);
 //! - to a destination outside `127.0.0.0/8` and `::1`: the agent's own loopback traffic (its
 //!   test servers) costs keel nothing.
 //!
@@ -246,6 +247,14 @@ pub fn parse_attempt(ethertype: u16, packet: &[u8]) -> Option<Attempt> {
             }
             Protocol::Tcp
         }
+        // The resolver's replies (from 198.18.0.2:53 to the client, whose address in the
+        // namespace may be any: every address is local) are no attempt either.
+        IPPROTO_UDP
+            if source_port == DNS_PORT
+                && source == IpAddr::V4(Ipv4Addr::from(SANDBOX_RESOLVER)) =>
+        {
+            return None
+        }
         IPPROTO_UDP
             if destination_port != DNS_PORT
                 || destination != IpAddr::V4(Ipv4Addr::from(SANDBOX_RESOLVER)) =>
@@ -289,6 +298,7 @@ enum Label {
     Transport,
     Tcp,
     Udp,
+    UdpDestination,
     Dns,
     Accept,
     Drop,
@@ -439,6 +449,24 @@ fn filter() -> Vec<Instruction> {
         .op(BPF_ALU_AND_K, u32::from(TCP_SYN | TCP_ACK))
         .jump(BPF_JMP_JEQ_K, u32::from(TCP_SYN), Accept, Drop)
         .label(Udp)
+        // From port 53 of the sandbox's resolver (IPv4): its reply, no attempt.
+        .op(BPF_LD_H_IND, 0)
+        .jump(BPF_JMP_JEQ_K, u32::from(DNS_PORT), Next, UdpDestination)
+        .op(BPF_LD_W_ABS, ancillary(libc::SKF_AD_PROTOCOL))
+        .jump(
+            BPF_JMP_JEQ_K,
+            u32::from(ETHERTYPE_IPV4),
+            Next,
+            UdpDestination,
+        )
+        .op(BPF_LD_W_ABS, 12)
+        .jump(
+            BPF_JMP_JEQ_K,
+            u32::from_be_bytes(SANDBOX_RESOLVER),
+            Drop,
+            UdpDestination,
+        )
+        .label(UdpDestination)
         .op(BPF_LD_H_IND, 2)
         .jump(BPF_JMP_JEQ_K, u32::from(DNS_PORT), Dns, Accept)
         // To port 53: only the sandbox's resolver's (IPv4) is no attempt.

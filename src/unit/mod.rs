@@ -17,6 +17,7 @@
 mod lexer;
 pub mod sandbox_rules;
 mod scanner;
+mod secrets;
 pub(crate) mod source_map;
 mod suggest;
 mod validate;
@@ -27,6 +28,7 @@ mod test_support;
 #[cfg(test)]
 mod tests;
 
+pub use secrets::Secret;
 pub use validate::{
     keel_dir_problem, keel_dir_problems, network_list_problems, validate_unit, FieldPath, PathSeg,
     Problem,
@@ -52,6 +54,9 @@ pub struct Unit {
     pub resume_command: Option<Command>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Credentials the agent uses but never holds: its variable is a placeholder.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, Secret>,
     #[serde(default)]
     pub repo: Option<Repo>,
     #[serde(default)]

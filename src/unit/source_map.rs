@@ -24,6 +24,29 @@ pub(super) const SCHEMA: &[(&str, &str)] = &[
     ("env", "a map of strings such as {\"RUST_LOG\": \"info\"}"),
     ("env{}", "a string"),
     (
+        "secrets",
+        "a map such as {\"ANTHROPIC_API_KEY\": Secret(file: \"/etc/keel/secrets/anthropic\", hosts: [\"api.anthropic.com\"])}",
+    ),
+    (
+        "secrets{}",
+        "Secret(file: \"/etc/keel/secrets/NAME\", hosts: [\"api.example.com\"]) or Secret(env: \"NAME\", hosts: [...])",
+    ),
+    (
+        "secrets{}.file",
+        "an absolute path such as \"/etc/keel/secrets/anthropic\"",
+    ),
+    (
+        "secrets{}.env",
+        "the name of a variable of keel's environment, such as \"ANTHROPIC_API_KEY\"",
+    ),
+    (
+        "secrets{}.hosts",
+        "a list of host names such as [\"api.anthropic.com\"]",
+    ),
+    ("secrets{}.hosts[]", "a host name such as \"api.anthropic.com\""),
+    ("secrets{}.headers", "a list of header names such as [\"x-api-key\"]"),
+    ("secrets{}.headers[]", "a header name such as \"x-api-key\""),
+    (
         "repo",
         "None or Some(Repo(path: \"/srv/repos/app\", base: \"main\"))",
     ),

@@ -6,6 +6,8 @@ use super::{Unit, MIN_MEMORY};
 use std::fmt;
 use std::path::Path;
 
+mod secrets;
+
 /// One step of a [`FieldPath`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum PathSeg {
@@ -332,6 +334,7 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
             "is 0: give the agent time to exit cleanly before SIGKILL, e.g. \"30s\"".to_string(),
         );
     }
+    problems.0.extend(secrets::secret_problems(unit));
     problems.0
 }
 
@@ -374,6 +377,9 @@ pub fn network_list_problems(
             problems.add(at.index(index), error.to_string());
         }
     }
+    problems
+        .0
+        .extend(secrets::unreached_hosts(unit, Some(lists)));
     problems.0
 }
 
@@ -408,7 +414,7 @@ fn check_env_key(key: &str) -> Result<(), String> {
     }
 }
 
-fn check_absolute_path(path: &str, example: &str) -> Result<(), String> {
+pub(super) fn check_absolute_path(path: &str, example: &str) -> Result<(), String> {
     if path.is_empty() {
         Err(format!(
             "is empty: write an absolute path such as {example:?}"

@@ -44,6 +44,7 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
                 findings: PathFindings {
                     writable: writable.err(),
                     lines,
+                    secrets: secret_problems(&paths.secret_files, reporter),
                 },
             })
         }
@@ -94,6 +95,19 @@ fn path_lines(paths: &StartPaths, reporter: &Reporter) -> BTreeMap<PathBuf, Stri
         lines.insert((*path).clone(), path_line(path, *is_hidden));
     }
     lines
+}
+
+/// Each secret file that keel could not read as it is now: `secret NAME: why` (the value is
+/// read and dropped, zeroed; never sent to the daemon).
+fn secret_problems(files: &[(String, PathBuf)], reporter: &Reporter) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (done, (name, path)) in files.iter().enumerate() {
+        reporter.report("check secret files", done as u64, files.len() as u64);
+        if let Err(error) = crate::secrets::check_file(path) {
+            problems.push(format!("secret {name}: {error}"));
+        }
+    }
+    problems
 }
 
 fn prepare(

@@ -69,6 +69,10 @@ pub struct StartPaths {
     pub hidden: Vec<PathBuf>,
     pub writable: Vec<PathBuf>,
     pub keel_dirs: KeelDirs,
+    /// The unit's secret files (name, path), checked as keel would read them
+    /// (`crate::secrets::check_file`): a file on a disk is read here, never in the loop.
+    #[serde(default)]
+    pub secret_files: Vec<(String, PathBuf)>,
 }
 
 /// A unit's `repo`, as the worker needs it.

@@ -337,6 +337,7 @@ impl Daemon {
             started_ms: now.saturating_sub(1000),
             ended_ms: now,
             spawn_error: None,
+            host_refused: false,
         };
         let run = self.task_dir(unit).join("run");
         keel::state::write_ron(&keel::sandbox::spec::exit_record_path(&run), &record).unwrap();

@@ -187,6 +187,9 @@ impl Sandbox {
             names: dir.join("names"),
             resolver: Some(resolver),
             connect_timeout_ms,
+            secrets: Vec::new(),
+            state_root: None,
+            trust: Vec::new(),
             fds: RelayFds {
                 netns: FD_BASE,
                 dns_udp: FD_BASE + 1,

@@ -63,7 +63,10 @@ pub(super) fn render_table(report: &StatusReport, now: u64, colour: bool) -> Str
 /// Whether a task needs a person (`Bad`), is worth a look (`Warn`), is fine (`Good`), or has
 /// nothing going on (`Quiet`).
 pub fn tone(task: &TaskInfo) -> Tone {
-    if matches!(task.state.as_str(), "failed" | "stalled") {
+    // A start the host refused (`blocked: …`) waits for a person to fix the host.
+    let blocked = task.state == "queued"
+        && (task.reason.as_deref()).is_some_and(|r| r.starts_with(BLOCKED_PREFIX));
+    if blocked || matches!(task.state.as_str(), "failed" | "stalled") {
         return Tone::Bad;
     }
     let waiting = task.state == "queued" && task.reason.is_some();
@@ -82,6 +85,10 @@ pub fn tone(task: &TaskInfo) -> Tone {
         _ => Tone::Quiet,
     }
 }
+
+/// How the reason of a queued task whose start the host refused begins (the daemon's
+/// `lifecycle::blocked`).
+pub const BLOCKED_PREFIX: &str = "blocked: ";
 
 /// This many restarts counted toward the limit look like a loop.
 const RESTART_LOOP: usize = 3;

@@ -131,3 +131,43 @@ fn the_shipped_example_configuration_is_valid() {
         ["crates", "go", "npm", "pypi", "registries"]
     );
 }
+
+#[test]
+fn trusted_cas_are_absolute_pem_files() {
+    let dir = std::env::temp_dir().join(format!("keel-config-trust-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pem = dir.join("internal.pem");
+    std::fs::write(
+        &pem,
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let config = parse(&format!(
+        "Config(network: Network(trust: [{:?}]))",
+        pem.display().to_string()
+    ));
+    assert_eq!(config.network.trust, std::slice::from_ref(&pem));
+    assert!(parse("Config()").network.trust.is_empty());
+
+    let not_pem = dir.join("key.txt");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    let missing = dir.join("absent.pem");
+    for (path, needle) in [
+        (
+            "ca/internal.pem".to_string(),
+            "is relative: write an absolute path",
+        ),
+        (
+            missing.display().to_string(),
+            "does not exist: put the CA's certificate (PEM",
+        ),
+        (not_pem.display().to_string(), "holds no PEM certificate"),
+        (dir.display().to_string(), "is not a regular file"),
+    ] {
+        let text = format!("Config(\n    network: Network(\n        trust: [{path:?}],\n    ),\n)");
+        assert_bad(&text, 3, 17, needle);
+        assert_bad(&text, 3, 17, "network.trust[0]: ");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

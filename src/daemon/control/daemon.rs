@@ -17,6 +17,8 @@ impl Daemon {
     pub(super) fn reload(&mut self) -> Response {
         let config = self.reload_config();
         self.scan_units();
+        // What the host lacked may be there now (a user, cgroups): blocked starts go again.
+        self.retry_waiting_starts();
         match config {
             Ok(()) => Response::Ok {
                 message: format!("reloaded {} units", self.tasks.len()),

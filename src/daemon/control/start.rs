@@ -24,6 +24,7 @@ impl Daemon {
                 task.record.consecutive_failures = 0;
                 task.record.backoff_until_ms = None;
                 task.record.reason = None;
+                task.record.blocked = None;
                 transition(
                     task,
                     TaskState::Queued,
@@ -33,6 +34,16 @@ impl Daemon {
                 self.store.queue_changed = true;
                 Response::Ok {
                     message: format!("{unit}: queued"),
+                }
+            }
+            // A start the host refused (or deferred): tried again now, its backoff over.
+            TaskState::Queued if task.start_retry_at.is_some() => {
+                task.start_retry_at = None;
+                task.start_deferrals = 0;
+                task.blocked_retries = 0;
+                self.store.queue_changed = true;
+                Response::Ok {
+                    message: format!("{unit}: its start is tried again now"),
                 }
             }
             TaskState::Stopping => {

@@ -66,8 +66,9 @@ impl Daemon {
             backoff_until_ms: r.backoff_until_ms,
             last_exit: r.last_exit.map(|e| e.to_string()),
             restarts: r.restarts.len(),
+            // A start the host refused says so (`blocked: …`) over the scheduler's wait.
             reason: match (&t.waiting, r.state) {
-                (Some(waiting), TaskState::Queued) => Some(waiting.clone()),
+                (Some(waiting), TaskState::Queued) if r.blocked.is_none() => Some(waiting.clone()),
                 _ => r.reason.clone(),
             },
             progress: crate::daemon::last_progress_line(&self.store.dirs.run_dir(&t.name)),

@@ -172,6 +172,7 @@ fn a_path_check_past_its_deadline_names_the_path_it_was_at() {
             hidden: vec!["/var/lib/keel".into()],
             writable: vec!["/srv/cache".into(), "/mnt/nfs/data".into()],
             keel_dirs: Default::default(),
+            secret_files: vec![],
         },
     };
     let progress = Progress {

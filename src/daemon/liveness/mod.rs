@@ -162,9 +162,12 @@ fn mono_ms() -> Ms {
 }
 
 /// A wall-clock time (a file's mtime, a recorded start) on the monotonic clock; never later
-/// than now.
+/// than now. The wall clock ran on while the host slept, the monotonic one did not: the time
+/// slept since `wall_ms` is not age (`super::host_sleep`).
 fn mono_of_wall(wall_ms: u64, now: Ms, now_wall: u64) -> Ms {
-    now.saturating_sub(now_wall.saturating_sub(wall_ms))
+    let age =
+        (now_wall.saturating_sub(wall_ms)).saturating_sub(super::host_sleep::slept_since(wall_ms));
+    now.saturating_sub(age)
 }
 
 /// A monotonic instant on the wall clock, past or future.

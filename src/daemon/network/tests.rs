@@ -61,3 +61,31 @@ fn a_look_journals_a_bounded_number_of_destinations_and_sums_up_the_rest() {
     // All of them counted as journaled: the next look has nothing to say.
     assert!(refusals_since(&report, &mut journaled).is_empty());
 }
+
+#[test]
+fn misdirected_placeholders_are_journaled_once_per_new_count_without_the_placeholder() {
+    use crate::network::relay_protocol::MisdirectedCount;
+    let mut journaled = BTreeMap::new();
+    let mut report = RelayReport {
+        misdirected: vec![MisdirectedCount {
+            secret: "API_KEY".into(),
+            destination: "evil.example:80".into(),
+            count: 1,
+            first_ms: 1,
+            last_ms: 1,
+        }],
+        ..RelayReport::default()
+    };
+    let lines = misdirected_since(&report, &mut journaled);
+    assert_eq!(lines.len(), 1);
+    assert!(
+        lines[0].starts_with(
+            "API_KEY's placeholder sent to evil.example:80, which is not one of its hosts"
+        ),
+        "{lines:?}"
+    );
+    assert!(misdirected_since(&report, &mut journaled).is_empty());
+    report.misdirected[0].count = 4;
+    let lines = misdirected_since(&report, &mut journaled);
+    assert!(lines[0].contains("(\u{d7}3)"), "{lines:?}");
+}

@@ -4,6 +4,7 @@
 //! blocking and within a deadline, then spliced both ways until both are done. A refusal is
 //! a reset (an HTTP `403` for the proxy); a hung upstream holds its own connection only.
 
+use super::intercepting::{first_byte, FirstByte, Watch};
 use super::report::now_ms;
 use super::splicing::Flow;
 use super::*;
@@ -33,7 +34,7 @@ pub struct Conn {
     client: mio::net::TcpStream,
     stage: Stage,
     /// The destination as counted (`name:port`, `address:port`).
-    label: String,
+    pub(super) label: String,
     proxy: bool,
     /// Bytes for the upstream before the agent's (a proxy's forwarded head).
     to_upstream: Vec<u8>,
@@ -41,6 +42,10 @@ pub struct Conn {
     to_client: Vec<u8>,
     /// The number of its latest deadline (an earlier one firing is stale).
     timer: u64,
+    /// The name it was let through to (a name entry's, a proxy request's), lower case.
+    pub(super) name: Option<String>,
+    /// What the relay does with the agent's first bytes (a task with secrets).
+    pub(super) watch: Watch,
 }
 
 fn label_of(destination: &Destination, port: u16) -> String {
@@ -53,7 +58,7 @@ fn label_of(destination: &Destination, port: u16) -> String {
 
 /// A reset, not an orderly close: the agent's connect is refused as clearly as the kernel
 /// would refuse it.
-fn reset(stream: &mio::net::TcpStream) {
+pub(super) fn reset(stream: &mio::net::TcpStream) {
     let _ = nix::sys::socket::setsockopt(
         stream,
         nix::sys::socket::sockopt::Linger,
@@ -97,6 +102,8 @@ impl Relay {
             to_upstream: Vec::new(),
             to_client: Vec::new(),
             timer: 0,
+            name: None,
+            watch: Watch::Off,
         };
         let (slot, _) = self.conns.insert(conn);
         let Some(conn) = self.conns.get_mut(slot) else {
@@ -153,6 +160,9 @@ impl Relay {
                 VecDeque::from([SocketAddr::from(([127, 0, 0, 1], port))]),
             ),
             Decision::Connect(Upstream::Name { name, port }) => {
+                if let Some(conn) = self.conns.get_mut(slot) {
+                    conn.name = Some(name.clone());
+                }
                 if let Some((at, addrs)) = self.cache.get(&name) {
                     if at.elapsed() < CACHE_FOR {
                         let addrs = addrs.clone();
@@ -443,6 +453,13 @@ impl Relay {
             Ok(flows) => {
                 conn.stage = Stage::Relaying { upstream, flows };
                 conn.timer += 1;
+                if !self.spec.secrets.is_empty() {
+                    let intercept = conn
+                        .name
+                        .as_deref()
+                        .is_some_and(|name| self.intercepts.is_secret_host(name));
+                    conn.watch = Watch::FirstByte { intercept };
+                }
                 let label = conn.label.clone();
                 log::debug!("relay {}: {label}: connected", self.spec.unit);
                 self.counts.opened(&label, now_ms());
@@ -467,10 +484,70 @@ impl Relay {
             return;
         };
         let [out, back] = flows;
+        if let Watch::FirstByte { intercept } = conn.watch {
+            match first_byte(out.head(), &conn.client) {
+                // Nothing yet (a server that speaks first is served meanwhile).
+                FirstByte::NotYet => {
+                    let outcome = back.pump(upstream, &conn.client);
+                    match outcome {
+                        Ok(received) => {
+                            let label = conn.label.clone();
+                            self.counts.bytes(&label, 0, received.moved, now_ms());
+                            if received.more {
+                                self.again.push(slot);
+                            }
+                        }
+                        Err(e) => {
+                            log::debug!("relay {}: {}: {e}", self.spec.unit, conn.label);
+                            reset(&conn.client);
+                            reset(upstream);
+                            self.close(slot);
+                        }
+                    }
+                    return;
+                }
+                FirstByte::Tls if intercept => {
+                    conn.watch = Watch::Decided;
+                    match out.head().is_empty() && out.untouched() {
+                        true => self.hand_off(slot),
+                        false => {
+                            // A reset, not the proxy's 403: the tunnel was answered already.
+                            reset(&conn.client);
+                            let label = conn.label.clone();
+                            let reason = format!("{label}: TLS sent before the proxy's answer cannot be intercepted for the task's secrets: wait for the CONNECT's 200");
+                            if self.counts.refused(&label, &reason, now_ms()) {
+                                log::info!("relay {}: refused: {reason}", self.spec.unit);
+                            }
+                            self.close(slot);
+                        }
+                    }
+                    return;
+                }
+                FirstByte::Tls | FirstByte::End => conn.watch = Watch::Decided,
+                FirstByte::Plain => {
+                    out.scan();
+                    conn.watch = Watch::Decided;
+                }
+            }
+        }
         let outcome = out.pump(&conn.client, upstream).and_then(|sent| {
             let received = back.pump(upstream, &conn.client)?;
             Ok((sent, received))
         });
+        let found = out.take_found();
+        // Seen before anything else: a connection that breaks right after (a reset) is still
+        // on the record.
+        if !found.is_empty() {
+            let (name, label) = (conn.name.clone(), conn.label.clone());
+            self.placeholders_seen(&found, name.as_deref(), &label);
+        }
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return;
+        };
+        let Stage::Relaying { upstream, flows } = &mut conn.stage else {
+            return;
+        };
+        let [out, back] = flows;
         match outcome {
             Ok((sent, received)) => {
                 let done = out.finished() && back.finished();
@@ -490,6 +567,24 @@ impl Relay {
                 reset(upstream);
                 self.close(slot);
             }
+        }
+    }
+
+    /// Take the connection out of the loop, its sockets deregistered (the caller owns them
+    /// now; the connection is still counted open).
+    pub(super) fn take_out(
+        &mut self,
+        slot: usize,
+    ) -> Option<(mio::net::TcpStream, mio::net::TcpStream, String, String)> {
+        let mut conn = self.conns.remove(slot)?;
+        let registry = self.poll.registry();
+        let _ = registry.deregister(&mut conn.client);
+        match conn.stage {
+            Stage::Relaying { mut upstream, .. } => {
+                let _ = registry.deregister(&mut upstream);
+                Some((conn.client, upstream, conn.label, conn.name?))
+            }
+            _ => None,
         }
     }
 

@@ -188,7 +188,10 @@ impl Relay {
 
     fn dispatch(&mut self, token: Token) {
         match token {
-            WAKER => self.resolved(),
+            WAKER => {
+                self.resolved();
+                self.intercepts_finished();
+            }
             DNS_UDP => self.dns_udp_ready(),
             DNS_TCP => self.dns_accept(),
             SNIFFER => self.sniffed(),

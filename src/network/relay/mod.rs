@@ -14,6 +14,9 @@
 //!   by the resolver threads (`pool.rs`), every address it resolved to checked (DNS rebinding),
 //!   a non-blocking connect with a deadline, then both directions spliced (`splicing.rs`);
 //! - serves the HTTP proxy (`proxy.rs`) under the same policy;
+//! - for a task with secrets, terminates TLS to the secrets' hosts on intercept threads and
+//!   swaps each placeholder for its value, and looks through plain text for placeholders on
+//!   their way elsewhere (`intercepting.rs`);
 //! - keeps the counts in `spec.report` (`report.rs`).
 //!
 //! Started again (after a crash), it reads `spec.names` and the last report back: the
@@ -23,6 +26,7 @@ mod attempts;
 mod connections;
 mod dns_side;
 mod event_loop;
+mod intercepting;
 mod pool;
 mod proxy;
 mod report;
@@ -154,6 +158,7 @@ pub struct Relay {
     /// Connections whose turn ended before the kernel said EAGAIN.
     again: Vec<usize>,
     pool: pool::Pool,
+    intercepts: intercepting::Intercepts,
     cache: HashMap<String, (Instant, Vec<IpAddr>)>,
     counts: report::Counts,
     names: std::fs::File,
@@ -168,6 +173,11 @@ pub struct Relay {
 
 /// `keel relay --spec FILE`: the exit code (0 after SIGTERM, 1 when it could not start).
 pub fn run(spec_path: &Path) -> i32 {
+    // It holds the CA's key and, for moments, the secrets' values: no core dump of it, no
+    // ptrace by a process of its uid without CAP_SYS_PTRACE.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        log::warn!("relay: PR_SET_DUMPABLE: {e}");
+    }
     let spec = match read_spec(spec_path) {
         Ok(spec) => spec,
         Err(e) => {
@@ -249,6 +259,7 @@ impl Relay {
                 }
             },
         };
+        let intercepts = intercepting::Intercepts::new(&spec, Arc::clone(&waker));
         let pool = pool::Pool::start(RESOLVER_THREADS, server, RESOLVE_TIMEOUT, waker)
             .map_err(|e| format!("the resolver threads: {e}"))?;
         let counts =
@@ -273,6 +284,7 @@ impl Relay {
             timers: BinaryHeap::new(),
             again: Vec::new(),
             pool,
+            intercepts,
             cache: HashMap::new(),
             counts,
             names,

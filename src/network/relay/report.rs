@@ -2,7 +2,7 @@
 //! `spec.report` for the daemon (`keel status`, the journal's `net-denied`): written when it
 //! changed, at most twice a second, crash-consistently; read back by a relay started again.
 
-use crate::network::relay_protocol::{AllowedCount, RefusedCount, RelayReport};
+use crate::network::relay_protocol::{AllowedCount, MisdirectedCount, RefusedCount, RelayReport};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,8 +20,13 @@ pub const WRITE_PERIOD: Duration = Duration::from_millis(500);
 pub struct Counts {
     allowed: BTreeMap<String, AllowedCount>,
     refused: BTreeMap<String, RefusedCount>,
+    /// Per (secret, destination).
+    misdirected: BTreeMap<(String, String), MisdirectedCount>,
     open: u64,
     dirty: bool,
+    /// A change that must reach the daemon now, not after [`WRITE_PERIOD`] (a misdirected
+    /// placeholder: the agent may end right after, and the relay with it).
+    urgent: bool,
     written: Option<Instant>,
 }
 
@@ -39,9 +44,15 @@ impl Counts {
                 .into_iter()
                 .map(|r| (r.destination.clone(), r))
                 .collect(),
+            misdirected: report
+                .misdirected
+                .into_iter()
+                .map(|m| ((m.secret.clone(), m.destination.clone()), m))
+                .collect(),
             // The connections counted open were the last relay's: gone with it.
             open: 0,
             dirty: true,
+            urgent: false,
             written: None,
         }
     }
@@ -114,6 +125,33 @@ impl Counts {
         entry.count == 1
     }
 
+    /// The placeholder of `secret` was seen on its way to `destination`, not one of its
+    /// hosts. `true` for the first of the pair (the relay's log says it once).
+    pub fn misdirected(&mut self, secret: &str, destination: &str, now_ms: u64) -> bool {
+        let destination = match self.misdirected.len() >= MAX_DESTINATIONS
+            && !self
+                .misdirected
+                .contains_key(&(secret.to_string(), destination.to_string()))
+        {
+            true => OTHERS,
+            false => destination,
+        };
+        let entry = self
+            .misdirected
+            .entry((secret.to_string(), destination.to_string()))
+            .or_insert_with(|| MisdirectedCount {
+                secret: secret.to_string(),
+                destination: destination.to_string(),
+                first_ms: now_ms,
+                ..MisdirectedCount::default()
+            });
+        entry.count += 1;
+        entry.last_ms = now_ms;
+        self.dirty = true;
+        self.urgent = true;
+        entry.count == 1
+    }
+
     /// The report as it stands.
     pub fn report(&self, pid: u32, now_ms: u64) -> RelayReport {
         RelayReport {
@@ -122,6 +160,7 @@ impl Counts {
             allowed: self.allowed.values().cloned().collect(),
             refused: self.refused.values().cloned().collect(),
             open_connections: self.open,
+            misdirected: self.misdirected.values().cloned().collect(),
         }
     }
 
@@ -129,6 +168,9 @@ impl Counts {
     pub fn due(&self) -> Option<Instant> {
         if !self.dirty {
             return None;
+        }
+        if self.urgent {
+            return Some(Instant::now());
         }
         Some(
             self.written
@@ -139,6 +181,7 @@ impl Counts {
     /// The report was written at `now`.
     pub fn mark_written(&mut self, now: Instant) {
         self.dirty = false;
+        self.urgent = false;
         self.written = Some(now);
     }
 }

@@ -5,6 +5,12 @@
 //! the next readiness event. At the source's end of file the destination is shut for writing
 //! (half-close), once the pipe is empty.
 //!
+//! A direction whose bytes are plain text of a task with secrets is *scanned* instead
+//! ([`Flow::scan`]): read into the relay's memory, looked through for the task's
+//! placeholders (`crate::secrets::PlaceholderScanner`: one on its way to a host that is not
+//! its secret's is journaled as `secret-misdirected`), written on unchanged. TLS is never
+//! scanned (it is opaque, and the placeholder in it worthless).
+//!
 //! A direction's pipe starts at the kernel's default (64 KiB) and grows to [`BULK_PIPE`] once
 //! the direction has carried [`BULK_AFTER`] (a bulk transfer): fewer splice calls and
 //! wake-ups per byte
@@ -46,7 +52,22 @@ pub struct Flow {
     eof: bool,
     /// The destination was shut for writing.
     shut: bool,
+    /// Scanned plain text: the bytes go through here.
+    scan: Option<Box<Scan>>,
 }
+
+/// A scanned direction's state.
+struct Scan {
+    scanner: crate::secrets::PlaceholderScanner,
+    /// Read, not yet written: `buffer[start..]`.
+    buffer: Vec<u8>,
+    start: usize,
+    /// Placeholders seen since the caller last took them.
+    found: Vec<String>,
+}
+
+/// What a scanned direction reads at a time.
+const SCAN_CHUNK: usize = 16 << 10;
 
 /// What one turn of a direction did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -72,7 +93,40 @@ impl Flow {
             head,
             eof: false,
             shut: false,
+            scan: None,
         })
+    }
+
+    /// From now on the bytes go through the relay's memory and are looked through for
+    /// placeholders (its head too, which has not gone yet).
+    pub fn scan(&mut self) {
+        let mut scan = Box::new(Scan {
+            scanner: crate::secrets::PlaceholderScanner::new(),
+            buffer: Vec::new(),
+            start: 0,
+            found: Vec::new(),
+        });
+        let Scan { scanner, found, .. } = &mut *scan;
+        scanner.feed(&self.head, found);
+        self.scan = Some(scan);
+    }
+
+    /// The placeholders seen since the last call (a scanned direction's).
+    pub fn take_found(&mut self) -> Vec<String> {
+        match &mut self.scan {
+            Some(scan) => std::mem::take(&mut scan.found),
+            None => Vec::new(),
+        }
+    }
+
+    /// The bytes the relay itself must still send first.
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// Nothing moved through the pipe yet (or still in it): the connection can be handed on.
+    pub fn untouched(&self) -> bool {
+        self.carried == 0 && self.pending == 0 && self.scan.is_none()
     }
 
     /// Whether all of it is done: the source ended and everything reached the destination.
@@ -83,6 +137,9 @@ impl Flow {
     /// Move what can be moved now from `src` to `dst`. An error: the connection is broken
     /// (a reset, a closed peer).
     pub fn pump(&mut self, src: &impl AsFd, dst: &(impl AsFd + Shut)) -> io::Result<Turn> {
+        if self.scan.is_some() {
+            return self.pump_scanned(src, dst);
+        }
         let mut turn = Turn::default();
         for _ in 0..ROUNDS {
             while !self.head.is_empty() {
@@ -141,6 +198,66 @@ impl Flow {
 }
 
 impl Flow {
+    /// [`Flow::pump`] of a scanned direction: read, looked through, written.
+    fn pump_scanned(&mut self, src: &impl AsFd, dst: &(impl AsFd + Shut)) -> io::Result<Turn> {
+        let mut turn = Turn::default();
+        let Some(scan) = self.scan.as_deref_mut() else {
+            return Ok(turn);
+        };
+        for _ in 0..ROUNDS {
+            while !self.head.is_empty() {
+                match nix::unistd::write(dst.as_fd(), &self.head) {
+                    Ok(written) => {
+                        self.head.drain(..written);
+                    }
+                    Err(Errno::EAGAIN) => return Ok(turn),
+                    Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let mut progress = false;
+            while scan.start < scan.buffer.len() {
+                match nix::unistd::write(dst.as_fd(), &scan.buffer[scan.start..]) {
+                    Ok(n) => {
+                        scan.start += n;
+                        turn.moved += n as u64;
+                        progress = true;
+                    }
+                    Err(Errno::EAGAIN) => return Ok(turn),
+                    Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if !self.eof {
+                scan.buffer.resize(SCAN_CHUNK, 0);
+                match nix::unistd::read(src.as_fd(), &mut scan.buffer) {
+                    Ok(0) => {
+                        self.eof = true;
+                        progress = true;
+                        scan.buffer.clear();
+                    }
+                    Ok(n) => {
+                        scan.buffer.truncate(n);
+                        scan.scanner.feed(&scan.buffer, &mut scan.found);
+                        progress = true;
+                    }
+                    Err(Errno::EAGAIN) | Err(Errno::EINTR) => scan.buffer.clear(),
+                    Err(e) => return Err(e.into()),
+                }
+                scan.start = 0;
+            }
+            if self.eof && scan.start >= scan.buffer.len() && !self.shut {
+                self.shut = true;
+                dst.shut_write();
+            }
+            if !progress {
+                return Ok(turn);
+            }
+        }
+        turn.more = !self.shut;
+        Ok(turn)
+    }
+
     /// The pipe made [`BULK_PIPE`] large (once; a refusal — the user's pipe budget spent —
     /// leaves it as it is).
     fn grow(&mut self) {

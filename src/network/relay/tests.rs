@@ -227,6 +227,37 @@ fn the_report_is_due_only_when_changed_and_not_more_than_twice_a_second() {
 }
 
 #[test]
+fn a_misdirected_placeholder_is_counted_per_secret_and_destination_and_written_at_once() {
+    let mut counts = Counts::from_report(RelayReport::default());
+    let now = std::time::Instant::now();
+    counts.mark_written(now);
+    assert!(counts.misdirected("API_KEY", "evil.example:80", 10));
+    assert!(!counts.misdirected("API_KEY", "evil.example:80", 20));
+    assert!(counts.misdirected("OTHER", "evil.example:80", 30));
+    // Not after the write period: the agent may end at once, its relay with it.
+    let due = counts.due().expect("due");
+    assert!(due < now + super::report::WRITE_PERIOD, "{due:?}");
+    let report = counts.report(1, 40);
+    assert_eq!(report.misdirected.len(), 2);
+    let first = &report.misdirected[0];
+    assert_eq!(
+        (
+            first.secret.as_str(),
+            first.destination.as_str(),
+            first.count
+        ),
+        ("API_KEY", "evil.example:80", 2)
+    );
+    assert_eq!((first.first_ms, first.last_ms), (10, 20));
+    // Counting goes on in a relay started again.
+    let mut again = Counts::from_report(report);
+    assert!(!again.misdirected("API_KEY", "evil.example:80", 50));
+    assert_eq!(again.report(2, 60).misdirected[0].count, 3);
+    counts.mark_written(now);
+    assert_eq!(counts.due(), None);
+}
+
+#[test]
 fn a_reused_slot_is_told_apart_by_its_generation() {
     let mut slab = Slab::default();
     let (a, ga) = slab.insert("a");

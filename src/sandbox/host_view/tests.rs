@@ -77,6 +77,7 @@ fn layout(hidden: Vec<PathBuf>, writable: Vec<PathBuf>) -> SandboxLayout {
         in_user_namespace: false,
         own_network: false,
         resolver_file: None,
+        ca_bundle: None,
         veiled: vec![],
     }
 }

@@ -451,7 +451,7 @@ impl<'a> Planner<'a> {
             };
             wanted.push((self.canon(path), kind));
         }
-        if let Some((source, target)) = &layout.resolver_file {
+        for (source, target) in layout.resolver_file.iter().chain(&layout.ca_bundle) {
             let step = Step::HostBind(target.clone());
             let kind = Kind::Over {
                 source: source.clone(),

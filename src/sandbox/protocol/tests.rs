@@ -33,3 +33,18 @@ fn the_spares_command_line_names_its_state_directory() {
     assert_eq!(text, ["keel", "shim", "--spare", "/var/lib/keel"]);
     assert!(spare_argv(Path::new("a\0b")).is_err());
 }
+
+#[test]
+fn a_shim_inherits_neither_the_crash_point_nor_the_secrets_variables() {
+    let vars = [
+        ("PATH", "/usr/bin"),
+        ("KEEL_CRASH_AT", "after-spawn"),
+        ("KEEL_SECRET_ANTHROPIC", "sk-real"),
+        ("KEEL_LOG", "debug"),
+    ]
+    .map(|(k, v)| (std::ffi::OsString::from(k), std::ffi::OsString::from(v)));
+    let kept: Vec<String> = shim_env_of(vars.into_iter())
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept, ["PATH", "KEEL_LOG"]);
+}

@@ -41,6 +41,7 @@ fn sandbox(writable: &[&Path], state: &Path, units: Option<&Path>) -> SandboxSpe
         user: None,
         network: SandboxNetwork::Host,
         findings: None,
+        secrets: vec![],
         tmp_size: 1 << 20,
         home_size: 1 << 20,
         keel_dirs: KeelDirs {
@@ -159,6 +160,35 @@ fn a_workers_findings_decide_the_check_of_writable_paths_without_reading_them() 
     spec.findings = Some(PathFindings {
         writable: Some("sandbox.writable: as the worker found".into()),
         lines: Default::default(),
+        secrets: vec![],
     });
     assert_eq!(refused(&spec), "sandbox.writable: as the worker found");
+}
+
+#[test]
+fn a_spec_of_a_keel_before_secrets_reads_and_a_spec_never_holds_a_value() {
+    let state = Path::new("/var/lib/keel");
+    let mut spec = sandbox(&[], state, None);
+    spec.findings = Some(PathFindings::default());
+    let mut json: serde_json::Value = serde_json::to_value(&spec).unwrap();
+    json.as_object_mut().unwrap().remove("secrets");
+    json["findings"].as_object_mut().unwrap().remove("secrets");
+    let read: SandboxSpec = serde_json::from_value(json).unwrap();
+    assert!(read.secrets.is_empty());
+    assert!(read.findings.unwrap().secrets.is_empty());
+
+    spec.secrets = vec![crate::secrets::TaskSecret {
+        name: "ANTHROPIC_API_KEY".into(),
+        placeholder: crate::secrets::placeholder(),
+        source: crate::secrets::SecretSource::File("/etc/keel/secrets/anthropic".into()),
+        hosts: vec!["api.anthropic.com".into()],
+        headers: vec!["x-api-key".into()],
+    }];
+    let text = serde_json::to_string(&spec).unwrap();
+    let read: SandboxSpec = serde_json::from_str(&text).unwrap();
+    assert_eq!(read.secrets, spec.secrets);
+    assert!(
+        text.contains("/etc/keel/secrets/anthropic"),
+        "where, not what: {text}"
+    );
 }

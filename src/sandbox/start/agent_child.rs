@@ -85,8 +85,8 @@ fn run(
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| prepared.enter(userns)));
         match entered {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => report_sandbox_failure(report, &error.to_string()),
-            Err(_) => report_sandbox_failure(report, "the sandbox set-up panicked"),
+            Ok(Err(error)) => report_sandbox_failure(report, error.errno(), &error.to_string()),
+            Err(_) => report_sandbox_failure(report, 0, "the sandbox set-up panicked"),
         }
     }
     if let Err(errno) = memory.chdir() {
@@ -258,6 +258,27 @@ pub enum SandboxSetupError {
     Privileges(privileges::PrivilegeError),
     /// The seccomp filter.
     Seccomp(io::Error),
+}
+
+impl SandboxSetupError {
+    /// The errno of the call that failed (0: none, a check of keel's own): the shim tells
+    /// by it whether the host refused the step (`crate::sandbox::shim::refused_by_host`).
+    pub fn errno(&self) -> i32 {
+        let io = |e: &io::Error| e.raw_os_error().unwrap_or(0);
+        match self {
+            SandboxSetupError::MountNamespace { error, .. }
+            | SandboxSetupError::NamespacesInUserNamespace(error)
+            | SandboxSetupError::NetworkNamespace(error) => *error as i32,
+            SandboxSetupError::HoldUserNamespace(e)
+            | SandboxSetupError::JoinUserNamespace(e)
+            | SandboxSetupError::Seccomp(e) => io(e),
+            SandboxSetupError::Mounts(e) => e.io_error().map_or(0, io),
+            SandboxSetupError::OnTemplate(_) => 0,
+            SandboxSetupError::Privileges(e) => std::error::Error::source(e)
+                .and_then(|source| source.downcast_ref::<io::Error>())
+                .map_or(0, io),
+        }
+    }
 }
 
 impl std::fmt::Display for SandboxSetupError {

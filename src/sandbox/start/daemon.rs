@@ -252,6 +252,10 @@ pub fn prepare(
             SandboxNetwork::Allow { .. } => resolver_file(spec.keel_dirs.state.as_deref()),
             _ => None,
         },
+        ca_bundle: match spec.secrets.is_empty() {
+            true => None,
+            false => ca_bundle(spec.keel_dirs.state.as_deref()),
+        },
     };
     let host_root = list_host_root().map_err(ResolveError::ListHostRoot)?;
     Ok(Prepared {
@@ -399,6 +403,26 @@ impl Prepared {
     }
 }
 
+/// What a sandbox of a unit with secrets trusts: keel's CA bundle (written by the daemon at
+/// its start: `crate::secrets::write_ca_bundle`), shown over the host's bundle. `None`
+/// (logged) when either is missing: TLS that keel intercepts then fails verification inside,
+/// which is fail-closed.
+fn ca_bundle(state: Option<&Path>) -> Option<(PathBuf, PathBuf)> {
+    let source = crate::secrets::ca_bundle_path(state?);
+    if !source.is_file() {
+        log::warn!(
+            "{} is missing: sandboxes with secrets do not trust keel's CA",
+            source.display()
+        );
+        return None;
+    }
+    let Some(target) = crate::secrets::ca_bundle_target() else {
+        log::warn!("the host has no CA bundle: sandboxes with secrets do not trust keel's CA");
+        return None;
+    };
+    Some((source, target))
+}
+
 /// What a sandbox with `network: Allow` reads as its `/etc/resolv.conf`: only the sandbox's
 /// resolver (198.18.0.2, served by the task's relay). The file is keel's (`STATE/network/
 /// resolv.conf`, written when it is missing or other), shown where the host's resolv.conf
@@ -542,6 +566,9 @@ impl std::fmt::Display for ResolveError {
         }
     }
 }
+
+mod refusal;
+pub use refusal::{missing_account, missing_user};
 
 #[cfg(test)]
 mod tests;

@@ -235,6 +235,26 @@ fn udp_is_an_attempt_except_to_the_resolver() {
     let elsewhere = ipv4(CLIENT, [10, 9, 9, 9], IPPROTO_UDP, 0, 0, &udp(5000, 53));
     let attempt = seen(ETHERTYPE_IPV4, &elsewhere).expect("DNS to another server");
     assert_eq!(attempt.destination, "10.9.9.9:53".parse().unwrap());
+    // The resolver's reply to a client whose address is the resolver's own (every address
+    // is local in the namespace): no attempt. From another server's port 53: one.
+    let reply = ipv4(
+        [198, 18, 0, 2],
+        [198, 18, 0, 2],
+        IPPROTO_UDP,
+        0,
+        0,
+        &udp(53, 40000),
+    );
+    assert_eq!(seen(ETHERTYPE_IPV4, &reply), None);
+    let other_reply = ipv4(
+        [10, 9, 9, 9],
+        [198, 18, 0, 2],
+        IPPROTO_UDP,
+        0,
+        0,
+        &udp(53, 40000),
+    );
+    assert!(seen(ETHERTYPE_IPV4, &other_reply).is_some());
     let dns6 = ipv6(v6("fd00::2"), v6("fd00::1"), IPPROTO_UDP, &udp(5000, 53));
     assert!(seen(ETHERTYPE_IPV6, &dns6).is_some());
     let quic = ipv6(
@@ -354,8 +374,9 @@ fn plausible(noise: &mut Noise) -> (u16, Vec<u8>) {
     let port = [53u16, 80, 443][noise.below(3)];
     let transport = match protocol {
         IPPROTO_TCP => tcp(40000, port, [SYN, SYN_ACK, TCP_ACK][noise.below(3)]),
-        _ => udp(40000, port),
+        _ => udp([40000u16, 53][noise.below(2)], port),
     };
+    let from4 = [CLIENT, [198, 18, 0, 2]][noise.below(2)];
     let (ethertype, mut packet) = match noise.below(2) {
         0 => {
             let fragment = [0u16, 0x2000, 0x0001][noise.below(3)];
@@ -363,7 +384,7 @@ fn plausible(noise: &mut Noise) -> (u16, Vec<u8>) {
             let to = destinations4[noise.below(3)];
             (
                 ETHERTYPE_IPV4,
-                ipv4(CLIENT, to, protocol, options, fragment, &transport),
+                ipv4(from4, to, protocol, options, fragment, &transport),
             )
         }
         _ => {

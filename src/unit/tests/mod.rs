@@ -2,6 +2,7 @@
 
 mod errors;
 mod sandbox_rules;
+mod secrets;
 mod source_map;
 mod valid;
 mod values;

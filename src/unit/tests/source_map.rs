@@ -4,7 +4,13 @@ use crate::unit::*;
 
 #[test]
 fn schema_names_every_field_and_only_real_ones() {
-    let text = DESIGN_EXAMPLE.replace("base: \"main\")", "base: \"main\", branch: Some(\"b\"))");
+    let text = DESIGN_EXAMPLE
+        .replace("base: \"main\")", "base: \"main\", branch: Some(\"b\"))")
+        .replace("network: Host", "network: Allow([\"a.com\"])")
+        .replace(
+            "    env: {",
+            "    secrets: {\"A\": Secret(file: \"/s\", hosts: [\"a.com\"], headers: [\"x-api-key\"]), \"B\": Secret(env: \"KEEL_SECRET_B\", hosts: [\"a.com\"])},\n    env: {",
+        );
     parse(&text);
     let map = SourceMap::new(&text);
     let written: Vec<String> = map

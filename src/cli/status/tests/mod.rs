@@ -116,6 +116,10 @@ fn a_states_colour_says_whether_it_needs_a_person() {
     assert_eq!(tone(&task("d", "succeeded")), Tone::Good);
     assert_eq!(tone(&stopped), Tone::Quiet);
     assert_eq!(tone(&task("q", "queued")), Tone::Quiet);
+    // A start the host refused needs a person to fix the host.
+    let mut blocked = task("h", "queued");
+    blocked.reason = Some("blocked: cgroups unavailable: no cgroup2 filesystem is mounted".into());
+    assert_eq!(tone(&blocked), Tone::Bad);
     let all = vec![
         failed,
         no_progress,

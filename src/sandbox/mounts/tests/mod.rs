@@ -53,6 +53,7 @@ pub(super) fn layout() -> SandboxLayout {
         in_user_namespace: false,
         own_network: false,
         resolver_file: None,
+        ca_bundle: None,
         veiled: vec![],
     }
 }
@@ -546,6 +547,32 @@ fn a_sandbox_with_a_network_of_its_own_mounts_a_sysfs_of_it_not_the_hosts() {
 
 mod checkout;
 mod repository;
+
+#[test]
+fn keels_ca_bundle_is_bound_over_the_hosts_bundle() {
+    let host = host();
+    let mut l = layout();
+    l.ca_bundle = Some((
+        p("/var/lib/keel/network/ca-bundle.pem"),
+        p("/etc/ssl/certs/ca-certificates.crt"),
+    ));
+    let ops = printed(&plan(&l, &host));
+    let binds: Vec<&String> = (ops.iter())
+        .filter(|o| {
+            o.starts_with("bind")
+                && o.contains("/var/lib/keel/network/ca-bundle.pem")
+                && o.ends_with("/etc/ssl/certs/ca-certificates.crt")
+        })
+        .collect();
+    assert_eq!(binds.len(), 1, "{ops:#?}");
+    // The host's /etc stays what it was otherwise: nothing else of it bound over.
+    let without = printed(&plan(&layout(), &host));
+    assert_eq!(
+        ops.len(),
+        without.len() + binds.len(),
+        "{ops:#?}\n{without:#?}"
+    );
+}
 
 #[test]
 fn keels_resolv_conf_is_shown_where_the_hosts_really_is_and_the_hosts_resolver_directory_is_not() {
