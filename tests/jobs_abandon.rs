@@ -107,17 +107,25 @@ fn a_worker_that_does_not_die_of_its_kill_is_abandoned_and_its_owners_next_job_r
     let worker = wait_for(Duration::from_secs(30), "the preparation's worker", || {
         worker_pids(&d).first().copied()
     });
-    // Workers run with a modest open-file limit (jobs/process.rs).
-    let limits = std::fs::read_to_string(format!("/proc/{worker}/limits")).unwrap();
-    let nofile = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(3)
-        .take(2)
-        .collect::<Vec<_>>();
-    assert_eq!(nofile, ["4096", "4096"], "{limits}");
+    // Workers run with a modest open-file limit (jobs/process.rs), set as the worker starts:
+    // a worker seen in its cgroup at once may not have set it yet.
+    let nofile = || {
+        let limits = std::fs::read_to_string(format!("/proc/{worker}/limits")).unwrap_or_default();
+        limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(3)
+            .take(2)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    wait_for(
+        Duration::from_secs(10),
+        "the worker's open-file limit of 4096",
+        || (nofile() == ["4096", "4096"]).then_some(()),
+    );
     freezer.freeze(worker);
     // Killed at its deadline, it stays (frozen: state D); after the grace it is abandoned and
     // its task fails with what happened.
