@@ -277,6 +277,11 @@ fn the_recipe_under(engine: &Engine, scratch: &Scratch) {
     );
     assert_eq!(seen["attempt"], 1, "{seen}\n{}", logs(engine, container));
     let log = logs(engine, container);
+    // Without the optional NET_RAW, as the recipe says: no sniffer, a warning, the task runs.
+    assert!(
+        log.contains("no packet sniffer in the task's network namespace"),
+        "{log}"
+    );
     if hybrid_host() {
         assert!(
             log.contains("mounted one at /sys/fs/cgroup/unified"),
