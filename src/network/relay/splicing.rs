@@ -142,15 +142,8 @@ impl Flow {
         }
         let mut turn = Turn::default();
         for _ in 0..ROUNDS {
-            while !self.head.is_empty() {
-                match nix::unistd::write(dst.as_fd(), &self.head) {
-                    Ok(written) => {
-                        self.head.drain(..written);
-                    }
-                    Err(Errno::EAGAIN) => return Ok(turn),
-                    Err(Errno::EINTR) => {}
-                    Err(e) => return Err(e.into()),
-                }
+            if !write_head(&mut self.head, dst)? {
+                return Ok(turn);
             }
             let mut progress = false;
             if self.pending > 0 {
@@ -205,15 +198,8 @@ impl Flow {
             return Ok(turn);
         };
         for _ in 0..ROUNDS {
-            while !self.head.is_empty() {
-                match nix::unistd::write(dst.as_fd(), &self.head) {
-                    Ok(written) => {
-                        self.head.drain(..written);
-                    }
-                    Err(Errno::EAGAIN) => return Ok(turn),
-                    Err(Errno::EINTR) => {}
-                    Err(e) => return Err(e.into()),
-                }
+            if !write_head(&mut self.head, dst)? {
+                return Ok(turn);
             }
             let mut progress = false;
             while scan.start < scan.buffer.len() {
@@ -268,6 +254,22 @@ impl Flow {
             Err(e) => log::debug!("relay: a pipe of {BULK_PIPE} bytes: {e}"),
         }
     }
+}
+
+/// Write what `head` holds to `dst` without blocking: `false` when the kernel said EAGAIN
+/// first (what is left stays in `head`).
+fn write_head(head: &mut Vec<u8>, dst: &impl AsFd) -> io::Result<bool> {
+    while !head.is_empty() {
+        match nix::unistd::write(dst.as_fd(), head) {
+            Ok(written) => {
+                head.drain(..written);
+            }
+            Err(Errno::EAGAIN) => return Ok(false),
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(true)
 }
 
 fn transient(e: &io::Error) -> bool {
