@@ -300,7 +300,7 @@ fn a_large_body_streams_both_ways() {
     let mut tls = client(agent, &keel_ca, &[b"http/1.1"]);
     let body = "x".repeat(4 << 20);
     let request = format!(
-        "PUT /big HTTP/1.1\r\nx-api-key: {KEY}\r\ncontent-length: {}\r\n\r\n{body}",
+        "PUT /big HTTP/1.1\r\nHost: {HOST}\r\nx-api-key: {KEY}\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
     let (_, answer) = get(&mut tls, &request);
@@ -322,7 +322,7 @@ fn an_upstream_whose_certificate_does_not_verify_is_a_502() {
     let mut tls = client(agent, &keel_ca, &[b"http/1.1"]);
     let (head, body) = get(
         &mut tls,
-        &format!("GET / HTTP/1.1\r\nAuthorization: Bearer {KEY}\r\n\r\n"),
+        &format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {KEY}\r\n\r\n"),
     );
     assert!(head.starts_with("HTTP/1.1 502 Bad Gateway"), "{head}");
     assert!(
@@ -355,7 +355,7 @@ fn another_secrets_placeholder_is_forwarded_and_reported() {
     let mut tls = client(agent, &keel_ca, &[b"http/1.1"]);
     let (head, _) = get(
         &mut tls,
-        &format!("GET / HTTP/1.1\r\nAuthorization: Bearer {OTHER}\r\n\r\n"),
+        &format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {OTHER}\r\n\r\n"),
     );
     assert!(head.starts_with("HTTP/1.1 200"));
     let seen = server.heads.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -380,7 +380,7 @@ fn a_secret_that_could_not_be_read_is_a_502_naming_it() {
     let mut tls = client(agent, &keel_ca, &[b"http/1.1"]);
     let (head, body) = get(
         &mut tls,
-        &format!("GET / HTTP/1.1\r\nx-api-key: {KEY}\r\n\r\n"),
+        &format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nx-api-key: {KEY}\r\n\r\n"),
     );
     assert!(head.starts_with("HTTP/1.1 502"), "{head}");
     assert!(
@@ -490,7 +490,7 @@ fn after_an_upgrade_bytes_pass_through_raw() {
     let (agent, run) = intercept(&interceptor, session(vec![swap(Ok(VALUE))]), server.addr);
     let mut tls = client(agent, &keel_ca, &[b"http/1.1"]);
     let upgrade = format!(
-        "GET /ws HTTP/1.1\r\nUpgrade: echo\r\nConnection: Upgrade\r\nAuthorization: Bearer {KEY}\r\n\r\n"
+        "GET /ws HTTP/1.1\r\nHost: {HOST}\r\nUpgrade: echo\r\nConnection: Upgrade\r\nAuthorization: Bearer {KEY}\r\n\r\n"
     );
     tls.write_all(upgrade.as_bytes()).unwrap();
     let (head, _) = read_message(&mut tls).unwrap();
@@ -520,8 +520,10 @@ fn the_answer_still_comes_after_the_agent_closes_its_side() {
     let (interceptor, keel_ca) = interceptor(&dir, &test_ca_pem);
     let (agent, run) = intercept(&interceptor, session(vec![swap(Ok(VALUE))]), server.addr);
     let mut tls = client(agent, &keel_ca, &[b"http/1.1"]);
-    tls.write_all(format!("GET /last HTTP/1.1\r\nx-api-key: {KEY}\r\n\r\n").as_bytes())
-        .unwrap();
+    tls.write_all(
+        format!("GET /last HTTP/1.1\r\nHost: {HOST}\r\nx-api-key: {KEY}\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
     // close_notify and a TCP half-close right after the request.
     tls.conn.send_close_notify();
     tls.flush().unwrap();
