@@ -196,6 +196,20 @@ fn cgroups_the_host_cannot_give_never_fail_the_task_and_it_starts_once_they_can(
         Some(true)
     );
 
+    // Stopped while blocked: stopped, the wait over (no `blocked` left to show or retry).
+    let out = d.keel(&["stop", "agent"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    wait_for(Duration::from_secs(10), "the blocked task stopped", || {
+        d.task("agent").filter(|t| t["state"] == "stopped")
+    });
+    assert_eq!(d.record("agent").blocked, None);
+    // Started again while the host still refuses: blocked again, the same reason not
+    // journaled twice.
+    let out = d.keel(&["start", "agent"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    wait_blocked(&d, "agent", "cgroups unavailable");
+    assert_never_failed(&d, "agent");
+
     // The host fixed, SIGHUP: it starts at once, at attempt 1.
     std::fs::remove_file(&refuse).unwrap();
     let pid = d.child.as_ref().unwrap().id() as i32;

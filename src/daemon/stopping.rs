@@ -108,6 +108,13 @@ pub(crate) fn stop(
         return persisted_or_not(store.persist(task).is_ok());
     }
     if task.shim.is_none() {
+        if matches!(intent, Intent::Stop | Intent::Restart) {
+            // A start the host refused is not waited for any longer: stopped, or tried again
+            // now as a fresh start.
+            task.record.blocked = None;
+            task.blocked_retries = 0;
+            task.start_retry_at = None;
+        }
         match intent {
             Intent::Remove | Intent::Forget => {
                 return Stop::RemoveNow {

@@ -169,7 +169,7 @@ fn start<'a>(
         _ => Launch::new(spec, std::env::vars_os())
             .map_err(StartError::Resolve)
             .and_then(|launch| start_agent(&launch))
-            .map_err(|e| fail(e.to_string()))?,
+            .map_err(|e| failure(Some(spec), e.to_string(), e.refused_by_host()))?,
     };
     let Handoff {
         agent,
@@ -467,6 +467,13 @@ fn write_exit_record(
 /// cgroups, a pipe, a fork) is the host's: recorded as refused by the host, so that the
 /// daemon does not spend the task's restart budget on it.
 fn setup_failure(spec: Option<&AttemptSpec>, message: String) -> i32 {
+    failure(spec, message, true)
+}
+
+/// [`setup_failure`] whose blame is given: `host_refused` false for the unit's own mistake
+/// (a `sandbox.writable` that would give away keel's state, a command with a NUL byte), which
+/// spends the restart budget like any failed start.
+fn failure(spec: Option<&AttemptSpec>, message: String, host_refused: bool) -> i32 {
     log::error!("{message}");
     if let Some(spec) = spec {
         let now = now_ms();
@@ -476,7 +483,7 @@ fn setup_failure(spec: Option<&AttemptSpec>, message: String) -> i32 {
             0,
             (now, now),
             Some(message),
-            true,
+            host_refused,
         );
     }
     SETUP_FAILURE

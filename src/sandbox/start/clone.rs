@@ -303,6 +303,19 @@ pub enum StartError {
     HandOver(std::io::Error),
 }
 
+impl StartError {
+    /// Whether the host refused the start rather than the unit: every step of the clone's is
+    /// the host's (a cgroup, a pipe, a namespace, a fork); a start the unit's own values could
+    /// not resolve is the unit's unless [`super::daemon::ResolveError::refused_by_host`] says
+    /// otherwise.
+    pub fn refused_by_host(&self) -> bool {
+        match self {
+            StartError::Resolve(e) => e.refused_by_host(),
+            _ => true,
+        }
+    }
+}
+
 impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

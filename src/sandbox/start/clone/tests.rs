@@ -63,3 +63,18 @@ fn start_errors_name_the_step_the_ids_and_what_to_change() {
     assert!(text.contains("/state/tasks/t/checkout/upper"), "{text}");
     assert!(text.contains("(100000…)"), "{text}");
 }
+
+#[test]
+fn a_start_the_unit_could_not_resolve_is_the_units_and_every_clone_step_the_hosts() {
+    use super::super::daemon::ResolveError;
+    let unit_mistake = StartError::Resolve(ResolveError::Command("a NUL byte".into()));
+    assert!(!unit_mistake.refused_by_host());
+    let writable = StartError::Resolve(ResolveError::Writable("keel's state".into()));
+    assert!(!writable.refused_by_host());
+    let host_root = StartError::Resolve(ResolveError::ListHostRoot(
+        std::io::Error::from_raw_os_error(libc::EACCES),
+    ));
+    assert!(host_root.refused_by_host());
+    let cgroup = StartError::JoinCgroup(std::io::Error::from_raw_os_error(libc::ENOENT));
+    assert!(cgroup.refused_by_host());
+}
