@@ -180,20 +180,55 @@ fn unix_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// How many times a read that found the file between a rewrite's truncation and its write
+/// (empty, or shorter than its length said) is tried again at once: an agent that rewrites
+/// its file in a tight loop leaves it empty most of the time (measured: 4 reads in 5), and a
+/// few more reads of a file of some bytes cost microseconds.
+const TORN_READ_RETRIES: usize = 8;
+
 /// Length and FNV-1a hash of the last [`FINGERPRINT_TAIL`] bytes: a rewrite with the same
-/// words is a heartbeat, anything else is progress.
+/// words is a heartbeat, anything else is progress. A read that finds the file empty or torn
+/// (truncated under it) is tried again, [`TORN_READ_RETRIES`] times at most: the last answer
+/// is empty only when the file was empty every time.
 fn fingerprint(path: &Path) -> Option<(u64, u64)> {
-    use std::io::{Read, Seek, SeekFrom};
+    let mut read = read_fingerprint(path)?;
+    for _ in 0..TORN_READ_RETRIES {
+        match read {
+            Read::Whole(len, hash) if len > 0 => return Some((len, hash)),
+            _ => read = read_fingerprint(path)?,
+        }
+    }
+    Some(match read {
+        Read::Whole(len, hash) => (len, hash),
+        // Torn every time: as empty (never compared as progress).
+        Read::Torn => (0, fnv1a(&[])),
+    })
+}
+
+enum Read {
+    Whole(u64, u64),
+    /// Fewer bytes than the length fstat gave: truncated while it was read.
+    Torn,
+}
+
+fn read_fingerprint(path: &Path) -> Option<Read> {
+    use std::io::{Read as _, Seek, SeekFrom};
     let mut file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
-    file.seek(SeekFrom::Start(len.saturating_sub(FINGERPRINT_TAIL)))
-        .ok()?;
+    let start = len.saturating_sub(FINGERPRINT_TAIL);
+    file.seek(SeekFrom::Start(start)).ok()?;
     let mut tail = Vec::with_capacity(FINGERPRINT_TAIL as usize);
     file.take(FINGERPRINT_TAIL).read_to_end(&mut tail).ok()?;
-    let hash = tail.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+    if (tail.len() as u64) < len - start {
+        return Some(Read::Torn);
+    }
+    Some(Read::Whole(len, fnv1a(&tail)))
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    Some((len, hash))
+    })
 }
 
 /// When the task last wrote output during this attempt (unix ms): the current log's mtime, or
