@@ -224,6 +224,7 @@ impl Daemon {
         // connect, whatever the operator's umask. The umask is the process's: put back.
         let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
         let control = Control::bind(&dirs.socket_path(), &events);
+        let sleep_watch = host_sleep::SleepWatch::start(&events);
         nix::sys::stat::umask(umask);
         let control = control?;
 
@@ -247,7 +248,7 @@ impl Daemon {
             },
             shutdown: None,
             network_look_armed: false,
-            sleep_watch: host_sleep::SleepWatch::default(),
+            sleep_watch,
             _lock: lock,
         })
     }
@@ -324,6 +325,7 @@ impl Daemon {
             SIGNALS => self.on_signals(),
             INOTIFY => self.on_units_dir_event(),
             LIVENESS => self.on_liveness_event(),
+            host_sleep::WAKE_ALARM => self.on_wake_alarm(),
             LISTENER => self.control.accept(&mut self.events),
             token => match self.events.source(token) {
                 Some(Source::Client) => self.on_client_event(token, event),

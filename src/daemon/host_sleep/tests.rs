@@ -33,3 +33,20 @@ fn a_wall_time_before_a_sleep_is_younger_by_the_sleep_on_the_monotonic_clock() {
     assert_eq!(slept_after(&history, 600_000), 0);
     assert_eq!(slept_after(&[], 0), 0);
 }
+
+#[test]
+fn the_clocks_are_read_as_a_tight_pair_and_the_wake_alarm_waits() {
+    let (boottime, monotonic) = read_clocks().expect("both clocks");
+    // BOOTTIME is never behind MONOTONIC (read within a millisecond of each other).
+    assert!(
+        boottime + Duration::from_millis(1) >= monotonic,
+        "{boottime:?} < {monotonic:?}"
+    );
+    let alarm = wake_alarm().expect("a CLOCK_REALTIME timerfd with TFD_TIMER_CANCEL_ON_SET");
+    // Set a century ahead: nothing to read until the host resumes or the clock is set.
+    assert_eq!(
+        alarm.wait().map_err(|e| e as i32),
+        Err(nix::errno::Errno::EAGAIN as i32)
+    );
+    arm(&alarm).expect("set again");
+}
