@@ -12,6 +12,7 @@ mod engines_support;
 use common::*;
 use engines_support::*;
 use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -118,7 +119,7 @@ fn run_args(
     documented: &[String],
     container: &str,
     volume: &str,
-    units: &Path,
+    (units, secrets): (&Path, &Path),
     image: &str,
     extra: &[&str],
     one_cap_per_flag: bool,
@@ -141,6 +142,10 @@ fn run_args(
             "-v" if word.contains(":/etc/keel/units") => {
                 let (_, rest) = word.split_once(':').unwrap();
                 format!("{}:{rest}", units.display())
+            }
+            "-v" if word.contains(":/etc/keel/secrets") => {
+                let (_, rest) = word.split_once(':').unwrap();
+                format!("{}:{rest}", secrets.display())
             }
             _ => word.clone(),
         });
@@ -242,12 +247,20 @@ fn the_recipe_under(engine: &Engine, scratch: &Scratch) {
     if engine.kind == Kind::Podman && !has_cap_sys_resource() {
         extra.extend(ULIMIT_FLAGS);
     }
+    // The secrets directory the recipe mounts: root's, 0700, a 0600 file in it.
+    let secrets = scratch.dir.join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let secret = secrets.join("anthropic");
+    std::fs::write(&secret, "sk-test-engines\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+
     let docker = engine.kind == Kind::Docker;
     let args = run_args(
         &documented,
         container,
         &made.volume,
-        &units,
+        (&units, &secrets),
         image,
         &extra,
         docker,
@@ -288,6 +301,17 @@ fn the_recipe_under(engine: &Engine, scratch: &Scratch) {
             "keel init should have mounted a cgroup2 on this hybrid host:\n{log}"
         );
     }
+
+    // The secrets as keel inside sees them: still root's and 0600, as the recipe says.
+    let mode = engine.ok(&[
+        "exec",
+        container,
+        "stat",
+        "-c",
+        "%u %a",
+        "/etc/keel/secrets/anthropic",
+    ]);
+    assert_eq!(mode.trim(), "0 600", "the mounted secret file");
 
     // The HEALTHCHECK.
     let started = Instant::now();
