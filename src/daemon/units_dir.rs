@@ -200,15 +200,21 @@ impl Daemon {
         }
     }
 
+    /// The units directory was moved or removed: watched again once it is back. It is not
+    /// made here (an operator replacing it — `mv units units.old; mkdir units`, or `mv new
+    /// units` — would find an empty one in the way, and its emptiness read as every unit
+    /// removed); until it is back, the tasks run as they are, and it is looked for every
+    /// [`SCAN_RETRY`].
     pub(super) fn rewatch_units_dir(&mut self) {
-        let _ = crate::state::create_private_dir(&self.units.dir);
         match self.units.watch.add() {
             Ok(()) => {
                 log::info!("watching {} again", self.units.dir.display());
                 self.scan_units();
             }
             Err(e) => {
-                log::warn!("cannot watch {}: {e}; retrying", self.units.dir.display());
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("cannot watch {}: {e}; retrying", self.units.dir.display());
+                }
                 self.events.timers.add_after(SCAN_RETRY, Timer::WatchUnits);
             }
         }
