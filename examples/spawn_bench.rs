@@ -98,7 +98,7 @@ fn main() {
     let no_userns_asked = std::env::var_os("KEEL_BENCH_NO_USERNS").is_some_and(|v| v == "1");
     let have_bwrap = want("c") && Command::new("bwrap").arg("--version").output().is_ok();
 
-    let [mut bare, mut spawned, mut keel, mut cold, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full, mut no_userns] =
+    let [mut bare, mut spawned, mut keel, mut cold, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full, mut no_userns, mut keel_cgroup_clone] =
         std::array::from_fn(|_| Row::default());
     let stamp_c = std::ffi::CString::new(stamp.as_os_str().as_encoded_bytes()).expect("no NUL");
     let mut templates = SandboxTemplates::new(scratch.join("state/templates"));
@@ -193,6 +193,30 @@ fn main() {
         if want("g") {
             full.time(|| run_shim(&spec, &keel_bin, &dirs, None, None, &output_log));
         }
+        // (f') (f) with no spare (asked for by name only: KEEL_BENCH_ROWS): the daemon's start on
+        // a pure v2 host without `favordynmods`, where it makes none and clones the shim
+        // straight into the cgroup (CLONE_INTO_CGROUP) — a spare would migrate into it. Before
+        // (f): right after a migration the next one does not wait for a grace period.
+        let no_spare_cgroup = only.is_some() && want("f'");
+        keel_cgroup_clone.time_if(no_spare_cgroup, || {
+            assert!(templates.spare().is_none(), "(b) took the spare");
+            slice.create(&limits).expect("create the task cgroup");
+            let dir = slice.open_v2_dir().expect("open the task cgroup");
+            spec.cgroup_v1_procs = slice.v1_procs_files();
+            let out = run_shim(
+                &spec,
+                &keel_bin,
+                &dirs,
+                Some(dir.as_fd()),
+                Some(&mut templates),
+                &output_log,
+            );
+            slice.kill().expect("cgroup.kill");
+            slice
+                .remove_blocking(Duration::from_secs(5))
+                .expect("remove the task cgroup");
+            out
+        });
         if want("f") {
             spare_ready(&mut templates, &keel_bin, &spec);
         }
@@ -256,6 +280,7 @@ fn main() {
         ("(e) keel's shim, sandbox off", &shim_only),
         ("(f) keel sandboxed start + its cgroup", &keel_cgroup),
         ("(g) keel sandboxed start, no template", &full),
+        ("(f') (f), no spare: CLONE_INTO_CGROUP", &keel_cgroup_clone),
     ];
     assert!(
         rows.iter().all(|(name, _)| name.len() <= 44),
