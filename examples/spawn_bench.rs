@@ -26,6 +26,10 @@
 //! `cargo run --release --example spawn_bench -- [ROUNDS]` (as root; build the `keel` binary
 //! and the `exec_stamp` example first). The state directory is on tmpfs (/dev/shm) so that the
 //! figures are the sandbox's, not the disk's fsyncs.
+//!
+//! `KEEL_BENCH_ROWS=a,b,f` runs only those rows (tags without parentheses: `a'`, `b''`…),
+//! still interleaved; `KEEL_BENCH_NO_USERNS=1` gives the sandboxed rows no user namespace, as
+//! a daemon with `user_namespaces: Off` starts them (the VM's: benches/vm/start-latency).
 
 // A benchmark: its baseline is a bare fork and exec, unsafe by its nature; each block's
 // comment says why it is sound.
@@ -81,9 +85,20 @@ fn main() {
     .expect("unit");
     let work = dirs.work_dir("bench");
     let output_log = dirs.run_dir("bench").join("output.log");
-    let have_bwrap = Command::new("bwrap").arg("--version").output().is_ok();
+    // The rows asked for (all by default), by tag: "a", "b'", "f"…
+    let only = std::env::var("KEEL_BENCH_ROWS").ok();
+    let want = |tag: &str| {
+        only.as_deref()
+            .is_none_or(|list| list.split(',').any(|t| t.trim() == tag))
+    };
+    assert!(
+        want("a"),
+        "row (a) is every ratio's baseline: KEEL_BENCH_ROWS must name it"
+    );
+    let no_userns_asked = std::env::var_os("KEEL_BENCH_NO_USERNS").is_some_and(|v| v == "1");
+    let have_bwrap = want("c") && Command::new("bwrap").arg("--version").output().is_ok();
 
-    let [mut bare, mut spawned, mut keel, mut cold, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full, mut no_userns] =
+    let [mut bare, mut spawned, mut keel, mut cold, mut keel_cgroup, mut bwrap, mut unshare, mut shim_only, mut full, mut no_userns, mut keel_cgroup_clone] =
         std::array::from_fn(|_| Row::default());
     let stamp_c = std::ffi::CString::new(stamp.as_os_str().as_encoded_bytes()).expect("no NUL");
     let mut templates = SandboxTemplates::new(scratch.join("state/templates"));
@@ -105,8 +120,12 @@ fn main() {
     };
     let work_arg = work.display().to_string();
     for round in 0..rounds {
-        bare.time(|| fork_exec(&stamp_c));
-        spawned.time(|| piped(&mut Command::new(&stamp)));
+        if want("a") {
+            bare.time(|| fork_exec(&stamp_c));
+        }
+        if want("a'") {
+            spawned.time(|| piped(&mut Command::new(&stamp)));
+        }
         let generation = round as u64 + 1;
         let ctx = AttemptContext {
             unit_name: "bench",
@@ -126,46 +145,82 @@ fn main() {
                 });
             }
         };
-        with_userns(&mut spec);
+        if !no_userns_asked {
+            with_userns(&mut spec);
+        }
         // (b'') without it: what the user namespace costs.
         let no_userns_spec = attempt_spec(&dirs, &unit, &ctx);
-        spare_ready(&mut templates, &keel_bin, &no_userns_spec);
-        no_userns.time(|| {
-            run_shim(
-                &no_userns_spec,
-                &keel_bin,
-                &dirs,
-                None,
-                Some(&mut templates),
-                &output_log,
-            )
-        });
+        if want("b''") {
+            spare_ready(&mut templates, &keel_bin, &no_userns_spec);
+            no_userns.time(|| {
+                run_shim(
+                    &no_userns_spec,
+                    &keel_bin,
+                    &dirs,
+                    None,
+                    Some(&mut templates),
+                    &output_log,
+                )
+            });
+        }
         // As a daemon with a task running has it: a spare made after its last start.
-        spare_ready(&mut templates, &keel_bin, &spec);
-        keel.time(|| {
-            run_shim(
-                &spec,
-                &keel_bin,
-                &dirs,
-                None,
-                Some(&mut templates),
-                &output_log,
-            )
-        });
+        if want("b") {
+            spare_ready(&mut templates, &keel_bin, &spec);
+            keel.time(|| {
+                run_shim(
+                    &spec,
+                    &keel_bin,
+                    &dirs,
+                    None,
+                    Some(&mut templates),
+                    &output_log,
+                )
+            });
+        }
         // The spare was taken: this start finds none, as one right after another would.
-        cold.time(|| {
-            run_shim(
+        if want("b'") {
+            cold.time(|| {
+                run_shim(
+                    &spec,
+                    &keel_bin,
+                    &dirs,
+                    None,
+                    Some(&mut templates),
+                    &output_log,
+                )
+            });
+        }
+        if want("g") {
+            full.time(|| run_shim(&spec, &keel_bin, &dirs, None, None, &output_log));
+        }
+        // (f') (f) with no spare (asked for by name only: KEEL_BENCH_ROWS): the daemon's start on
+        // a pure v2 host without `favordynmods`, where it makes none and clones the shim
+        // straight into the cgroup (CLONE_INTO_CGROUP) — a spare would migrate into it. Before
+        // (f): right after a migration the next one does not wait for a grace period.
+        let no_spare_cgroup = only.is_some() && want("f'");
+        keel_cgroup_clone.time_if(no_spare_cgroup, || {
+            assert!(templates.spare().is_none(), "(b) took the spare");
+            slice.create(&limits).expect("create the task cgroup");
+            let dir = slice.open_v2_dir().expect("open the task cgroup");
+            spec.cgroup_v1_procs = slice.v1_procs_files();
+            let out = run_shim(
                 &spec,
                 &keel_bin,
                 &dirs,
-                None,
+                Some(dir.as_fd()),
                 Some(&mut templates),
                 &output_log,
-            )
+            );
+            slice.kill().expect("cgroup.kill");
+            slice
+                .remove_blocking(Duration::from_secs(5))
+                .expect("remove the task cgroup");
+            out
         });
-        full.time(|| run_shim(&spec, &keel_bin, &dirs, None, None, &output_log));
-        spare_ready(&mut templates, &keel_bin, &spec);
-        keel_cgroup.time(|| {
+        if want("f") {
+            spare_ready(&mut templates, &keel_bin, &spec);
+        }
+        keel_cgroup.time_if(want("f"), || {
             slice.create(&limits).expect("create the task cgroup");
             let dir = slice.open_v2_dir().expect("open the task cgroup");
             spec.cgroup_v1_procs = slice.v1_procs_files();
@@ -187,7 +242,9 @@ fn main() {
         // (e) the same shim with its sandbox off: what the shim itself costs.
         let mut bare_spec = attempt_spec(&dirs, &unit, &ctx);
         bare_spec.sandbox = None;
-        shim_only.time(|| run_shim(&bare_spec, &keel_bin, &dirs, None, None, &output_log));
+        if want("e") {
+            shim_only.time(|| run_shim(&bare_spec, &keel_bin, &dirs, None, None, &output_log));
+        }
         if have_bwrap {
             let args = [
                 "--ro-bind",
@@ -204,7 +261,7 @@ fn main() {
             ];
             bwrap.time(|| piped(Command::new("bwrap").args(args).arg(&stamp)));
         }
-        unshare.time(|| {
+        unshare.time_if(want("d"), || {
             piped(
                 Command::new("unshare")
                     .args(["-mpf", "--mount-proc"])
@@ -223,6 +280,7 @@ fn main() {
         ("(e) keel's shim, sandbox off", &shim_only),
         ("(f) keel sandboxed start + its cgroup", &keel_cgroup),
         ("(g) keel sandboxed start, no template", &full),
+        ("(f') (f), no spare: CLONE_INTO_CGROUP", &keel_cgroup_clone),
     ];
     assert!(
         rows.iter().all(|(name, _)| name.len() <= 44),
@@ -247,7 +305,9 @@ fn main() {
         for (name, row) in &rows {
             let v = samples(row);
             if v.is_empty() {
-                println!("{name:<44} not installed");
+                if only.is_none() {
+                    println!("{name:<44} not installed");
+                }
                 continue;
             }
             let m = median(&v);
@@ -270,11 +330,13 @@ fn main() {
             samples(row("(c)")),
             samples(row("(b)")),
         );
-        println!(
-            "keel vs posix_spawn: {:.2}x",
-            median(&k).as_secs_f64() / median(&spawn).as_secs_f64()
-        );
-        if !b.is_empty() {
+        if !k.is_empty() && !spawn.is_empty() {
+            println!(
+                "keel vs posix_spawn: {:.2}x",
+                median(&k).as_secs_f64() / median(&spawn).as_secs_f64()
+            );
+        }
+        if !b.is_empty() && !k.is_empty() {
             println!(
                 "keel vs bwrap: {:.1}x faster\n",
                 median(&b).as_secs_f64() / median(&k).as_secs_f64()
@@ -283,7 +345,7 @@ fn main() {
     }
     assert_eq!(
         templates.len(),
-        1,
+        usize::from(["b''", "b", "b'", "f"].iter().any(|t| want(t))),
         "one template for every start of (b) and (f)"
     );
     drop(templates);
@@ -295,6 +357,13 @@ fn main() {
 }
 
 impl Row {
+    /// [`Row::time`] when the row was asked for.
+    fn time_if(&mut self, wanted: bool, start: impl FnOnce() -> String) {
+        if wanted {
+            self.time(start);
+        }
+    }
+
     /// Run one start: `start` returns what the agent printed (its start instant).
     fn time(&mut self, start: impl FnOnce() -> String) {
         let t0 = monotonic_ns();
