@@ -163,32 +163,18 @@ fn main() {
                 )
             });
         }
+        // The sandboxed start on templates, without the cgroup: (b) and (b').
+        let templated = |templates: &mut SandboxTemplates| {
+            run_shim(&spec, &keel_bin, &dirs, None, Some(templates), &output_log)
+        };
         // As a daemon with a task running has it: a spare made after its last start.
         if want("b") {
             spare_ready(&mut templates, &keel_bin, &spec);
-            keel.time(|| {
-                run_shim(
-                    &spec,
-                    &keel_bin,
-                    &dirs,
-                    None,
-                    Some(&mut templates),
-                    &output_log,
-                )
-            });
+            keel.time(|| templated(&mut templates));
         }
         // The spare was taken: this start finds none, as one right after another would.
         if want("b'") {
-            cold.time(|| {
-                run_shim(
-                    &spec,
-                    &keel_bin,
-                    &dirs,
-                    None,
-                    Some(&mut templates),
-                    &output_log,
-                )
-            });
+            cold.time(|| templated(&mut templates));
         }
         if want("g") {
             full.time(|| run_shim(&spec, &keel_bin, &dirs, None, None, &output_log));
