@@ -203,8 +203,8 @@ fn cgroups_the_host_cannot_give_never_fail_the_task_and_it_starts_once_they_can(
         d.task("agent").filter(|t| t["state"] == "stopped")
     });
     assert_eq!(d.record("agent").blocked, None);
-    // Started again while the host still refuses: blocked again, the same reason not
-    // journaled twice.
+    // Started again while the host still refuses: blocked again (journaled anew: the wait
+    // before the stop was over), never failed.
     let out = d.keel(&["start", "agent"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     wait_blocked(&d, "agent", "cgroups unavailable");

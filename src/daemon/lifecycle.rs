@@ -147,6 +147,21 @@ impl Daemon {
             defer_start(task, before, &why, &mut self.store, &mut self.events.timers);
             return;
         }
+        // The units directory (outside the state directory) is hidden from a sandbox only if
+        // it exists as the sandbox is built: moved away or removed, starts wait for it to be
+        // back (an agent started meanwhile would see it appear, other tasks' units and their
+        // environment in it). The host's to fix: blocked, never counted.
+        let units_dir = &self.units.dir;
+        if !units_dir.starts_with(&self.store.dirs.root) && !units_dir.exists() {
+            let why = format!(
+                "the units directory {} is missing (moved or removed): starts wait until it is \
+                 back, so that the agent cannot see it",
+                units_dir.display()
+            );
+            let before = task.record.clone();
+            blocked::block_start(task, before, &why, &mut self.store, &mut self.events.timers);
+            return;
+        }
         // A `sandbox.user` this host does not have: the host's to create, not the attempt's
         // failure; the task waits, blocked, until it exists.
         if let Some(why) = blocked::missing_user(&unit_def) {

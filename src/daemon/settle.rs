@@ -323,6 +323,10 @@ fn settle_refused(
             task.record.intent = Intent::None;
             task.record.stop_started_ms = None;
             task.record.reason = Some("stopped by request".into());
+            // Stopped: the wait for the host is over.
+            task.record.blocked = None;
+            task.blocked_retries = 0;
+            task.start_retry_at = None;
             transition(task, TaskState::Stopped, "stopped before it ran", store);
             Settled::Recorded
         }

@@ -210,6 +210,8 @@ impl Daemon {
             Ok(()) => {
                 log::info!("watching {} again", self.units.dir.display());
                 self.scan_units();
+                // Starts that waited for it go now.
+                self.retry_waiting_starts();
             }
             Err(e) => {
                 if e.kind() != std::io::ErrorKind::NotFound {
@@ -224,6 +226,13 @@ impl Daemon {
     pub(crate) fn scan_units(&mut self) {
         let files = match unit_files(&self.units.dir) {
             Ok(files) => files,
+            // Moved away or removed: looked for by rewatch_units_dir, which scans once it is
+            // back; the tasks run on meanwhile.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound && self.units.watch.watch.is_none() =>
+            {
+                return;
+            }
             Err(e) => {
                 log::error!(
                     "cannot read units directory {}: {e}; retrying",
