@@ -75,6 +75,15 @@ pub struct Layout {
     /// The process already sat in `<base>/<name>/supervisor` (a daemon restarted after moving
     /// itself there): the tree exists and is adopted.
     pub adopted: bool,
+    /// v2 only: the process sits in a cgroup named like the tree itself — a systemd service
+    /// without `DelegateSubgroup=` (systemd < 254) whose `--cgroup-name` is the service's name.
+    /// systemd puts every daemon it starts (each restart) into that cgroup, which therefore must
+    /// never enable controllers for children (it would hold a process: "no internal
+    /// processes", and the next start fails with 219/CGROUP). So the tree is made at the
+    /// hierarchy's root (`<mount>/<name>`, as a cgroupfs-driven runtime makes its own) and the
+    /// daemon stays where it is, a leaf: [`Layout::v2_base`] is the root, and `Tree` neither
+    /// moves the daemon nor disables the root's controllers again.
+    pub daemon_stays: bool,
 }
 
 impl Layout {
@@ -244,12 +253,27 @@ pub fn parse_layout(
         .filter(|c| on_v1(c))
         .collect();
     if bound.is_empty() {
+        // The daemon's own cgroup is named like the tree (and is not the hierarchy's root).
+        let mount = mounts
+            .iter()
+            .filter(|m| m.v2)
+            .find(|m| v2_base.starts_with(&m.mount_point))
+            .unwrap_or(v2_mount);
+        let in_namesake = !adopted
+            && v2_base != mount.mount_point
+            && v2_base.file_name().is_some_and(|n| n == tree_name);
+        let (v2_base, v2_base_cgroup) = if in_namesake {
+            (mount.mount_point.clone(), PathBuf::from(&mount.root))
+        } else {
+            (v2_base, v2_base_cgroup)
+        };
         return Ok(Layout {
             mode: Mode::V2,
             v2_base,
             v2_base_cgroup,
             v1: Vec::new(),
             adopted,
+            daemon_stays: in_namesake,
         });
     }
     if bound.len() < super::CONTROLLERS.len() {
@@ -301,6 +325,7 @@ pub fn parse_layout(
         v2_base_cgroup,
         v1,
         adopted,
+        daemon_stays: false,
     })
 }
 

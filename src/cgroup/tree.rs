@@ -93,8 +93,13 @@ impl Tree {
         // Into the leaf first: on v2 a cgroup that enables controllers for its children may not
         // hold processes itself (cgroup-v2.rst, "No Internal Process Constraint"), so the base
         // must be left before its subtree_control is written.
-        for base in tree.layout.bases() {
-            move_into(fs, &base.join(name).join("supervisor"), pid)?;
+        // A daemon that stays in its service's cgroup ([`Layout::daemon_stays`]) moves
+        // nowhere; its `supervisor/` stays empty (it still marks the tree as keel's for the
+        // control socket's peer check).
+        if !tree.layout.daemon_stays {
+            for base in tree.layout.bases() {
+                move_into(fs, &base.join(name).join("supervisor"), pid)?;
+            }
         }
         if tree.layout.mode == Mode::V2 {
             // Top-down: a controller can be enabled in a cgroup only if its parent enabled it
@@ -199,7 +204,12 @@ impl Tree {
         if self.layout.mode == Mode::V2 {
             self.disable_controllers()?;
         }
-        for base in self.layout.bases() {
+        let bases = if self.layout.daemon_stays {
+            Vec::new()
+        } else {
+            self.layout.bases()
+        };
+        for base in bases {
             let procs = base.join("cgroup.procs");
             match fs.write(&procs, &self.pid.to_string()) {
                 // The process is gone: nothing to move.
@@ -231,6 +241,11 @@ impl Tree {
         let base = &self.layout.v2_base;
         let root = self.v2_root();
         disable(fs, &root, &enabled_controllers(fs, &root))?;
+        if self.layout.daemon_stays {
+            // The base is the hierarchy's root, shared with systemd's slices: what is enabled
+            // there stays (a controller the root's other children use cannot go anyway).
+            return Ok(());
+        }
         let mut ours = self.enabled_in_base.clone();
         // An adopted tree (a restarted daemon) does not know who enabled the base's
         // controllers; when keel's tree is the base's only child, nothing else uses them.

@@ -62,7 +62,17 @@ fn setup_slices(layout: Result<Layout, CgroupError>, name: &str) -> Slices {
     let tree = layout.and_then(|layout| Tree::setup(layout, name));
     match tree {
         Ok(tree) => {
-            log::info!("cgroups: {} at {}", tree.mode(), tree.v2_root().display());
+            let placement = if tree.layout().daemon_stays {
+                "; the daemon stays in its own cgroup, named like the tree (a systemd service \
+                 without DelegateSubgroup=), so that systemd can start the next daemon there"
+            } else {
+                ""
+            };
+            log::info!(
+                "cgroups: {} at {}{placement}",
+                tree.mode(),
+                tree.v2_root().display()
+            );
             Ok(tree)
         }
         Err(e) => {

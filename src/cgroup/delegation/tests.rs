@@ -13,6 +13,7 @@ fn v2_layout(base: &str) -> Layout {
         v2_base_cgroup: PathBuf::from(base.trim_start_matches("/sys/fs/cgroup")),
         v1: Vec::new(),
         adopted: false,
+        daemon_stays: false,
     }
 }
 

@@ -239,6 +239,51 @@ fn restarted_daemon_in_its_supervisor_leaf() {
     }
 }
 
+/// systemd < 254 (no `DelegateSubgroup=`) starts every daemon in the service's own cgroup,
+/// named like the tree (`--cgroup-name keel.service`): the tree goes to the hierarchy's root,
+/// beside systemd's slices, and the daemon stays in its leaf.
+#[test]
+fn daemon_in_a_service_cgroup_named_like_the_tree_stays_there() {
+    let layout = parse_layout(
+        PURE_V2_MOUNTINFO,
+        "0::/system.slice/keel.service\n",
+        "keel.service",
+    )
+    .unwrap();
+    assert!(layout.daemon_stays);
+    assert!(!layout.adopted);
+    assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup");
+    assert_eq!(layout.v2_base_cgroup.as_os_str(), "/");
+
+    // systemd >= 254 with DelegateSubgroup=supervisor: the service's cgroup is the tree.
+    let layout = parse_layout(
+        PURE_V2_MOUNTINFO,
+        "0::/system.slice/keel.service/supervisor\n",
+        "keel.service",
+    )
+    .unwrap();
+    assert!(!layout.daemon_stays);
+    assert!(layout.adopted);
+    assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup/system.slice");
+
+    // Another name, the root itself, or a hybrid host (nothing is enabled in v2 there): as
+    // before.
+    for (cgroup, name) in [
+        ("0::/system.slice/keel.service\n", "keel"),
+        ("0::/\n", "keel.service"),
+    ] {
+        let layout = parse_layout(PURE_V2_MOUNTINFO, cgroup, name).unwrap();
+        assert!(!layout.daemon_stays, "{cgroup} {name}");
+    }
+    let layout = parse_layout(
+        SYSTEMD_HYBRID_MOUNTINFO,
+        SYSTEMD_HYBRID_CGROUP,
+        "keel.service",
+    )
+    .unwrap();
+    assert!(!layout.daemon_stays);
+}
+
 #[test]
 fn restarted_daemon_on_a_hybrid_host() {
     let cgroup = SYSTEMD_HYBRID_CGROUP.replace("keel.service", "keel.service/keel/supervisor");

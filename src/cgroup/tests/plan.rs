@@ -17,6 +17,7 @@ fn v2_layout() -> Layout {
         v2_base_cgroup: p("/svc"),
         v1: Vec::new(),
         adopted: false,
+        daemon_stays: false,
     }
 }
 
@@ -32,6 +33,7 @@ fn hybrid_layout() -> Layout {
             (V1Controller::Pids, p("/v1/pids")),
         ],
         adopted: false,
+        daemon_stays: false,
     }
 }
 
@@ -502,6 +504,38 @@ fn v2_teardown_disables_bottom_up_then_moves_back_and_removes() {
         Op::Write(p("/cg/svc/cgroup.procs"), "42".into()),
         Op::Rmdir(p("/cg/svc/keel/supervisor")),
         Op::Rmdir(p("/cg/svc/keel")),
+    ]);
+    assert_eq!(fs.ops(), expected);
+}
+
+/// A daemon that stays in its service's cgroup (systemd < 254): the tree at the root, the
+/// daemon never moved in or out, the root's controllers never disabled again.
+#[test]
+fn v2_daemon_that_stays_put_is_never_moved() {
+    let fs = RecordingFs::new();
+    let mut layout = v2_layout();
+    layout.v2_base = p("/cg");
+    layout.v2_base_cgroup = p("/");
+    layout.daemon_stays = true;
+    let tree = setup(&fs, layout);
+    let mut expected = Vec::new();
+    for dir in ["/cg", "/cg/keel", "/cg/keel/tasks"] {
+        for c in ["+cpu", "+memory", "+pids"] {
+            expected.push(w(&format!("{dir}/cgroup.subtree_control"), c));
+        }
+    }
+    assert_eq!(fs.writes(), expected);
+    assert!(fs.ops().contains(&Op::Mkdir(p("/cg/keel/supervisor"))));
+
+    fs.clear_ops();
+    tree.teardown().unwrap();
+    let mut expected = vec![Op::Rmdir(p("/cg/keel/tasks"))];
+    for c in ["-pids", "-memory", "-cpu"] {
+        expected.push(Op::Write(p("/cg/keel/cgroup.subtree_control"), c.into()));
+    }
+    expected.extend([
+        Op::Rmdir(p("/cg/keel/supervisor")),
+        Op::Rmdir(p("/cg/keel")),
     ]);
     assert_eq!(fs.ops(), expected);
 }
