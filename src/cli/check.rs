@@ -14,6 +14,9 @@
 //! regular file or not a one-line value is an error with the fix (`chmod 600 FILE`); one that
 //! is not there yet is a warning (the task waits for it).
 //!
+//! Each `after` entry must name a unit — one of the files checked, a unit file beside one of
+//! them, or one of the default units directory — and the entries may not form a cycle.
+//!
 //! A `sandbox.user` this host does not have is a warning (the unit may be meant for another
 //! machine; `keel add` refuses it, and a task whose user is missing waits, blocked).
 
@@ -42,8 +45,10 @@ pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
     if let Err(error) = &lists {
         eprintln!("{}", printable(&error.to_string()));
     }
-    let more = |unit: &crate::unit::Unit| {
+    let known = known_units(files, &units_dir);
+    let more = |name: &str, unit: &crate::unit::Unit| {
         let mut problems = secret_file_problems(unit).0;
+        problems.extend(crate::unit::dependency_problems(name, unit, &known));
         problems.extend(crate::unit::keel_dir_problems(unit, &dirs));
         if let Ok(lists) = &lists {
             problems.extend(crate::unit::network_list_problems(unit, lists));
@@ -52,7 +57,7 @@ pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
     };
     for file in files {
         let checked = crate::unit::load_unit_file(file).and_then(|(name, unit, text)| {
-            match crate::unit::check_unit_with(file, &text, more) {
+            match crate::unit::check_unit_with(file, &text, |u| more(&name, u)) {
                 Ok(_) => Ok((name, unit)),
                 Err(mut errors) => Err(errors.remove(0)),
             }
@@ -79,10 +84,13 @@ pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
             Err(first) => {
                 bad += 1;
                 // A readable file may hold several problems: report them all.
+                let name = crate::unit::unit_name_of(file).unwrap_or_default();
                 let all = std::fs::read_to_string(file)
                     .ok()
                     .filter(|_| first.line > 0)
-                    .and_then(|text| crate::unit::check_unit_with(file, &text, more).err())
+                    .and_then(|text| {
+                        crate::unit::check_unit_with(file, &text, |u| more(&name, u)).err()
+                    })
                     .unwrap_or_else(|| vec![first]);
                 for error in all {
                     // The message may quote the file: escaped.
@@ -105,6 +113,46 @@ pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
         )));
     }
     Ok(())
+}
+
+/// The units an `after` entry may name, with their own `after` lists: the files checked, the
+/// other unit files beside each of them, and the default units directory (`STATE/units`). A
+/// unit file that does not parse still counts as a name (its own check reports it).
+fn known_units(files: &[PathBuf], units_dir: &Path) -> BTreeMap<String, Vec<String>> {
+    let after_of = |path: &Path| {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        crate::unit::parse_unit(path, &text)
+            .map(|u| u.after)
+            .unwrap_or_default()
+    };
+    let mut dirs: Vec<PathBuf> = files
+        .iter()
+        .map(|f| match f.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        })
+        .collect();
+    dirs.push(units_dir.to_path_buf());
+    dirs.sort();
+    dirs.dedup();
+    let mut known = BTreeMap::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for path in entries.flatten().map(|e| e.path()) {
+            if let Some(name) = crate::unit::unit_name_of(&path) {
+                known.entry(name).or_insert_with(|| after_of(&path));
+            }
+        }
+    }
+    // The files checked win over a namesake elsewhere.
+    for file in files {
+        if let Some(name) = crate::unit::unit_name_of(file) {
+            known.insert(name, after_of(file));
+        }
+    }
+    known
 }
 
 /// The unit's secret files as keel would read them: the problems that refuse the unit (each

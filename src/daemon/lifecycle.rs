@@ -66,11 +66,17 @@ impl Daemon {
         if self.shutdown.is_some() {
             return;
         }
+        // `after: [...]`: a task goes to the scheduler once each unit named there succeeded.
+        let held = self.dependency_holds();
+        for (unit, why) in &held {
+            self.note_waiting(unit, why);
+        }
         let queued: Vec<QueuedTask> = self
             .tasks
             .values()
             .filter(|t| t.record.state == TaskState::Queued && t.seen_file)
             .filter(|t| t.start_retry_at.is_none_or(|at| at <= Instant::now()))
+            .filter(|t| !held.contains_key(&t.name))
             .filter_map(|t| {
                 let unit = t.unit.as_ref()?;
                 Some(QueuedTask {
@@ -105,15 +111,7 @@ impl Daemon {
             self.settings.config.starvation_limit_ms(),
         );
         for (unit, why) in decision.waiting {
-            let why = why.to_string();
-            let Some(task) = self.tasks.get_mut(&unit) else {
-                continue;
-            };
-            if task.waiting.as_deref() != Some(why.as_str()) {
-                // One journal line when the reason changes, not one per round.
-                task.waiting = Some(why.clone());
-                self.store.task_event(task, "waiting", &why);
-            }
+            self.note_waiting(&unit, &why.to_string());
         }
         for unit in decision.start {
             self.start_attempt(&unit);
@@ -670,6 +668,7 @@ fn user_namespace_for<'t>(
 }
 
 pub(crate) mod blocked;
+mod waiting;
 
 #[cfg(test)]
 mod tests;

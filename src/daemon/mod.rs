@@ -22,6 +22,7 @@
 
 mod checkouts;
 mod control;
+mod dependencies;
 mod event_loop;
 mod host_sleep;
 pub mod id_blocks;

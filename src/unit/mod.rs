@@ -14,6 +14,7 @@
 //!   a token, or inside a string after a custom error); the scan turns that into the start of
 //!   the offending token and the field it belongs to, and locates semantic problems.
 
+mod dependencies;
 mod lexer;
 pub mod sandbox_rules;
 mod scanner;
@@ -28,6 +29,7 @@ mod test_support;
 #[cfg(test)]
 mod tests;
 
+pub use dependencies::{dependency_problems, find_cycle};
 pub use secrets::Secret;
 pub use validate::{
     keel_dir_problem, keel_dir_problems, network_list_problems, validate_unit, FieldPath, PathSeg,
@@ -69,6 +71,9 @@ pub struct Unit {
     pub resources: Resources,
     #[serde(default)]
     pub priority: i32,
+    /// Units that must have succeeded before this one starts (`after: ["build", "lint"]`).
+    #[serde(default)]
+    pub after: Vec<String>,
     #[serde(default)]
     pub liveness: Liveness,
     #[serde(default = "default_workdir")]

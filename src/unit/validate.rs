@@ -135,6 +135,14 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
             problems.add(at, "the value contains a NUL byte".to_string());
         }
     }
+    for (index, dependency) in unit.after.iter().enumerate() {
+        if let Err(why) = super::validate_name(dependency) {
+            problems.add(
+                root.field("after").index(index),
+                format!("{dependency:?} cannot be a unit's name: {why}"),
+            );
+        }
+    }
     if let Some(repo) = &unit.repo {
         let at = root.field("repo");
         if let Err(message) = check_absolute_path(&repo.path, "/srv/repos/app") {

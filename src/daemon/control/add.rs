@@ -12,8 +12,20 @@ impl Daemon {
         }
         let path = self.units.file_of(name);
         let lists = &self.settings.config.network.lists;
+        // `after` entries name units this daemon has, with no cycle back to this one.
+        let known: std::collections::BTreeMap<String, Vec<String>> = self
+            .tasks
+            .values()
+            .filter(|t| t.name != name)
+            .map(|t| {
+                let after = t.unit.as_ref().map(|u| u.after.clone());
+                (t.name.clone(), after.unwrap_or_default())
+            })
+            .collect();
         let unit = match crate::unit::parse_unit_with(&path, text, |unit| {
-            crate::unit::network_list_problems(unit, lists)
+            let mut problems = crate::unit::network_list_problems(unit, lists);
+            problems.extend(crate::unit::dependency_problems(name, unit, &known));
+            problems
         }) {
             Ok(unit) => unit,
             Err(e) => {

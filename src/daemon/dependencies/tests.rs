@@ -1,0 +1,199 @@
+use super::*;
+use TaskState::*;
+
+/// `(name, state, after)` to owned lists, then the gate of each.
+fn units(list: &[(&str, TaskState, &[&str])]) -> Vec<(String, TaskState, Vec<String>)> {
+    list.iter()
+        .map(|(n, s, a)| (n.to_string(), *s, a.iter().map(|d| d.to_string()).collect()))
+        .collect()
+}
+
+fn gates_of(list: &[(&str, TaskState, &[&str])], names: &[&str]) -> Vec<Gate> {
+    let owned = units(list);
+    let nodes: BTreeMap<&str, Node> = owned
+        .iter()
+        .map(|(n, s, a)| {
+            (
+                n.as_str(),
+                Node {
+                    after: a,
+                    state: *s,
+                },
+            )
+        })
+        .collect();
+    let gates = Gates::new(&nodes);
+    names.iter().map(|n| gates.gate(n)).collect()
+}
+
+fn blocked(gate: &Gate) -> &str {
+    match gate {
+        Gate::Blocked(why) => why,
+        other => panic!("not blocked: {other:?}"),
+    }
+}
+
+#[test]
+fn no_after_or_all_succeeded_is_ready() {
+    let list = [
+        ("a", Queued, &[][..]),
+        ("b", Succeeded, &[]),
+        ("c", Queued, &["b"]),
+    ];
+    assert_eq!(gates_of(&list, &["a", "c"]), [Gate::Ready, Gate::Ready]);
+}
+
+#[test]
+fn waits_names_each_dependency_on_its_way() {
+    for state in [Queued, Starting, Running, Stalled, Stopping, Backoff] {
+        let list = [
+            ("build", state, &[][..]),
+            ("lint", Succeeded, &[]),
+            ("test", Queued, &["build", "lint"]),
+        ];
+        assert_eq!(
+            gates_of(&list, &["test"]),
+            [Gate::Waits(format!(
+                "waits for \"build\" ({})",
+                state.as_str()
+            ))]
+        );
+    }
+    let list = [
+        ("build", Running, &[][..]),
+        ("lint", Queued, &[]),
+        ("test", Queued, &["build", "lint"]),
+    ];
+    assert_eq!(
+        gates_of(&list, &["test"]),
+        [Gate::Waits(
+            "waits for \"build\" (running), \"lint\" (queued)".into()
+        )]
+    );
+}
+
+#[test]
+fn failed_stopped_or_missing_blocks_with_the_fix() {
+    let list = [
+        ("f", Failed, &[][..]),
+        ("s", Stopped, &[]),
+        ("a", Queued, &["f"]),
+        ("b", Queued, &["s"]),
+        ("c", Queued, &["gone"]),
+    ];
+    let gates = gates_of(&list, &["a", "b", "c"]);
+    assert_eq!(
+        blocked(&gates[0]),
+        "after \"f\": \"f\" failed (`keel start f` to try it again)"
+    );
+    assert_eq!(
+        blocked(&gates[1]),
+        "after \"s\": \"s\" was stopped (`keel start s`)"
+    );
+    assert!(blocked(&gates[2]).contains("no unit is named \"gone\""));
+}
+
+/// build → test → deploy → notify, with test failed: deploy is blocked by test, and so is
+/// notify (through deploy); build's success changes nothing.
+#[test]
+fn a_chain_with_a_failure_in_the_middle() {
+    let list = [
+        ("build", Succeeded, &[][..]),
+        ("test", Failed, &["build"]),
+        ("deploy", Queued, &["test"]),
+        ("notify", Queued, &["deploy"]),
+    ];
+    let gates = gates_of(&list, &["deploy", "notify"]);
+    assert_eq!(
+        blocked(&gates[0]),
+        "after \"test\": \"test\" failed (`keel start test` to try it again)"
+    );
+    assert_eq!(
+        blocked(&gates[1]),
+        "after \"deploy\" (which waits in turn): \"test\" failed (`keel start test` to try it \
+         again)"
+    );
+    // test started again: deploy waits for it, notify for deploy.
+    let list = [
+        ("build", Succeeded, &[][..]),
+        ("test", Running, &["build"]),
+        ("deploy", Queued, &["test"]),
+        ("notify", Queued, &["deploy"]),
+    ];
+    assert_eq!(
+        gates_of(&list, &["deploy", "notify"]),
+        [
+            Gate::Waits("waits for \"test\" (running)".into()),
+            Gate::Waits("waits for \"deploy\" (queued)".into())
+        ]
+    );
+}
+
+#[test]
+fn a_blocked_dependency_wins_over_a_waiting_one() {
+    let list = [
+        ("r", Running, &[][..]),
+        ("f", Failed, &[]),
+        ("a", Queued, &["r", "f"]),
+    ];
+    assert!(blocked(&gates_of(&list, &["a"])[0]).starts_with("after \"f\""));
+}
+
+#[test]
+fn cycles_block_their_members_and_those_behind_them() {
+    let list = [
+        ("a", Queued, &["b"][..]),
+        ("b", Queued, &["c"]),
+        ("c", Queued, &["a"]),
+        ("d", Queued, &["a"]),
+        ("e", Queued, &["e"]),
+    ];
+    let gates = gates_of(&list, &["a", "b", "d", "e"]);
+    assert_eq!(
+        blocked(&gates[0]),
+        "a dependency cycle: a → b → c → a (remove one of these `after` entries)"
+    );
+    assert!(blocked(&gates[1]).starts_with("a dependency cycle: b → c → a → b"));
+    assert!(
+        blocked(&gates[2]).starts_with("after \"a\": \"a\" waits on a dependency cycle"),
+        "{:?}",
+        gates[2]
+    );
+    assert!(blocked(&gates[3]).starts_with("a dependency cycle: e → e"));
+    // A cycle through a unit already running holds nobody: that one may still succeed.
+    let list = [("a", Queued, &["b"][..]), ("b", Running, &["a"])];
+    assert_eq!(
+        gates_of(&list, &["a"]),
+        [Gate::Waits("waits for \"b\" (running)".into())]
+    );
+}
+
+/// A chain of 10,000 queued units with a failure at its end: linear, no recursion.
+#[test]
+fn a_long_chain_is_gated_without_recursion() {
+    let names: Vec<String> = (0..10_000).map(|i| format!("u{i}")).collect();
+    let mut owned: Vec<(String, TaskState, Vec<String>)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let after = names.get(i + 1).cloned().into_iter().collect();
+            (n.clone(), Queued, after)
+        })
+        .collect();
+    owned.last_mut().unwrap().1 = Failed;
+    let nodes: BTreeMap<&str, Node> = owned
+        .iter()
+        .map(|(n, s, a)| {
+            (
+                n.as_str(),
+                Node {
+                    after: a,
+                    state: *s,
+                },
+            )
+        })
+        .collect();
+    let gates = Gates::new(&nodes);
+    assert!(blocked(&gates.gate("u0")).contains("\"u9999\" failed"));
+    assert!(blocked(&gates.gate("u9998")).starts_with("after \"u9999\": "));
+}
