@@ -124,6 +124,10 @@ enum Command {
         /// (default: STATE/keel.ron; missing = no lists).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// The daemon's units directory, whose units an `after` entry may name (default:
+        /// STATE/units; `/etc/keel/units` under the shipped systemd unit).
+        #[arg(long, value_name = "DIR")]
+        units: Option<PathBuf>,
     },
     /// Exit 0 iff the daemon answers and its loop is live.
     Health,
@@ -269,10 +273,15 @@ fn main() {
                 lines,
             },
         ),
-        Command::Check { files, config } => cli::check::run(
+        Command::Check {
+            files,
+            config,
+            units,
+        } => cli::check::run(
             &files,
             &state_dir,
             &config.unwrap_or_else(|| state_dir.join(keel::config::CONFIG_FILE)),
+            units.as_deref(),
         ),
         Command::Health => cli::health::run(&state_dir),
         Command::Reload => cli::simple::run(&state_dir, Request::Reload),

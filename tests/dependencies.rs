@@ -168,6 +168,19 @@ fn check_and_add_refuse_unknown_names_and_cycles_at_their_position() {
         "{err}"
     );
 
+    // A draft naming a unit of the daemon's units directory: known with `--units`.
+    d.write_unit("installed", "Unit(command: [\"true\"], restart: Never)");
+    let draft = write(
+        "draft",
+        "Unit(command: [\"true\"], after: [\"installed\"])\n",
+    );
+    let out = d.keel(&["check", &path_str(&draft)]);
+    assert!(!out.status.success(), "{}", stdout_of(&out));
+    assert!(stderr_of(&out).contains("no unit named \"installed\""));
+    let units = path_str(&d.units());
+    let out = d.keel(&["check", "--units", &units, &path_str(&draft)]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+
     // keel add: the daemon's units are what an entry may name.
     let out = d.keel(&["add", &path_str(&dir.join("ok.ron"))]);
     assert!(out.status.success(), "{}", stderr_of(&out));

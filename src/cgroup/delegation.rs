@@ -42,6 +42,9 @@ pub enum Refusal {
     NoLayout { uid: u32, why: String },
     /// cpu, memory and pids are bound to v1 hierarchies.
     Hybrid { uid: u32 },
+    /// In a systemd service's cgroup named like the tree, without `DelegateSubgroup=`
+    /// (systemd < 254): root would make its tree at the hierarchy's root, which a user may not.
+    NoDelegateSubgroup { uid: u32, cgroup: PathBuf },
     /// The base is not the user's.
     NotDelegated {
         uid: u32,
@@ -72,6 +75,12 @@ pub fn judge(
     })?;
     if layout.mode == Mode::Hybrid {
         return Err(Refusal::Hybrid { uid });
+    }
+    if let Some(cgroup) = &layout.daemon_stays_in {
+        return Err(Refusal::NoDelegateSubgroup {
+            uid,
+            cgroup: cgroup.clone(),
+        });
     }
     let Some(access) = access else {
         return Err(Refusal::NotDelegated {
@@ -152,6 +161,16 @@ impl fmt::Display for Refusal {
                  cgroup v1 hierarchies (hybrid): a user can be delegated controllers only on \
                  cgroup v2 (systemd never delegates v1 controllers to an unprivileged user). \
                  Boot with systemd.unified_cgroup_hierarchy=1 (pure cgroup v2), then {HOW_TO_DELEGATE}"
+            ),
+            Refusal::NoDelegateSubgroup { uid, cgroup } => write!(
+                f,
+                "keel runs as uid {uid} (not root) in {}, a service's cgroup named like its tree \
+                 (--cgroup-name) but not in its `supervisor` subgroup: systemd < 254 has no \
+                 DelegateSubgroup=, and would start the next daemon in the cgroup where keel's \
+                 tree enables controllers (219/CGROUP). Start keel in a scope instead: \
+                 `systemd-run --user -p Delegate=yes --scope keel daemon …` (without \
+                 --cgroup-name), or under `keel init` in a container",
+                cgroup.display()
             ),
             Refusal::NotDelegated {
                 uid,

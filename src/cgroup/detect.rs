@@ -75,15 +75,16 @@ pub struct Layout {
     /// The process already sat in `<base>/<name>/supervisor` (a daemon restarted after moving
     /// itself there): the tree exists and is adopted.
     pub adopted: bool,
-    /// v2 only: the process sits in a cgroup named like the tree itself — a systemd service
-    /// without `DelegateSubgroup=` (systemd < 254) whose `--cgroup-name` is the service's name.
-    /// systemd puts every daemon it starts (each restart) into that cgroup, which therefore must
-    /// never enable controllers for children (it would hold a process: "no internal
-    /// processes", and the next start fails with 219/CGROUP). So the tree is made at the
-    /// hierarchy's root (`<mount>/<name>`, as a cgroupfs-driven runtime makes its own) and the
-    /// daemon stays where it is, a leaf: [`Layout::v2_base`] is the root, and `Tree` neither
-    /// moves the daemon nor disables the root's controllers again.
-    pub daemon_stays: bool,
+    /// v2 only: the process sits in a cgroup named like the tree itself, a systemd service
+    /// (`--cgroup-name keel.service`) without `DelegateSubgroup=` (systemd < 254). systemd puts
+    /// every daemon it starts (each restart) into that cgroup, which therefore must never
+    /// enable controllers for children (it would hold a process: "no internal processes",
+    /// and the next start fails with 219/CGROUP). So the tree is made at the hierarchy's root
+    /// (`<mount>/<name>`, as a cgroupfs-driven runtime makes its own) and the daemon stays
+    /// where it is, a leaf: [`Layout::v2_base`] is the root, `Tree` neither moves the daemon
+    /// nor disables the root's controllers again, and the limits keel may use are this
+    /// cgroup's (`MemoryMax=`, `CPUQuota=` of the service).
+    pub daemon_stays_in: Option<PathBuf>,
 }
 
 impl Layout {
@@ -106,6 +107,11 @@ impl Layout {
         bases
     }
 
+    /// The v2 cgroup whose limits are keel's: the one it starts in.
+    fn limits_cgroup(&self) -> &Path {
+        self.daemon_stays_in.as_deref().unwrap_or(&self.v2_base)
+    }
+
     /// Every base, v2 first.
     pub fn bases(&self) -> Vec<&Path> {
         let mut all = vec![self.v2_base.as_path()];
@@ -119,7 +125,7 @@ impl Layout {
     pub fn base_cpu_quota(&self) -> Option<(u64, u64)> {
         let read = |path: PathBuf| std::fs::read_to_string(path).ok();
         match self.mode {
-            Mode::V2 => parse_cpu_max(&read(self.v2_base.join("cpu.max"))?),
+            Mode::V2 => parse_cpu_max(&read(self.limits_cgroup().join("cpu.max"))?),
             Mode::Hybrid => {
                 let base = self.v1_base(V1Controller::Cpu)?;
                 let quota: i64 = read(base.join("cpu.cfs_quota_us"))?.trim().parse().ok()?;
@@ -133,7 +139,7 @@ impl Layout {
     /// `memory.limit_in_bytes`; v1 says "none" with a number near 2^63).
     pub fn base_memory_limit(&self) -> Option<u64> {
         let path = match self.mode {
-            Mode::V2 => self.v2_base.join("memory.max"),
+            Mode::V2 => self.limits_cgroup().join("memory.max"),
             Mode::Hybrid => self
                 .v1_base(V1Controller::Memory)?
                 .join("memory.limit_in_bytes"),
@@ -253,19 +259,22 @@ pub fn parse_layout(
         .filter(|c| on_v1(c))
         .collect();
     if bound.is_empty() {
-        // The daemon's own cgroup is named like the tree (and is not the hierarchy's root).
+        // The daemon's own cgroup is a systemd service's, named like the tree (and is not
+        // the hierarchy's root).
         let mount = mounts
             .iter()
             .filter(|m| m.v2)
             .find(|m| v2_base.starts_with(&m.mount_point))
             .unwrap_or(v2_mount);
         let in_namesake = !adopted
+            && tree_name.ends_with(".service")
             && v2_base != mount.mount_point
             && v2_base.file_name().is_some_and(|n| n == tree_name);
-        let (v2_base, v2_base_cgroup) = if in_namesake {
-            (mount.mount_point.clone(), PathBuf::from(&mount.root))
+        let (v2_base, v2_base_cgroup, daemon_stays_in) = if in_namesake {
+            let root = (mount.mount_point.clone(), PathBuf::from(&mount.root));
+            (root.0, root.1, Some(v2_base))
         } else {
-            (v2_base, v2_base_cgroup)
+            (v2_base, v2_base_cgroup, None)
         };
         return Ok(Layout {
             mode: Mode::V2,
@@ -273,7 +282,7 @@ pub fn parse_layout(
             v2_base_cgroup,
             v1: Vec::new(),
             adopted,
-            daemon_stays: in_namesake,
+            daemon_stays_in,
         });
     }
     if bound.len() < super::CONTROLLERS.len() {
@@ -325,7 +334,7 @@ pub fn parse_layout(
         v2_base_cgroup,
         v1,
         adopted,
-        daemon_stays: false,
+        daemon_stays_in: None,
     })
 }
 

@@ -93,10 +93,10 @@ impl Tree {
         // Into the leaf first: on v2 a cgroup that enables controllers for its children may not
         // hold processes itself (cgroup-v2.rst, "No Internal Process Constraint"), so the base
         // must be left before its subtree_control is written.
-        // A daemon that stays in its service's cgroup ([`Layout::daemon_stays`]) moves
+        // A daemon that stays in its service's cgroup ([`Layout::daemon_stays_in`]) moves
         // nowhere; its `supervisor/` stays empty (it still marks the tree as keel's for the
         // control socket's peer check).
-        if !tree.layout.daemon_stays {
+        if tree.layout.daemon_stays_in.is_none() {
             for base in tree.layout.bases() {
                 move_into(fs, &base.join(name).join("supervisor"), pid)?;
             }
@@ -204,7 +204,7 @@ impl Tree {
         if self.layout.mode == Mode::V2 {
             self.disable_controllers()?;
         }
-        let bases = if self.layout.daemon_stays {
+        let bases = if self.layout.daemon_stays_in.is_some() {
             Vec::new()
         } else {
             self.layout.bases()
@@ -241,7 +241,7 @@ impl Tree {
         let base = &self.layout.v2_base;
         let root = self.v2_root();
         disable(fs, &root, &enabled_controllers(fs, &root))?;
-        if self.layout.daemon_stays {
+        if self.layout.daemon_stays_in.is_some() {
             // The base is the hierarchy's root, shared with systemd's slices: what is enabled
             // there stays (a controller the root's other children use cannot go anyway).
             return Ok(());

@@ -15,7 +15,8 @@
 //! is not there yet is a warning (the task waits for it).
 //!
 //! Each `after` entry must name a unit — one of the files checked, a unit file beside one of
-//! them, or one of the default units directory — and the entries may not form a cycle.
+//! them, or one of the daemon's units directory (`--units`, default `STATE/units`) — and the
+//! entries may not form a cycle.
 //!
 //! A `sandbox.user` this host does not have is a warning (the unit may be meant for another
 //! machine; `keel add` refuses it, and a task whose user is missing waits, blocked).
@@ -25,7 +26,12 @@ use crate::fmt::printable;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
+pub fn run(
+    files: &[PathBuf],
+    state_dir: &Path,
+    config: &Path,
+    daemon_units: Option<&Path>,
+) -> CliResult {
     let units_dir = state_dir.join("units");
     // The real directories as well: a writable path must be a real path (binds refuse
     // symlinks), and the state directory may be reached through one.
@@ -45,7 +51,7 @@ pub fn run(files: &[PathBuf], state_dir: &Path, config: &Path) -> CliResult {
     if let Err(error) = &lists {
         eprintln!("{}", printable(&error.to_string()));
     }
-    let known = known_units(files, &units_dir);
+    let known = known_units(files, daemon_units.unwrap_or(&units_dir));
     let more = |name: &str, unit: &crate::unit::Unit| {
         let mut problems = secret_file_problems(unit).0;
         problems.extend(crate::unit::dependency_problems(name, unit, &known));

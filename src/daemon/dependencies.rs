@@ -11,13 +11,16 @@
 //!   state. A dependency that is itself blocked blocks its dependents too, naming the root.
 
 use super::record::TaskState;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A unit as the gate sees it: its `after` list and its task's state.
 #[derive(Debug, Clone, Copy)]
 pub struct Node<'a> {
     pub after: &'a [String],
     pub state: TaskState,
+    /// A queued task whose start the host refused (`blocked: …`): why. Its dependents are
+    /// blocked by it too: it will not succeed until a person fixes the host.
+    pub host_blocked: Option<&'a str>,
 }
 
 /// Whether a queued task may go to the scheduler.
@@ -31,18 +34,34 @@ pub enum Gate {
     Blocked(String),
 }
 
+impl Gate {
+    /// What the journal keys a change on: the class and the names, not the dependencies'
+    /// states (a fan-in of many dependents writes one line each when one of them blocks, not
+    /// one each time a dependency moves from queued to starting to running).
+    pub fn journal_key(&self) -> String {
+        match self {
+            Gate::Ready => String::new(),
+            Gate::Waits(why) => {
+                let names: Vec<&str> = why.split('"').skip(1).step_by(2).collect();
+                format!("waits:{}", names.join(","))
+            }
+            Gate::Blocked(why) => format!("blocked:{why}"),
+        }
+    }
+}
+
 /// Why a unit will not succeed without a person, by name: what its dependents are blocked by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Cause {
-    /// The unit where it starts: failed, stopped, missing, or in a cycle.
+    /// The unit where it starts: failed, stopped, blocked by the host, missing, or in a cycle.
     root: String,
     text: String,
-    /// Left over by Kahn's order: in a cycle, or waiting on one.
+    /// The unit is in a cycle of queued units: `text` names it.
     cycle: bool,
 }
 
 /// The gates of one scheduling round: every unit's [`Cause`], computed once, in O(units +
-/// `after` entries) (a long chain costs no recursion).
+/// `after` entries) — iteratively, so a long chain costs no recursion.
 pub struct Gates<'a> {
     nodes: &'a BTreeMap<&'a str, Node<'a>>,
     causes: BTreeMap<&'a str, Cause>,
@@ -64,15 +83,8 @@ impl<'a> Gates<'a> {
         if node.after.is_empty() {
             return Gate::Ready;
         }
-        // Only a unit Kahn's order left over can be in a cycle that holds it (one through a
-        // unit already started does not: that one may still succeed).
-        if self.causes.get(name).is_some_and(|c| c.cycle) {
-            if let Some(cycle) = cycle_through(name, self.nodes) {
-                return Gate::Blocked(format!(
-                    "a dependency cycle: {} (remove one of these `after` entries)",
-                    cycle.join(" → ")
-                ));
-            }
+        if let Some(cause) = self.causes.get(name).filter(|c| c.cycle && c.root == name) {
+            return Gate::Blocked(cause.text.clone());
         }
         let mut waiting = Vec::new();
         for dependency in node.after {
@@ -98,101 +110,204 @@ impl<'a> Gates<'a> {
 
     fn cause(&self, name: &str) -> Option<Cause> {
         if !self.nodes.contains_key(name) {
-            return Some(Cause {
-                root: name.to_string(),
-                text: format!("no unit is named {name:?} (add it, or remove the entry)"),
-                cycle: false,
-            });
+            return Some(missing(name));
         }
         self.causes.get(name).cloned()
     }
 }
 
-/// Every unit's cause, dependencies before dependents (Kahn's order over the queued units:
-/// only a queued unit inherits its dependencies' causes). A queued unit left over is in or
-/// behind a cycle.
+fn missing(name: &str) -> Cause {
+    Cause {
+        root: name.to_string(),
+        text: format!("no unit is named {name:?} (add it, or remove the entry)"),
+        cycle: false,
+    }
+}
+
+/// A unit's own cause: failed, stopped, or a queued start the host refused.
+fn own_cause(name: &str, node: &Node<'_>) -> Option<Cause> {
+    let text = match (node.state, node.host_blocked) {
+        (TaskState::Failed, _) => format!("{name:?} failed (`keel start {name}` to try it again)"),
+        (TaskState::Stopped, _) => format!("{name:?} was stopped (`keel start {name}`)"),
+        (TaskState::Queued, Some(why)) => format!("{name:?} is blocked: {why}"),
+        _ => return None,
+    };
+    Some(Cause {
+        root: name.to_string(),
+        text,
+        cycle: false,
+    })
+}
+
+/// Every unit's cause. The queued units are taken a strongly connected component at a time,
+/// dependencies before dependents (Tarjan's order): a component that is a cycle blocks each
+/// of its members, naming the cycle; a single queued unit inherits the cause of its first
+/// dependency that has one. Only queued units inherit: a dependency already started may
+/// still succeed, and a cycle through it holds nobody.
 fn causes<'a>(nodes: &BTreeMap<&'a str, Node<'a>>) -> BTreeMap<&'a str, Cause> {
     let mut causes: BTreeMap<&'a str, Cause> = BTreeMap::new();
-    let own = |name: &str, state: TaskState| match state {
-        TaskState::Failed => Some(format!(
-            "{name:?} failed (`keel start {name}` to try it again)"
-        )),
-        TaskState::Stopped => Some(format!("{name:?} was stopped (`keel start {name}`)")),
-        _ => None,
-    };
-    // For each queued unit, its dependencies not settled yet; for each unit, who waits on it.
-    let mut pending: BTreeMap<&'a str, usize> = BTreeMap::new();
-    let mut dependents: BTreeMap<&'a str, Vec<&'a str>> = BTreeMap::new();
-    let mut ready: Vec<&'a str> = Vec::new();
+    let mut queued: BTreeMap<&'a str, Vec<&'a str>> = BTreeMap::new();
     for (name, node) in nodes {
-        if node.state != TaskState::Queued {
-            if let Some(text) = own(name, node.state) {
+        if let Some(cause) = own_cause(name, node) {
+            causes.insert(name, cause);
+        } else if node.state == TaskState::Queued {
+            let edges = node
+                .after
+                .iter()
+                .filter_map(|d| nodes.get_key_value(d.as_str()))
+                .filter(|(d, n)| n.state == TaskState::Queued && own_cause(d, n).is_none())
+                .map(|(d, _)| *d)
+                .collect();
+            queued.insert(name, edges);
+        }
+    }
+    for component in components(&queued) {
+        let looped = component.len() > 1 || queued[component[0]].contains(&component[0]);
+        if looped {
+            for (member, text) in cycle_texts(&component, &queued) {
                 causes.insert(
-                    name,
+                    member,
                     Cause {
-                        root: name.to_string(),
+                        root: member.to_string(),
                         text,
-                        cycle: false,
+                        cycle: true,
                     },
                 );
             }
             continue;
         }
-        let queued: Vec<&'a str> = node
+        let name = component[0];
+        let inherited = nodes[name]
             .after
             .iter()
-            .filter_map(|d| nodes.get_key_value(d.as_str()))
-            .filter(|(_, n)| n.state == TaskState::Queued)
-            .map(|(d, _)| *d)
-            .collect();
-        for d in &queued {
-            dependents.entry(d).or_default().push(name);
-        }
-        pending.insert(name, queued.len());
-        if queued.is_empty() {
-            ready.push(name);
-        }
-    }
-    while let Some(name) = ready.pop() {
-        let node = &nodes[name];
-        let inherited = node.after.iter().find_map(|d| match nodes.get(d.as_str()) {
-            None => Some(Cause {
-                root: d.clone(),
-                text: format!("no unit is named {d:?} (add it, or remove the entry)"),
-                cycle: false,
-            }),
-            Some(_) => causes.get(d.as_str()).cloned(),
-        });
+            .find_map(|d| match nodes.get(d.as_str()) {
+                None => Some(missing(d)),
+                Some(_) => causes.get(d.as_str()).cloned(),
+            });
         if let Some(cause) = inherited {
             causes.insert(name, cause);
-        }
-        for dependent in dependents.get(name).cloned().unwrap_or_default() {
-            let left = pending.entry(dependent).or_default();
-            *left = left.saturating_sub(1);
-            if *left == 0 {
-                ready.push(dependent);
-            }
-        }
-    }
-    for (name, left) in pending {
-        if left > 0 && !causes.contains_key(name) {
-            causes.insert(
-                name,
-                Cause {
-                    root: name.to_string(),
-                    text: format!("{name:?} waits on a dependency cycle (`keel status {name}`)"),
-                    cycle: true,
-                },
-            );
         }
     }
     causes
 }
 
-/// A cycle of `after` edges through `name`.
-fn cycle_through(name: &str, nodes: &BTreeMap<&str, Node<'_>>) -> Option<Vec<String>> {
-    let graph: BTreeMap<&str, &[String]> = nodes.iter().map(|(n, node)| (*n, node.after)).collect();
-    crate::unit::find_cycle(&graph, name)
+/// Tarjan's bookkeeping: each unit's discovery index and lowest reachable index, and the
+/// units of the components not yet emitted.
+#[derive(Default)]
+struct Tarjan<'a> {
+    index: BTreeMap<&'a str, usize>,
+    low: BTreeMap<&'a str, usize>,
+    on_stack: BTreeSet<&'a str>,
+    stack: Vec<&'a str>,
+    /// The depth-first path: each unit with the next of its edges to follow.
+    calls: Vec<(&'a str, usize)>,
+}
+
+impl<'a> Tarjan<'a> {
+    fn visit(&mut self, v: &'a str) {
+        let i = self.index.len();
+        self.index.insert(v, i);
+        self.low.insert(v, i);
+        self.stack.push(v);
+        self.on_stack.insert(v);
+        self.calls.push((v, 0));
+    }
+
+    fn lower(&mut self, v: &'a str, to: usize) {
+        if let Some(low) = self.low.get_mut(v) {
+            *low = (*low).min(to);
+        }
+    }
+}
+
+/// The strongly connected components of `graph`, each emitted after every component it
+/// reaches (Tarjan's algorithm, iterative).
+fn components<'a>(graph: &BTreeMap<&'a str, Vec<&'a str>>) -> Vec<Vec<&'a str>> {
+    let mut t = Tarjan::default();
+    let mut out = Vec::new();
+    for &start in graph.keys() {
+        if t.index.contains_key(start) {
+            continue;
+        }
+        t.visit(start);
+        while let Some(&(v, edge)) = t.calls.last() {
+            if let Some(&w) = graph[v].get(edge) {
+                if let Some(top) = t.calls.last_mut() {
+                    top.1 += 1;
+                }
+                if !t.index.contains_key(w) {
+                    t.visit(w);
+                } else if t.on_stack.contains(w) {
+                    let to = t.index[w];
+                    t.lower(v, to);
+                }
+                continue;
+            }
+            t.calls.pop();
+            if let Some(&(parent, _)) = t.calls.last() {
+                let to = t.low[v];
+                t.lower(parent, to);
+            }
+            if t.low[v] == t.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = t.stack.pop() {
+                    t.on_stack.remove(w);
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                component.sort_unstable();
+                out.push(component);
+            }
+        }
+    }
+    out
+}
+
+/// Each member of a cyclic component with its message: the cycle through it when it is on
+/// the one found (from the first member), else the cycle it is caught in.
+fn cycle_texts<'a>(
+    component: &[&'a str],
+    graph: &BTreeMap<&'a str, Vec<&'a str>>,
+) -> Vec<(&'a str, String)> {
+    let members: BTreeSet<&str> = component.iter().copied().collect();
+    let owned: Vec<(&str, Vec<String>)> = component
+        .iter()
+        .map(|m| {
+            let inside = graph[m].iter().filter(|d| members.contains(*d));
+            (*m, inside.map(|d| d.to_string()).collect())
+        })
+        .collect();
+    let small: BTreeMap<&str, &[String]> = owned.iter().map(|(m, e)| (*m, e.as_slice())).collect();
+    let first = component[0];
+    let cycle = crate::unit::find_cycle(&small, first).unwrap_or_else(|| vec![first.into()]);
+    let ring = &cycle[..cycle.len().saturating_sub(1).max(1)];
+    component
+        .iter()
+        .map(|member| {
+            let text = match ring.iter().position(|m| m == member) {
+                Some(at) => {
+                    let mut path: Vec<&str> = ring[at..]
+                        .iter()
+                        .chain(&ring[..at])
+                        .map(String::as_str)
+                        .collect();
+                    path.push(member);
+                    format!(
+                        "a dependency cycle: {} (remove one of these `after` entries)",
+                        path.join(" → ")
+                    )
+                }
+                None => format!(
+                    "{member:?} is caught in a dependency cycle: {} (remove one of these \
+                     `after` entries)",
+                    cycle.join(" → ")
+                ),
+            };
+            (*member, text)
+        })
+        .collect()
 }
 
 #[cfg(test)]

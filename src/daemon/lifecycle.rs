@@ -67,9 +67,15 @@ impl Daemon {
             return;
         }
         // `after: [...]`: a task goes to the scheduler once each unit named there succeeded.
+        // Held back, a task has not waited for the scheduler yet: its starvation clock starts
+        // when the gate opens.
         let held = self.dependency_holds();
-        for (unit, why) in &held {
-            self.note_waiting(unit, why);
+        let now = now_ms();
+        for (unit, (why, key)) in &held {
+            self.note_waiting(unit, why, key);
+            if let Some(task) = self.tasks.get_mut(unit) {
+                task.queued_since_ms = now;
+            }
         }
         let queued: Vec<QueuedTask> = self
             .tasks
@@ -111,7 +117,8 @@ impl Daemon {
             self.settings.config.starvation_limit_ms(),
         );
         for (unit, why) in decision.waiting {
-            self.note_waiting(&unit, &why.to_string());
+            let why = why.to_string();
+            self.note_waiting(&unit, &why, &why);
         }
         for unit in decision.start {
             self.start_attempt(&unit);

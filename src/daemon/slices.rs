@@ -62,7 +62,7 @@ fn setup_slices(layout: Result<Layout, CgroupError>, name: &str) -> Slices {
     let tree = layout.and_then(|layout| Tree::setup(layout, name));
     match tree {
         Ok(tree) => {
-            let placement = if tree.layout().daemon_stays {
+            let placement = if tree.layout().daemon_stays_in.is_some() {
                 "; the daemon stays in its own cgroup, named like the tree (a systemd service \
                  without DelegateSubgroup=), so that systemd can start the next daemon there"
             } else {

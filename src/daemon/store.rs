@@ -73,9 +73,11 @@ pub(crate) fn transition(task: &mut Task, to: TaskState, detail: &str, store: &m
     }
     if to != TaskState::Queued {
         task.waiting = None;
+        task.waiting_key = None;
     }
-    if task.record.state.has_attempt() && !to.has_attempt() {
-        // What this attempt reserved is free again.
+    if task.record.state != to {
+        // What an attempt reserved may be free again, and a task whose `after` names this one
+        // may go, wait or be blocked now: a scheduling round before the loop sleeps.
         store.queue_changed = true;
     }
     task.record.state = to;

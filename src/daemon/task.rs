@@ -108,6 +108,8 @@ pub(crate) struct Task {
     pub seen_file: bool,
     /// Why the scheduler keeps this queued task waiting ("needs 4 CPU, 1.5 free").
     pub waiting: Option<String>,
+    /// What the journal's last `waiting` line was keyed on (see [`Daemon::note_waiting`]).
+    pub waiting_key: Option<String>,
     /// When the task last became queued (unix ms): what `starvation_limit` is measured from.
     pub queued_since_ms: u64,
     /// What the live attempt reserved (from the unit it started with).
@@ -179,6 +181,7 @@ impl Task {
             missing_since: None,
             seen_file: false,
             waiting: None,
+            waiting_key: None,
             queued_since_ms: now_ms(),
             reserved: None,
             oom: None,

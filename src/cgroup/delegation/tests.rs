@@ -13,7 +13,7 @@ fn v2_layout(base: &str) -> Layout {
         v2_base_cgroup: PathBuf::from(base.trim_start_matches("/sys/fs/cgroup")),
         v1: Vec::new(),
         adopted: false,
-        daemon_stays: false,
+        daemon_stays_in: None,
     }
 }
 
@@ -171,4 +171,26 @@ fn without_an_observation_the_base_counts_as_not_delegated() {
         matches!(refusal, Refusal::NotDelegated { .. }),
         "{refusal:?}"
     );
+}
+
+/// A user service named like its tree without `DelegateSubgroup=` (systemd < 254): root would
+/// make the tree at the hierarchy's root, a user may not — refused, naming what to do instead.
+#[test]
+fn a_user_service_without_its_supervisor_subgroup_is_refused_naming_a_scope() {
+    let text = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/keel.service\n";
+    let mountinfo =
+        "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw\n";
+    let layout = parse_layout(mountinfo, text, "keel.service").unwrap();
+    assert_eq!(layout.daemon_stays_in, Some(PathBuf::from(SERVICE)));
+    let access = delegated(SERVICE, "cpu memory pids");
+    let refusal = judge(USER, Ok(&layout), Some(&access)).unwrap_err();
+    let message = refusal.to_string();
+    assert!(message.contains(SERVICE), "{message}");
+    assert!(message.contains("DelegateSubgroup="), "{message}");
+    assert!(
+        message.contains("systemd-run --user -p Delegate=yes --scope"),
+        "{message}"
+    );
+    // Root in the same place is not judged here.
+    assert_eq!(judge(0, Ok(&layout), Some(&access)), Ok(()));
 }

@@ -250,7 +250,10 @@ fn daemon_in_a_service_cgroup_named_like_the_tree_stays_there() {
         "keel.service",
     )
     .unwrap();
-    assert!(layout.daemon_stays);
+    assert_eq!(
+        layout.daemon_stays_in,
+        Some(p("/sys/fs/cgroup/system.slice/keel.service"))
+    );
     assert!(!layout.adopted);
     assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup");
     assert_eq!(layout.v2_base_cgroup.as_os_str(), "/");
@@ -262,7 +265,7 @@ fn daemon_in_a_service_cgroup_named_like_the_tree_stays_there() {
         "keel.service",
     )
     .unwrap();
-    assert!(!layout.daemon_stays);
+    assert_eq!(layout.daemon_stays_in, None);
     assert!(layout.adopted);
     assert_eq!(layout.v2_base.as_os_str(), "/sys/fs/cgroup/system.slice");
 
@@ -271,9 +274,11 @@ fn daemon_in_a_service_cgroup_named_like_the_tree_stays_there() {
     for (cgroup, name) in [
         ("0::/system.slice/keel.service\n", "keel"),
         ("0::/\n", "keel.service"),
+        // keel init's tree `keel` in a cgroup called keel: not a service.
+        ("0::/keel\n", "keel"),
     ] {
         let layout = parse_layout(PURE_V2_MOUNTINFO, cgroup, name).unwrap();
-        assert!(!layout.daemon_stays, "{cgroup} {name}");
+        assert_eq!(layout.daemon_stays_in, None, "{cgroup} {name}");
     }
     let layout = parse_layout(
         SYSTEMD_HYBRID_MOUNTINFO,
@@ -281,7 +286,7 @@ fn daemon_in_a_service_cgroup_named_like_the_tree_stays_there() {
         "keel.service",
     )
     .unwrap();
-    assert!(!layout.daemon_stays);
+    assert_eq!(layout.daemon_stays_in, None);
 }
 
 #[test]

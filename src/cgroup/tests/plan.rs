@@ -17,7 +17,7 @@ fn v2_layout() -> Layout {
         v2_base_cgroup: p("/svc"),
         v1: Vec::new(),
         adopted: false,
-        daemon_stays: false,
+        daemon_stays_in: None,
     }
 }
 
@@ -33,7 +33,7 @@ fn hybrid_layout() -> Layout {
             (V1Controller::Pids, p("/v1/pids")),
         ],
         adopted: false,
-        daemon_stays: false,
+        daemon_stays_in: None,
     }
 }
 
@@ -516,7 +516,7 @@ fn v2_daemon_that_stays_put_is_never_moved() {
     let mut layout = v2_layout();
     layout.v2_base = p("/cg");
     layout.v2_base_cgroup = p("/");
-    layout.daemon_stays = true;
+    layout.daemon_stays_in = Some(p("/cg/system.slice/keel.service"));
     let tree = setup(&fs, layout);
     let mut expected = Vec::new();
     for dir in ["/cg", "/cg/keel", "/cg/keel/tasks"] {

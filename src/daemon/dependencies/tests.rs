@@ -18,6 +18,7 @@ fn gates_of(list: &[(&str, TaskState, &[&str])], names: &[&str]) -> Vec<Gate> {
                 Node {
                     after: a,
                     state: *s,
+                    host_blocked: None,
                 },
             )
         })
@@ -154,10 +155,9 @@ fn cycles_block_their_members_and_those_behind_them() {
         "a dependency cycle: a → b → c → a (remove one of these `after` entries)"
     );
     assert!(blocked(&gates[1]).starts_with("a dependency cycle: b → c → a → b"));
-    assert!(
-        blocked(&gates[2]).starts_with("after \"a\": \"a\" waits on a dependency cycle"),
-        "{:?}",
-        gates[2]
+    assert_eq!(
+        blocked(&gates[2]),
+        "after \"a\": a dependency cycle: a → b → c → a (remove one of these `after` entries)"
     );
     assert!(blocked(&gates[3]).starts_with("a dependency cycle: e → e"));
     // A cycle through a unit already running holds nobody: that one may still succeed.
@@ -189,6 +189,7 @@ fn a_long_chain_is_gated_without_recursion() {
                 Node {
                     after: a,
                     state: *s,
+                    host_blocked: None,
                 },
             )
         })
@@ -196,4 +197,79 @@ fn a_long_chain_is_gated_without_recursion() {
     let gates = Gates::new(&nodes);
     assert!(blocked(&gates.gate("u0")).contains("\"u9999\" failed"));
     assert!(blocked(&gates.gate("u9998")).starts_with("after \"u9999\": "));
+}
+
+/// A long chain behind a cycle, every unit gated: each in the cycle names it, each behind it
+/// is blocked through its dependency (one pass over the graph, not one search per unit).
+#[test]
+fn every_unit_of_a_long_chain_behind_a_cycle_is_gated_in_one_pass() {
+    let n = 10_000;
+    let mut owned: Vec<(String, TaskState, Vec<String>)> = (0..n)
+        .map(|i| (format!("u{i:05}"), Queued, vec![format!("u{:05}", i + 1)]))
+        .collect();
+    owned.push((format!("u{n:05}"), Queued, vec![format!("u{:05}", n - 1)]));
+    let nodes: BTreeMap<&str, Node> = owned
+        .iter()
+        .map(|(n, s, a)| {
+            (
+                n.as_str(),
+                Node {
+                    after: a,
+                    state: *s,
+                    host_blocked: None,
+                },
+            )
+        })
+        .collect();
+    let gates = Gates::new(&nodes);
+    let last = format!("u{n:05}");
+    let before = format!("u{:05}", n - 1);
+    assert!(blocked(&gates.gate(&last))
+        .starts_with(&format!("a dependency cycle: {last} → {before} → {last}")));
+    for (name, _, _) in &owned[..(n - 1) as usize] {
+        let why = gates.gate(name);
+        assert!(blocked(&why).starts_with("after \"u"), "{name}: {why:?}");
+    }
+}
+
+#[test]
+fn a_dependency_the_host_refuses_blocks_its_dependents_with_its_reason() {
+    let after = vec!["b".to_string()];
+    let none: Vec<String> = Vec::new();
+    let nodes: BTreeMap<&str, Node> = [
+        (
+            "a",
+            Node {
+                after: &after,
+                state: Queued,
+                host_blocked: None,
+            },
+        ),
+        (
+            "b",
+            Node {
+                after: &none,
+                state: Queued,
+                host_blocked: Some("no such user \"agent\" on this host"),
+            },
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        blocked(&Gates::new(&nodes).gate("a")),
+        "after \"b\": \"b\" is blocked: no such user \"agent\" on this host"
+    );
+}
+
+#[test]
+fn the_journal_key_ignores_the_dependencies_states() {
+    let key = |list: &[(&str, TaskState, &[&str])]| gates_of(list, &["t"])[0].journal_key();
+    let queued = key(&[("b", Queued, &[]), ("t", Queued, &["b"])]);
+    let running = key(&[("b", Running, &[]), ("t", Queued, &["b"])]);
+    assert_eq!(queued, running);
+    assert_eq!(queued, "waits:b");
+    let failed = key(&[("b", Failed, &[]), ("t", Queued, &["b"])]);
+    assert_ne!(failed, running);
+    assert_eq!(key(&[("t", Queued, &[])]), "");
 }
