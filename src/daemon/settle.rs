@@ -173,8 +173,12 @@ fn settle_task(
     // An attempt that ran: the host's refusals before it are over.
     task.record.blocked = None;
     task.blocked_retries = 0;
-    // Stopped by the liveness watch: the attempt ends as `stalled` (liveness.rs).
+    // Stopped by the liveness watch: the attempt ends as `stalled` (liveness.rs); for its
+    // `max_runtime`, as `timeout` (runtime_limit.rs). A pause ends with the attempt.
     let stall = super::liveness::take_stall(&mut task.record, &mut ending);
+    let timeout = super::runtime_limit::take_timeout(&mut task.record, &mut ending);
+    let _ = super::freezer::end_pause(task);
+    task.runtime_due = None;
     let exit = ending.exit;
     task.record.last_exit = Some(exit);
     task.record.remember_exit(super::record::PastExit {
@@ -185,6 +189,7 @@ fn settle_task(
         note: stall
             .as_ref()
             .map(|s| s.reason.clone())
+            .or(timeout)
             .or(ending.note.clone()),
     });
     task.record.shim = None;

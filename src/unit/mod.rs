@@ -79,6 +79,11 @@ pub struct Unit {
     pub stop: Stop,
     #[serde(default)]
     pub essential: bool,
+    /// The longest an attempt may run, frozen time (`keel pause`) and host sleep not counted:
+    /// past it keel stops the attempt (`stop` applies) and it ends as `timeout`, a failure for
+    /// the restart policy. `None`: no limit.
+    #[serde(default)]
+    pub max_runtime: Option<Dur>,
 }
 
 fn default_workdir() -> String {

@@ -118,6 +118,7 @@ fn every_field_set_to_a_non_default_value() {
                                  writable: ["/data"], hidden: ["/home", "/root"]),
                 stop: Stop(signal: "INT", timeout: "1s"),
                 essential: true,
+                max_runtime: Some("8h"),
             )"#,
     );
     assert_eq!(unit.resume_command, None);
@@ -153,6 +154,7 @@ fn every_field_set_to_a_non_default_value() {
     assert_eq!(unit.stop.signal, StopSignal(libc::SIGINT));
     assert_eq!(unit.stop.timeout, secs(1));
     assert!(unit.essential);
+    assert_eq!(unit.max_runtime, Some(secs(8 * 3600)));
 }
 
 #[test]
@@ -198,6 +200,7 @@ fn only_command_gets_every_default() {
     assert_eq!(unit.stop.signal, StopSignal(libc::SIGTERM));
     assert_eq!(unit.stop.timeout, secs(30));
     assert!(!unit.essential);
+    assert_eq!(unit.max_runtime, None);
 }
 
 #[test]
