@@ -14,7 +14,12 @@ fn event(d: &Daemon, unit: &str, name: &str, attempt: u64) -> Value {
     d.events(Some(unit))
         .into_iter()
         .find(|e| e["event"] == name && e["attempt"] == attempt)
-        .unwrap_or_else(|| panic!("no {name} for attempt {attempt}: {:?}", d.events(Some(unit))))
+        .unwrap_or_else(|| {
+            panic!(
+                "no {name} for attempt {attempt}: {:?}",
+                d.events(Some(unit))
+            )
+        })
 }
 
 fn ts(e: &Value) -> u64 {
@@ -57,7 +62,10 @@ fn an_attempt_past_its_max_runtime_ends_as_timeout_and_the_policy_restarts_it() 
     assert!(detail.contains("max_runtime 2.0s"), "{detail}");
     let exited = event(&d, "long", "exited", 1);
     assert!(
-        exited["detail"].as_str().unwrap().starts_with("timeout after"),
+        exited["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("timeout after"),
         "{exited}"
     );
     // Shown in the task's recent exits.

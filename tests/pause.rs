@@ -33,7 +33,9 @@ fn progress(d: &Daemon, unit: &str) -> String {
 /// Wait until the progress file's content changes from what it is now.
 fn progress_moves(d: &Daemon, unit: &str, what: &str) {
     let before = progress(d, unit);
-    wait_until(Duration::from_secs(10), what, || progress(d, unit) != before);
+    wait_until(Duration::from_secs(10), what, || {
+        progress(d, unit) != before
+    });
 }
 
 fn events_named(d: &Daemon, unit: &str, name: &str) -> Vec<Value> {
@@ -93,7 +95,11 @@ fn a_paused_task_stops_writing_is_never_stalled_and_stays_paused_across_a_daemon
     stays_frozen(&d, "tick", Duration::from_secs(3), "frozen, not stalled");
     let again = d.keel(&["pause", "tick"]);
     assert!(!again.status.success());
-    assert!(stderr_of(&again).contains("already paused"), "{}", stderr_of(&again));
+    assert!(
+        stderr_of(&again).contains("already paused"),
+        "{}",
+        stderr_of(&again)
+    );
 
     // The daemon dies: the cgroup stays frozen without it, and the next one keeps it paused.
     d.crash();
@@ -104,7 +110,12 @@ fn a_paused_task_stops_writing_is_never_stalled_and_stays_paused_across_a_daemon
     let adopted = wait_frozen(&d, "tick");
     assert_eq!(adopted["pid"], running["pid"], "re-adopted, not restarted");
     assert_eq!(adopted["since_ms"], paused["since_ms"], "the same pause");
-    stays_frozen(&d, "tick", Duration::from_secs(2), "still frozen after the restart");
+    stays_frozen(
+        &d,
+        "tick",
+        Duration::from_secs(2),
+        "still frozen after the restart",
+    );
 
     let said = ok(&d, &["resume", "tick"]);
     assert!(said.contains("tick: resumed after"), "{said}");
@@ -207,7 +218,9 @@ fn a_paused_task_is_thawed_to_be_stopped_and_can_be_removed() {
     assert_eq!(stopped["frozen"], Value::Null);
     let got_term = d.task_dir("stopme").join("work/got-term");
     assert_eq!(
-        std::fs::read_to_string(&got_term).unwrap_or_default().trim(),
+        std::fs::read_to_string(&got_term)
+            .unwrap_or_default()
+            .trim(),
         "term",
         "the agent did not see its stop signal"
     );
@@ -224,4 +237,50 @@ fn a_paused_task_is_thawed_to_be_stopped_and_can_be_removed() {
     let out = d.keel(&["rm", "rmme"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(d.task("rmme").is_none(), "{:?}", d.task("rmme"));
+}
+
+/// The daemon dies between recording a pause (or a resume) and carrying it out: the next one
+/// makes the kernel agree with the record when it adopts the attempt.
+#[test]
+fn a_pause_or_resume_the_daemon_died_during_is_carried_out_at_adoption() {
+    if !require_root("pause crash points") {
+        return;
+    }
+    let mut d = Daemon::start("pause-crash");
+    d.write_unit("tick", &ticker());
+    let running = d.wait_state("tick", "running", Duration::from_secs(10));
+    d.crash();
+
+    for (point, verb, then) in [
+        ("after-persist-paused", "pause", "paused"),
+        ("after-persist-resumed", "resume", "running"),
+    ] {
+        // The client's request reaches a daemon that dies once it has recorded it.
+        let state = d.state();
+        let client = std::thread::spawn(move || {
+            wait_until(Duration::from_secs(10), "the daemon answers", || {
+                keel_at(&state, &["health"]).status.success()
+            });
+            keel_at(&state, &[verb, "tick"])
+        });
+        d.die_at(point);
+        let answer = client.join().unwrap();
+        assert!(
+            !answer.status.success(),
+            "{point}: answered {}",
+            stdout_of(&answer)
+        );
+        d.spawn();
+        let adopted = d.wait_state("tick", then, Duration::from_secs(10));
+        assert_eq!(adopted["pid"], running["pid"], "{point}: re-adopted");
+        match then {
+            "paused" => {
+                wait_frozen(&d, "tick");
+                stays_frozen(&d, "tick", Duration::from_secs(2), "frozen at adoption");
+            }
+            _ => progress_moves(&d, "tick", "thawed at adoption"),
+        }
+        d.crash();
+    }
+    assert!(events_named(&d, "tick", "stalled").is_empty());
 }

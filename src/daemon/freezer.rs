@@ -49,7 +49,10 @@ pub(crate) fn freeze(dir: &Path, frozen: bool) -> Result<(), String> {
 /// thaws once the record is persisted (or which goes with the ended attempt), and how long
 /// this pause lasted.
 pub(crate) fn end_pause(task: &mut Task) -> (Option<PathBuf>, Duration) {
-    let lasted = task.paused_at.take().map_or(Duration::ZERO, |at| at.elapsed());
+    let lasted = task
+        .paused_at
+        .take()
+        .map_or(Duration::ZERO, |at| at.elapsed());
     let ms = lasted.as_millis().min(u128::from(u64::MAX / 4)) as u64;
     task.record.paused_ms = task.record.paused_ms.saturating_add(ms);
     task.record.paused = None;

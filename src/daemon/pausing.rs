@@ -90,7 +90,8 @@ fn arm_freeze_check(task: &Task, tries: u32, timers: &mut Timers) {
 
 /// What the kernel says of the freeze just asked for: done, or looked at again later.
 fn look_at_freeze(task: &mut Task, timers: &mut Timers) {
-    task.frozen = (task.frozen_cgroup.as_deref()).is_some_and(|d| freezer::is_frozen(d).unwrap_or(false));
+    task.frozen =
+        (task.frozen_cgroup.as_deref()).is_some_and(|d| freezer::is_frozen(d).unwrap_or(false));
     if !task.frozen {
         arm_freeze_check(task, 0, timers);
     }
@@ -132,7 +133,11 @@ pub(crate) fn restore_at_adoption(
             match freezer::freeze(&cgroup, false) {
                 Ok(()) => {
                     log::warn!("{unit}: adopted frozen though its record is not paused: thawed");
-                    store.task_event(task, "resumed", "thawed at adoption (its record was not paused)");
+                    store.task_event(
+                        task,
+                        "resumed",
+                        "thawed at adoption (its record was not paused)",
+                    );
                 }
                 Err(why) => log::error!("{unit}: adopted frozen and cannot thaw it: {why}"),
             }
@@ -212,6 +217,7 @@ impl Daemon {
             task.frozen_cgroup = cgroup;
             return Err(PauseError::NotPersisted);
         }
+        crate::state::crash_point("after-persist-resumed");
         let dir = match cgroup {
             Some(dir) => Ok(dir),
             None => freezer::task_cgroup(&self.slices, unit),

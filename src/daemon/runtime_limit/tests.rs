@@ -6,7 +6,10 @@ const MAX: Ms = 8 * 3_600_000;
 #[test]
 fn an_attempt_that_never_paused_has_its_budget_less_what_it_ran() {
     assert_eq!(judge(MAX, 1_000, 0, None, 1_000), Budget::Left(MAX));
-    assert_eq!(judge(MAX, 1_000, 0, None, 61_000), Budget::Left(MAX - 60_000));
+    assert_eq!(
+        judge(MAX, 1_000, 0, None, 61_000),
+        Budget::Left(MAX - 60_000)
+    );
     assert_eq!(judge(MAX, 1_000, 0, None, 1_000 + MAX - 1), Budget::Left(1));
 }
 
