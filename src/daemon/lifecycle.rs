@@ -224,11 +224,7 @@ impl Daemon {
         task.record.intent = Intent::None;
         task.record.stop_started_ms = None;
         task.record.reason = None;
-        (
-            task.record.paused,
-            task.record.paused_ms,
-            task.record.timeout,
-        ) = (None, 0, None);
+        task.record.new_attempt_clocks();
         // Persisted with the decision, before the spawn maps it (`None`: user namespaces off).
         task.record.id_block = id_block;
         task.start_retry_at = None;

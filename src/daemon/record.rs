@@ -241,6 +241,11 @@ pub struct PastExit {
 }
 
 impl TaskRecord {
+    /// A new attempt starts: not paused, no frozen time, no timeout pending.
+    pub fn new_attempt_clocks(&mut self) {
+        (self.paused, self.paused_ms, self.timeout) = (None, 0, None);
+    }
+
     /// Remember an ended attempt, forgetting the oldest past [`RECENT_EXITS`].
     pub fn remember_exit(&mut self, past: PastExit) {
         self.recent_exits.push(past);
