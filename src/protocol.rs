@@ -286,6 +286,12 @@ pub struct TaskDetail {
     pub ran_ms: Option<u64>,
     #[serde(default)]
     pub paused_ms: Option<u64>,
+    /// `max_total_runtime` (ms; `None`: no limit) and what the task's attempts have run
+    /// against it (since it was added or last started by `keel start` / `keel restart`).
+    #[serde(default)]
+    pub max_total_runtime_ms: Option<u64>,
+    #[serde(default)]
+    pub ran_total_ms: Option<u64>,
 }
 
 /// What a task's relay counted (`crate::network::relay_protocol::RelayReport`).

@@ -122,3 +122,66 @@ fn time_spent_paused_does_not_count_toward_max_runtime() {
     assert!(ran + 20 >= 3_000, "stopped after running {ran} ms of 3 s");
     assert!(timeout >= started + 3_000 + frozen - 20);
 }
+
+#[test]
+fn max_total_runtime_ends_the_task_for_good_across_its_attempts() {
+    if !require_root("max_total_runtime") {
+        return;
+    }
+    let d = Daemon::start("max-total-runtime");
+    // Each attempt fails after a second; restarted whatever happens, until 2.5 s in all.
+    d.write_unit(
+        "loop",
+        &format!(
+            r#"Unit(
+            command: ["/bin/sh", "-c", "sleep 1; exit 1"],
+            max_total_runtime: Some("2500ms"),
+            restart: Always,
+            backoff: Backoff(initial: "100ms"),
+            stop: Stop(timeout: "2s"),
+            {SMALL},
+        )"#
+        ),
+    );
+    let failed = wait_for(Duration::from_secs(30), "failed", || {
+        d.task("loop").filter(|t| t["state"] == "failed")
+    });
+    assert_eq!(failed["last_exit"], "timeout", "{failed}");
+    let last = failed["attempt"].as_u64().unwrap();
+    // Each attempt runs a second and its start's setup: the budget runs out in the 2nd or 3rd.
+    assert!((2..=3).contains(&last), "{failed}");
+    let reason = failed["reason"].as_str().unwrap();
+    assert!(reason.contains("max_total_runtime spent"), "{reason}");
+    let mut ran = 0;
+    for attempt in 1..last {
+        let exited = event(&d, "loop", "exited", attempt);
+        assert!(
+            exited["detail"].as_str().unwrap().starts_with("exit:1"),
+            "{exited}"
+        );
+        ran += ts(&exited) - ts(&event(&d, "loop", "starting", attempt));
+    }
+    let timeout = event(&d, "loop", "timeout", last);
+    let detail = timeout["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("in all its attempts (max_total_runtime 2.5s"),
+        "{detail}"
+    );
+    ran += ts(&timeout) - ts(&event(&d, "loop", "starting", last));
+    // 50 ms of slack for the journal's stamps, which are not the budget's clock.
+    assert!(ran + 50 >= 2_500, "stopped after {ran} ms in all");
+
+    // `keel start` gives it a whole budget again: attempt 4 fails on its own.
+    let out = d.keel(&["start", "loop"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    wait_until(Duration::from_secs(15), "attempt 4 ended", || {
+        d.events(Some("loop"))
+            .iter()
+            .any(|e| e["event"] == "exited" && e["attempt"] == 4)
+    });
+    let exited = event(&d, "loop", "exited", 4);
+    assert!(
+        exited["detail"].as_str().unwrap().starts_with("exit:1"),
+        "{exited}"
+    );
+}

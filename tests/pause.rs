@@ -211,6 +211,14 @@ fn a_paused_task_is_thawed_to_be_stopped_and_can_be_removed() {
     wait_frozen(&d, "stopme");
     wait_frozen(&d, "rmme");
 
+    let kill = d.keel(&["kill", "stopme"]);
+    assert!(!kill.status.success());
+    assert!(
+        stderr_of(&kill).contains("stopme: paused: its processes are frozen"),
+        "{}",
+        stderr_of(&kill)
+    );
+    assert_eq!(d.task("stopme").unwrap()["liveness"], "paused");
     // The stop thaws it: the agent sees its SIGTERM and exits on its own, well before the
     // stop timeout's SIGKILL (10 s).
     ok(&d, &["stop", "stopme"]);
@@ -222,7 +230,9 @@ fn a_paused_task_is_thawed_to_be_stopped_and_can_be_removed() {
             .unwrap_or_default()
             .trim(),
         "term",
-        "the agent did not see its stop signal"
+        "the agent did not see its stop signal: {:?}\n{}",
+        d.events(Some("stopme")),
+        d.daemon_log()
     );
     assert!(
         events_named(&d, "stopme", "stop-timeout").is_empty(),

@@ -199,7 +199,22 @@ pub struct TaskRecord {
     /// keel is stopping the attempt for its `max_runtime` (words for `keel status`), persisted
     /// with the stop: the attempt settles as `timeout` even across a daemon restart.
     #[serde(default)]
-    pub timeout: Option<String>,
+    pub timeout: Option<TimeoutStop>,
+    /// The run time (ms, frozen time not counted) of the attempts ended since the task was
+    /// added or last started by `keel start` / `keel restart`: what `max_total_runtime`
+    /// counts, with the live attempt's.
+    #[serde(default)]
+    pub ran_before_ms: u64,
+}
+
+/// A stop decided for a time budget (`crate::daemon::runtime_limit`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TimeoutStop {
+    /// In words (`ran 8h0m0s (max_runtime 8h0m0s; frozen time not counted)`).
+    pub reason: String,
+    /// The task's total budget is spent (`max_total_runtime`): no restart.
+    #[serde(default)]
+    pub for_good: bool,
 }
 
 /// A pause of the live attempt.
@@ -289,6 +304,7 @@ impl TaskRecord {
             paused: None,
             paused_ms: 0,
             timeout: None,
+            ran_before_ms: 0,
         }
     }
 }

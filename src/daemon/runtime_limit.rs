@@ -12,8 +12,13 @@
 //! A timeout is a failure of the agent for the restart policy (as a stall is): `OnFailure` and
 //! `Always` start it again after its backoff, counted against `restart_limit`; `Never` leaves
 //! it `failed`. The next attempt sees `KEEL_LAST_EXIT=timeout` and has a budget of its own.
+//!
+//! `max_total_runtime` is the task's budget across its attempts (since it was added, or last
+//! started by `keel start` or `keel restart`): the run time of its ended attempts
+//! (`ran_before_ms` in its record) plus the live one's. Spent, the attempt is stopped the same
+//! way and ends as `timeout`, and the task ends `failed` whatever its restart policy.
 
-use super::record::{Intent, LastExit, TaskRecord, TaskState};
+use super::record::{Intent, LastExit, TaskRecord, TaskState, TimeoutStop};
 use super::stopping::{stop, Stop};
 use super::store::Store;
 use super::timers::{Timer, Timers};
@@ -56,6 +61,56 @@ pub fn judge(
     }
 }
 
+/// The task's total budget (`max_total_runtime`) at `now`: what is left of it once its ended
+/// attempts' `ran_before` is taken out, judged as the attempt's own ([`judge`]); `ran` in
+/// `Spent` is the total.
+pub fn judge_total(
+    max_total: Ms,
+    ran_before: Ms,
+    started: Ms,
+    paused_before: Ms,
+    paused_since: Option<Ms>,
+    now: Ms,
+) -> Budget {
+    let left = max_total.saturating_sub(ran_before);
+    match judge(left, started, paused_before, paused_since, now) {
+        Budget::Spent { ran } => Budget::Spent {
+            ran: ran.saturating_add(ran_before),
+        },
+        other => other,
+    }
+}
+
+/// Which budget runs out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// `max_runtime`: the attempt's; the restart policy applies.
+    Attempt,
+    /// `max_total_runtime`: the task's, across its attempts; it ends `failed`.
+    Total,
+}
+
+/// The budget that runs out first, of the attempt's and the task's total (each `None` when the
+/// unit sets none). A spent total wins over a spent attempt budget: the task is done for good.
+pub fn first_to_run_out(attempt: Option<Budget>, total: Option<Budget>) -> Option<(Budget, Which)> {
+    let tagged = [(total, Which::Total), (attempt, Which::Attempt)];
+    let budgets = tagged
+        .iter()
+        .filter_map(|&(b, which)| b.map(|b| (b, which)));
+    let mut first: Option<(Budget, Which)> = None;
+    for (budget, which) in budgets {
+        first = match (first, budget) {
+            (None, _) => Some((budget, which)),
+            (Some((Budget::Spent { .. }, _)), _) => first,
+            (_, Budget::Spent { .. }) => Some((budget, which)),
+            (Some((Budget::Left(a), _)), Budget::Left(b)) if b < a => Some((budget, which)),
+            (Some((Budget::Paused, _)), Budget::Left(_)) => Some((budget, which)),
+            (Some(_), _) => first,
+        };
+    }
+    first
+}
+
 /// How long the attempt has run at `now`, its frozen time not counted.
 pub fn ran_for(started: Ms, paused_before: Ms, paused_since: Option<Ms>, now: Ms) -> Ms {
     let frozen_now = paused_since.map_or(0, |since| now.saturating_sub(since));
@@ -83,25 +138,39 @@ pub(crate) fn attempt_ran(task: &Task, now: Instant) -> Option<Ms> {
     Some(ran_for(0, task.record.paused_ms, paused_since, origin))
 }
 
-/// The budget of the task's live attempt now; `None` when it has no `max_runtime` (or no
-/// start).
-fn budget_of(task: &Task, now: Instant) -> Option<Budget> {
-    let max = ms(task.unit_started_with_max_runtime()?);
+/// The budget of the task's live attempt that runs out first now; `None` when its unit sets
+/// neither `max_runtime` nor `max_total_runtime` (or it has no start).
+fn budget_of(task: &Task, now: Instant) -> Option<(Budget, Which)> {
+    let (max, max_total) = task.budgets_started_with();
     let (origin, paused_since) = attempt_clock(task, now)?;
-    Some(judge(max, 0, task.record.paused_ms, paused_since, origin))
+    let paused_ms = task.record.paused_ms;
+    let attempt = max.map(|max| judge(ms(max), 0, paused_ms, paused_since, origin));
+    let total = max_total.map(|max| {
+        let before = task.record.ran_before_ms;
+        judge_total(ms(max), before, 0, paused_ms, paused_since, origin)
+    });
+    first_to_run_out(attempt, total)
 }
 
 impl Task {
-    /// The `max_runtime` of the unit the live attempt started with (the accepted copy when the
-    /// file was edited since: an edit takes effect at the next start, as the rest of the unit).
-    pub(crate) fn unit_started_with_max_runtime(&self) -> Option<Duration> {
+    /// The `max_runtime` and `max_total_runtime` of the unit the live attempt started with
+    /// (the accepted copy when the file was edited since: an edit takes effect at the next
+    /// start, as the rest of the unit).
+    pub(crate) fn budgets_started_with(&self) -> (Option<Duration>, Option<Duration>) {
         let edited = self.accepted_text.is_some() && self.accepted_text != self.unit_text;
-        if edited {
-            let text = self.accepted_text.as_deref()?;
-            let unit = crate::unit::parse_unit(std::path::Path::new("accepted.ron"), text).ok()?;
-            return unit.max_runtime.map(|d| d.0);
+        let accepted = edited
+            .then_some(self.accepted_text.as_deref())
+            .flatten()
+            .and_then(|text| {
+                crate::unit::parse_unit(std::path::Path::new("accepted.ron"), text).ok()
+            });
+        match accepted.as_ref().or(self.unit.as_ref()) {
+            Some(unit) => (
+                unit.max_runtime.map(|d| d.0),
+                unit.max_total_runtime.map(|d| d.0),
+            ),
+            None => (None, None),
         }
-        self.unit.as_ref()?.max_runtime.map(|d| d.0)
     }
 }
 
@@ -110,10 +179,10 @@ impl Task {
 pub(crate) fn arm(task: &mut Task, timers: &mut Timers) {
     let now = Instant::now();
     match budget_of(task, now) {
-        Some(Budget::Left(left)) => arm_at(task, now + Duration::from_millis(left), timers),
+        Some((Budget::Left(left), _)) => arm_at(task, now + Duration::from_millis(left), timers),
         // Spent already (adopted after its deadline): judged at once.
-        Some(Budget::Spent { .. }) => arm_at(task, now, timers),
-        None | Some(Budget::Paused) => {}
+        Some((Budget::Spent { .. }, _)) => arm_at(task, now, timers),
+        None | Some((Budget::Paused, _)) => {}
     }
 }
 
@@ -134,8 +203,8 @@ fn arm_at(task: &mut Task, at: Instant, timers: &mut Timers) {
 pub(crate) fn take_timeout(
     record: &mut TaskRecord,
     ending: &mut super::record::Ending,
-) -> Option<String> {
-    let why = record.timeout.take()?;
+) -> Option<TimeoutStop> {
+    let timeout = record.timeout.take()?;
     if let (Some(ended), Some(stop)) = (ending.ended_ms, record.stop_started_ms) {
         if ended < stop {
             return None;
@@ -143,9 +212,19 @@ pub(crate) fn take_timeout(
     }
     ending.exit = LastExit::Timeout;
     if ending.note.is_none() {
-        ending.note = Some(why.clone());
+        ending.note = Some(timeout.reason.clone());
     }
-    Some(why)
+    Some(timeout)
+}
+
+/// At the end of an attempt: its run time joins the task's total (what `max_total_runtime`
+/// counts), or the total starts again (`keel restart`). Before the pause's end is recorded.
+pub(crate) fn count_ended_attempt(task: &mut Task, restarted_by_request: bool) {
+    let ran = attempt_ran(task, Instant::now()).unwrap_or(0);
+    task.record.ran_before_ms = match restarted_by_request {
+        true => 0,
+        false => task.record.ran_before_ms.saturating_add(ran),
+    };
 }
 
 /// The budget timer fired: stop the attempt if its budget is spent, else arm the next.
@@ -160,19 +239,29 @@ fn on_due(task: &mut Task, generation: u64, store: &mut Store, timers: &mut Time
     }
     task.runtime_due = None;
     match budget_of(task, now) {
-        None | Some(Budget::Paused) => {}
-        Some(Budget::Left(left)) => arm_at(task, now + Duration::from_millis(left), timers),
-        Some(Budget::Spent { ran }) => {
-            let max = task.unit_started_with_max_runtime().unwrap_or_default();
-            let why = format!(
-                "ran {} (max_runtime {}; frozen time not counted)",
-                crate::fmt::duration_precise(Duration::from_millis(ran)),
-                crate::fmt::duration_precise(max)
-            );
+        None | Some((Budget::Paused, _)) => {}
+        Some((Budget::Left(left), _)) => arm_at(task, now + Duration::from_millis(left), timers),
+        Some((Budget::Spent { ran }, which)) => {
+            let (max, max_total) = task.budgets_started_with();
+            let why = match which {
+                Which::Attempt => format!(
+                    "ran {} (max_runtime {}; frozen time not counted)",
+                    precise(ran),
+                    precise(ms(max.unwrap_or_default()))
+                ),
+                Which::Total => format!(
+                    "ran {} in all its attempts (max_total_runtime {}; frozen time not counted)",
+                    precise(ran),
+                    precise(ms(max_total.unwrap_or_default()))
+                ),
+            };
             log::warn!("{}: timeout: {why}; stopping it", task.name);
             store.task_event(task, "timeout", &format!("{why}; stopping it"));
             // Stopped as `keel stop` would; the reason is persisted with the stop.
-            task.record.timeout = Some(why);
+            task.record.timeout = Some(TimeoutStop {
+                reason: why,
+                for_good: which == Which::Total,
+            });
             // With no intent of its own, a stop never removes the task.
             if let Stop::NotPersisted = stop(task, Intent::None, store, timers) {
                 task.record.timeout = None;
@@ -180,6 +269,10 @@ fn on_due(task: &mut Task, generation: u64, store: &mut Store, timers: &mut Time
             }
         }
     }
+}
+
+fn precise(ms: Ms) -> String {
+    crate::fmt::duration_precise(Duration::from_millis(ms))
 }
 
 impl Daemon {

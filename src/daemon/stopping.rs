@@ -128,6 +128,7 @@ pub(crate) fn stop(
             }
             Intent::Restart => {
                 task.record.restarts.clear();
+                task.record.ran_before_ms = 0;
                 task.record.consecutive_failures = 0;
                 task.record.backoff_until_ms = None;
                 task.record.reason = None;

@@ -109,6 +109,8 @@ fn detail(d: &mut TaskDetail) {
         max_runtime_ms: _,
         ran_ms: _,
         paused_ms: _,
+        max_total_runtime_ms: _,
+        ran_total_ms: _,
     } = d;
     texts([unit_file, log_path]);
     // Destinations are what the agent asked for (a name it made up, say): escaped too.

@@ -61,7 +61,8 @@ impl Daemon {
                 Ok(_) => done.push(unit),
                 Err(PauseError::Refused(why)) => refused.push(format!("{unit}: {why}")),
                 Err(PauseError::NotPersisted) => {
-                    return self.refusal(&unit, "cannot pause", PauseError::NotPersisted)
+                    let why = self.refusal(&unit, "cannot pause", PauseError::NotPersisted);
+                    refused.push(message_of(why));
                 }
             }
         }
@@ -80,7 +81,8 @@ impl Daemon {
                 Ok(_) => done.push(unit),
                 Err(PauseError::Refused(why)) => refused.push(format!("{unit}: {why}")),
                 Err(PauseError::NotPersisted) => {
-                    return self.refusal(&unit, "cannot resume", PauseError::NotPersisted)
+                    let why = self.refusal(&unit, "cannot resume", PauseError::NotPersisted);
+                    refused.push(message_of(why));
                 }
             }
         }
@@ -94,6 +96,13 @@ impl Daemon {
                 message: format!("{unit}: {what}: {why}"),
             },
         }
+    }
+}
+
+fn message_of(response: Response) -> String {
+    match response {
+        Response::Ok { message } | Response::Error { message } => message,
+        _ => String::new(),
     }
 }
 

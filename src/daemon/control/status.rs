@@ -169,6 +169,19 @@ impl Daemon {
             ran_ms: (t.shim.is_some())
                 .then(|| crate::daemon::runtime_limit::attempt_ran(t, std::time::Instant::now()))
                 .flatten(),
+            max_total_runtime_ms: limits
+                .and_then(|u| u.max_total_runtime)
+                .map(|d| d.0.as_millis() as u64),
+            ran_total_ms: Some(
+                r.ran_before_ms.saturating_add(
+                    (t.shim.is_some())
+                        .then(|| {
+                            crate::daemon::runtime_limit::attempt_ran(t, std::time::Instant::now())
+                        })
+                        .flatten()
+                        .unwrap_or(0),
+                ),
+            ),
             paused_ms: t.shim.is_some().then(|| {
                 let now = t.paused_at.map_or(0, |at| at.elapsed().as_millis() as u64);
                 r.paused_ms.saturating_add(now)

@@ -470,7 +470,10 @@ impl Watches {
         );
         Some(LivenessView {
             last_activity: last.map(|(at, kind)| (wall(at), kind.as_str())),
-            verdict: watch.verdict.as_str(),
+            verdict: match task.record.paused {
+                Some(_) => "paused",
+                None => watch.verdict.as_str(),
+            },
             progress_changed_ms: evidence.progress.map(wall),
             signals: [
                 ("heartbeat", s.heartbeat, evidence.heartbeat.map(wall)),

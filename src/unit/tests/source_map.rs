@@ -9,7 +9,7 @@ fn schema_names_every_field_and_only_real_ones() {
         .replace("network: Host", "network: Allow([\"a.com\"])")
         .replace(
             "    essential: false,",
-            "    max_runtime: Some(\"8h\"),\n    essential: false,",
+            "    max_runtime: Some(\"8h\"),\n    max_total_runtime: Some(\"1d\"),\n    essential: false,",
         )
         .replace(
             "    env: {",

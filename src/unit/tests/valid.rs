@@ -119,6 +119,7 @@ fn every_field_set_to_a_non_default_value() {
                 stop: Stop(signal: "INT", timeout: "1s"),
                 essential: true,
                 max_runtime: Some("8h"),
+                max_total_runtime: Some("1d"),
             )"#,
     );
     assert_eq!(unit.resume_command, None);
@@ -155,6 +156,7 @@ fn every_field_set_to_a_non_default_value() {
     assert_eq!(unit.stop.timeout, secs(1));
     assert!(unit.essential);
     assert_eq!(unit.max_runtime, Some(secs(8 * 3600)));
+    assert_eq!(unit.max_total_runtime, Some(secs(86_400)));
 }
 
 #[test]
@@ -201,6 +203,7 @@ fn only_command_gets_every_default() {
     assert_eq!(unit.stop.timeout, secs(30));
     assert!(!unit.essential);
     assert_eq!(unit.max_runtime, None);
+    assert_eq!(unit.max_total_runtime, None);
 }
 
 #[test]

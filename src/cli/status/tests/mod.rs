@@ -245,6 +245,8 @@ pub(super) fn detailed() -> TaskInfo {
         max_runtime_ms: None,
         ran_ms: None,
         paused_ms: None,
+        max_total_runtime_ms: None,
+        ran_total_ms: None,
     });
     t
 }
@@ -263,10 +265,22 @@ fn a_paused_task_says_since_when_and_its_runtime_leaves_out_the_frozen_time() {
     assert!(plain.starts_with("worker paused since 1m ago"), "{plain}");
     assert!(plain.contains("  reason       keel pause"), "{plain}");
     assert!(
-        plain.contains("  runtime      ran 1m of max_runtime 8h; paused 1m in all, not counted"),
+        plain.contains("  runtime      ran 1m of max_runtime 8h; paused 1m, not counted"),
+        "{plain}"
+    );
+    // A total budget too.
+    let d = t.detail.as_mut().unwrap();
+    (d.max_total_runtime_ms, d.ran_total_ms) = (Some(86_400_000), Some(3_600_000));
+    let plain = render(&report(vec![t.clone()]), 100_000, false);
+    assert!(
+        plain.contains(
+            "ran 1m of max_runtime 8h; 1h of max_total_runtime 1d; paused 1m, not counted"
+        ),
         "{plain}"
     );
     // Still freezing, and no budget.
+    let d = t.detail.as_mut().unwrap();
+    (d.max_total_runtime_ms, d.ran_total_ms) = (None, None);
     t.frozen = Some(false);
     let d = t.detail.as_mut().unwrap();
     (d.max_runtime_ms, d.paused_ms) = (None, Some(0));
