@@ -87,6 +87,23 @@ enum Command {
     Stop { unit: String },
     /// Stop a task and start it again with its current unit file.
     Restart { unit: String },
+    /// Freeze a running task (its cgroup: the agent sees no signal) until `keel resume`; its
+    /// liveness clocks and max_runtime stop meanwhile.
+    Pause {
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        unit: Option<String>,
+        /// Every running task (a maintenance window, a provider's rate-limit window).
+        #[arg(long)]
+        all: bool,
+    },
+    /// Thaw a paused task.
+    Resume {
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        unit: Option<String>,
+        /// Every paused task.
+        #[arg(long)]
+        all: bool,
+    },
     /// Send a signal to a task's agent (default SIGKILL); the restart policy then applies.
     Kill {
         unit: String,
@@ -242,6 +259,9 @@ fn main() {
         Command::Start { unit } => cli::simple::run(&state_dir, Request::Start { unit }),
         Command::Stop { unit } => cli::simple::run(&state_dir, Request::Stop { unit }),
         Command::Restart { unit } => cli::simple::run(&state_dir, Request::Restart { unit }),
+        // `--all` is `None` (clap refuses a unit with it).
+        Command::Pause { unit, .. } => cli::simple::run(&state_dir, Request::Pause { unit }),
+        Command::Resume { unit, .. } => cli::simple::run(&state_dir, Request::Resume { unit }),
         Command::Kill { unit, signal } => match keel::unit::parse_signal(&signal) {
             Ok(signal) => cli::simple::run(&state_dir, Request::Kill { unit, signal }),
             Err(e) => {

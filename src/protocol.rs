@@ -39,6 +39,14 @@ pub enum Request {
         unit: String,
         signal: i32,
     },
+    /// Freeze a running task's cgroup (`None`: every running task, `keel pause --all`).
+    Pause {
+        unit: Option<String>,
+    },
+    /// Thaw a paused task (`None`: every paused task, `keel resume --all`).
+    Resume {
+        unit: Option<String>,
+    },
     Reload,
     Shutdown {
         keep_tasks: bool,
@@ -87,8 +95,8 @@ pub struct DaemonInfo {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TaskInfo {
     pub unit: String,
-    /// `queued`, `starting`, `running`, `stalled`, `stopping`, `backoff`, `succeeded`,
-    /// `failed`, `stopped`.
+    /// `queued`, `starting`, `running`, `stalled`, `paused`, `stopping`, `backoff`,
+    /// `succeeded`, `failed`, `stopped`.
     pub state: String,
     pub attempt: u32,
     pub generation: u64,
@@ -97,7 +105,7 @@ pub struct TaskInfo {
     /// When the current state began to apply: attempt start, backoff end, finish time (unix ms).
     pub since_ms: Option<u64>,
     pub backoff_until_ms: Option<u64>,
-    /// `exit:N`, `signal:NAME`, `oom`, `stalled`, `lost`.
+    /// `exit:N`, `signal:NAME`, `oom`, `stalled`, `timeout`, `lost`.
     pub last_exit: Option<String>,
     /// Restarts counted against the restart limit.
     pub restarts: usize,
@@ -154,6 +162,12 @@ pub struct TaskInfo {
     /// live attempt started with; else the unit file's). `None`: no valid unit.
     #[serde(default)]
     pub network: Option<NetworkInfo>,
+    /// While `paused`: when the pause began (unix ms; also `since_ms`), and whether the
+    /// kernel has frozen every process yet (`false`: freezing).
+    #[serde(default)]
+    pub paused_since_ms: Option<u64>,
+    #[serde(default)]
+    pub frozen: Option<bool>,
     /// Only when one unit is asked for (`keel status UNIT`): the task in full.
     #[serde(default)]
     pub detail: Option<TaskDetail>,
@@ -264,6 +278,20 @@ pub struct TaskDetail {
     /// (its last report). `None`: no relay report.
     #[serde(default)]
     pub network_traffic: Option<NetworkTraffic>,
+    /// The live attempt's time budget: `max_runtime` (ms; `None`: no limit), how long it has
+    /// run with its frozen time not counted, and how long it has been frozen in all.
+    #[serde(default)]
+    pub max_runtime_ms: Option<u64>,
+    #[serde(default)]
+    pub ran_ms: Option<u64>,
+    #[serde(default)]
+    pub paused_ms: Option<u64>,
+    /// `max_total_runtime` (ms; `None`: no limit) and what the task's attempts have run
+    /// against it (since it was added or last started by `keel start` / `keel restart`).
+    #[serde(default)]
+    pub max_total_runtime_ms: Option<u64>,
+    #[serde(default)]
+    pub ran_total_ms: Option<u64>,
 }
 
 /// What a task's relay counted (`crate::network::relay_protocol::RelayReport`).
@@ -279,7 +307,8 @@ pub struct NetworkTraffic {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ExitInfo {
     pub attempt: u32,
-    /// As `last_exit`: `exit:N`, `signal:NAME`, `oom`, `stalled`, `lost`, `spawn-failed`.
+    /// As `last_exit`: `exit:N`, `signal:NAME`, `oom`, `stalled`, `timeout`, `lost`,
+    /// `spawn-failed`.
     pub exit: String,
     #[serde(default)]
     pub started_ms: Option<u64>,

@@ -1,5 +1,5 @@
 //! Verbs that send one request and print the daemon's one-line answer: `start`, `stop`,
-//! `restart`, `kill`, `reload`, `shutdown`.
+//! `restart`, `kill`, `pause`, `resume`, `reload`, `shutdown`.
 
 use super::{print_outcome, request, CliResult};
 use crate::protocol::Request;

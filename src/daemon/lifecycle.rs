@@ -229,6 +229,7 @@ impl Daemon {
         task.record.intent = Intent::None;
         task.record.stop_started_ms = None;
         task.record.reason = None;
+        task.record.new_attempt_clocks();
         // Persisted with the decision, before the spawn maps it (`None`: user namespaces off).
         task.record.id_block = id_block;
         task.start_retry_at = None;
@@ -496,6 +497,7 @@ impl Daemon {
                     .watch(task, &self.store.dirs, &self.slices, false);
                 let timers = &mut self.events.timers;
                 liveness::check_liveness(task, &mut self.liveness, &mut self.store, timers);
+                super::runtime_limit::arm(task, timers);
             }
             Err(SpawnError::PreviousShimAlive) => {
                 // Never two live attempts: wait for the old shim (its pidfd is not ours, or

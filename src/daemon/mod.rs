@@ -24,17 +24,20 @@ mod checkouts;
 mod control;
 mod dependencies;
 mod event_loop;
+mod freezer;
 mod host_sleep;
 pub mod id_blocks;
 mod jobs;
 mod lifecycle;
 mod liveness;
 mod network;
+mod pausing;
 pub mod policy;
 pub mod queue;
 pub mod reconcile;
 pub mod record;
 mod recovery;
+mod runtime_limit;
 mod sandboxing;
 mod settings;
 mod settle;
@@ -451,6 +454,12 @@ impl Daemon {
             Timer::AcceptRetry => self.control.accept_again(&mut self.events),
             Timer::JobDeadline { id } => self.on_job_deadline(id),
             Timer::Network => self.on_network_due(),
+            Timer::MaxRuntime { unit, generation } => self.on_max_runtime_due(&unit, generation),
+            Timer::FreezeCheck {
+                unit,
+                generation,
+                tries,
+            } => self.on_freeze_check(&unit, generation, tries),
             Timer::ReplenishSpare => self
                 .sandboxing
                 .replenish_spare(self.shutdown.is_some(), self.tasks.any_shim()),

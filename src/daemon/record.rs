@@ -74,6 +74,9 @@ pub enum LastExit {
     Stalled,
     /// The attempt vanished without an exit record (its shim was killed, or the host rebooted).
     Lost,
+    /// It ran longer than its unit's `max_runtime` (frozen time not counted) and keel stopped
+    /// it. A failure for the restart policy (`crate::daemon::runtime_limit`).
+    Timeout,
 }
 
 impl LastExit {
@@ -86,7 +89,7 @@ impl LastExit {
             LastExit::Agent(status) => status.exit_code(),
             LastExit::SpawnFailed => 127,
             LastExit::Oom => 128 + libc::SIGKILL,
-            LastExit::Stalled | LastExit::Lost => 1,
+            LastExit::Stalled | LastExit::Lost | LastExit::Timeout => 1,
         }
     }
 }
@@ -99,6 +102,7 @@ impl fmt::Display for LastExit {
             LastExit::Oom => f.write_str("oom"),
             LastExit::Stalled => f.write_str("stalled"),
             LastExit::Lost => f.write_str("lost"),
+            LastExit::Timeout => f.write_str("timeout"),
         }
     }
 }
@@ -183,6 +187,56 @@ pub struct TaskRecord {
     /// is journaled once (`start-blocked`), not at every retry.
     #[serde(default)]
     pub blocked: Option<String>,
+    /// The live attempt is paused (its cgroup frozen: `keel pause`, or keel's own reason):
+    /// persisted before the freeze, so a restarted daemon keeps it frozen
+    /// (`crate::daemon::pausing`). `None` again once it is resumed, stopped or ended.
+    #[serde(default)]
+    pub paused: Option<Pause>,
+    /// Time the current attempt spent frozen in its ended pauses (ms): not counted toward
+    /// `max_runtime`. 0 at each start.
+    #[serde(default)]
+    pub paused_ms: u64,
+    /// keel is stopping the attempt for its `max_runtime` (words for `keel status`), persisted
+    /// with the stop: the attempt settles as `timeout` even across a daemon restart.
+    #[serde(default)]
+    pub timeout: Option<TimeoutStop>,
+    /// The run time (ms, frozen time not counted) of the attempts ended since the task was
+    /// added or last started by `keel start` / `keel restart`: what `max_total_runtime`
+    /// counts, with the live attempt's.
+    #[serde(default)]
+    pub ran_before_ms: u64,
+}
+
+/// A stop decided for a time budget (`crate::daemon::runtime_limit`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TimeoutStop {
+    /// In words (`ran 8h0m0s (max_runtime 8h0m0s; frozen time not counted)`).
+    pub reason: String,
+    /// The task's total budget is spent (`max_total_runtime`): no restart.
+    #[serde(default)]
+    pub for_good: bool,
+}
+
+/// A pause of the live attempt.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Pause {
+    /// When it was decided (unix ms).
+    pub since_ms: u64,
+    /// Why, in words (`keel pause`, `keel pause --all`, a scheduler's reason).
+    pub reason: String,
+    /// Who paused it: a person's pause is resumed only by a person (`keel resume`).
+    #[serde(default)]
+    pub origin: PauseOrigin,
+}
+
+/// Who paused an attempt.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub enum PauseOrigin {
+    /// `keel pause` (a control request).
+    #[default]
+    Request,
+    /// keel itself (preemption): keel resumes it when room returns.
+    Keel,
 }
 
 /// How many ended attempts a record remembers.
@@ -202,6 +256,11 @@ pub struct PastExit {
 }
 
 impl TaskRecord {
+    /// A new attempt starts: not paused, no frozen time, no timeout pending.
+    pub fn new_attempt_clocks(&mut self) {
+        (self.paused, self.paused_ms, self.timeout) = (None, 0, None);
+    }
+
     /// Remember an ended attempt, forgetting the oldest past [`RECENT_EXITS`].
     pub fn remember_exit(&mut self, past: PastExit) {
         self.recent_exits.push(past);
@@ -242,6 +301,10 @@ impl TaskRecord {
             recent_exits: Vec::new(),
             id_block: None,
             blocked: None,
+            paused: None,
+            paused_ms: 0,
+            timeout: None,
+            ran_before_ms: 0,
         }
     }
 }

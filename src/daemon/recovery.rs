@@ -329,6 +329,9 @@ impl Daemon {
             .or_else(|| task.unit.clone())
             .map(|u| super::queue::Reservation::of(&u.resources));
         slices::watch_oom(task, &self.slices, &mut self.events);
+        // Frozen if its record says paused, thawed if not (pausing.rs), before anything acts.
+        let (store, timers) = (&mut self.store, &mut self.events.timers);
+        super::pausing::restore_at_adoption(task, &self.slices, store, timers);
         if task.record.state != TaskState::Stopping && task.record.intent != Intent::None {
             // A stop, restart or removal requested while the shim was not adopted yet.
             let intent = task.record.intent;
@@ -385,5 +388,6 @@ impl Daemon {
             &mut self.store,
             &mut self.events.timers,
         );
+        super::runtime_limit::arm(task, &mut self.events.timers);
     }
 }

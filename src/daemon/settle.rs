@@ -173,8 +173,13 @@ fn settle_task(
     // An attempt that ran: the host's refusals before it are over.
     task.record.blocked = None;
     task.blocked_retries = 0;
-    // Stopped by the liveness watch: the attempt ends as `stalled` (liveness.rs).
+    // Stopped by the liveness watch: the attempt ends as `stalled` (liveness.rs); for its
+    // `max_runtime`, as `timeout` (runtime_limit.rs). A pause ends with the attempt.
     let stall = super::liveness::take_stall(&mut task.record, &mut ending);
+    let timeout = super::runtime_limit::take_timeout(&mut task.record, &mut ending);
+    super::runtime_limit::count_ended_attempt(task, intent == Intent::Restart);
+    let _ = super::freezer::end_pause(task);
+    task.runtime_due = None;
     let exit = ending.exit;
     task.record.last_exit = Some(exit);
     task.record.remember_exit(super::record::PastExit {
@@ -185,6 +190,7 @@ fn settle_task(
         note: stall
             .as_ref()
             .map(|s| s.reason.clone())
+            .or(timeout.as_ref().map(|t| t.reason.clone()))
             .or(ending.note.clone()),
     });
     task.record.shim = None;
@@ -223,6 +229,13 @@ fn settle_task(
         Some(stall) => (
             Decision::Failed {
                 reason: format!("{}; on_stall Kill", stall.reason),
+            },
+            history,
+        ),
+        // `max_total_runtime` spent: no restart either.
+        None if timeout.as_ref().is_some_and(|t| t.for_good) && intent == Intent::None => (
+            Decision::Failed {
+                reason: "max_total_runtime spent".to_string(),
             },
             history,
         ),

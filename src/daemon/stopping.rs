@@ -128,6 +128,7 @@ pub(crate) fn stop(
             }
             Intent::Restart => {
                 task.record.restarts.clear();
+                task.record.ran_before_ms = 0;
                 task.record.consecutive_failures = 0;
                 task.record.backoff_until_ms = None;
                 task.record.reason = None;
@@ -145,6 +146,13 @@ pub(crate) fn stop(
     }
     let (signal, timeout) = (task.stop_signal(), task.stop_timeout());
     let previous_state = task.record.state;
+    // A paused attempt is thawed to be stopped (freezer.rs): persisted as no longer paused.
+    let pause_before = task.record.paused.is_some().then(|| {
+        let kept = (task.record.paused.clone(), task.record.paused_ms);
+        let kept = (kept, task.paused_at, task.frozen);
+        let (cgroup, _) = super::freezer::end_pause(task);
+        (kept, cgroup)
+    });
     task.record.stop_started_ms = Some(now_ms());
     let generation = task.record.generation;
     let persisted = transition(
@@ -163,11 +171,18 @@ pub(crate) fn stop(
         task.record.state = previous_state;
         task.record.intent = previous_intent;
         task.record.stop_started_ms = None;
+        if let Some(((record, paused_at, frozen), cgroup)) = pause_before {
+            (task.record.paused, task.record.paused_ms) = record;
+            (task.paused_at, task.frozen, task.frozen_cgroup) = (paused_at, frozen, cgroup);
+        }
         log::warn!(
             "{}: stop not carried out: it could not be recorded first; still {previous_state}",
             task.name
         );
         return Stop::NotPersisted;
+    }
+    if let Some((_, cgroup)) = pause_before {
+        super::freezer::thaw_for_stop(&task.name, cgroup);
     }
     send_stop_signal(task, signal);
     timers.add_after(

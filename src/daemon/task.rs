@@ -142,6 +142,14 @@ pub(crate) struct Task {
     pub user_namespace: Option<(crate::sandbox::spec::IdBlock, std::os::fd::OwnedFd)>,
     /// The live attempt's network namespace and relay (`network: None | Allow`).
     pub network: Option<super::network::TaskNetwork>,
+    /// Monotonic time the current pause began (`record.paused`), and whether the kernel has
+    /// said the cgroup is frozen (`cgroup.events`) (`pausing.rs`).
+    pub paused_at: Option<Instant>,
+    pub frozen: bool,
+    /// The paused attempt's v2 cgroup (to thaw it where no slices are at hand: a stop).
+    pub frozen_cgroup: Option<std::path::PathBuf>,
+    /// When the `max_runtime` timer armed last is due (`runtime_limit.rs`).
+    pub runtime_due: Option<Instant>,
 }
 
 impl Task {
@@ -197,6 +205,10 @@ impl Task {
             left_running: false,
             user_namespace: None,
             network: None,
+            paused_at: None,
+            frozen: false,
+            frozen_cgroup: None,
+            runtime_due: None,
         }
     }
 }

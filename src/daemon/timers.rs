@@ -48,6 +48,15 @@ pub enum Timer {
     ReplenishSpare,
     /// Look at the tasks' network relays: journal their refusals, start again one that died.
     Network,
+    /// `unit`'s attempt `generation` may have spent its `max_runtime` (runtime_limit.rs).
+    MaxRuntime { unit: String, generation: u64 },
+    /// `unit`'s cgroup was asked to freeze: look whether the kernel says it is frozen
+    /// (`cgroup.events`), the `tries`-th time (pausing.rs).
+    FreezeCheck {
+        unit: String,
+        generation: u64,
+        tries: u32,
+    },
 }
 
 #[derive(Default)]

@@ -84,6 +84,16 @@ pub struct Unit {
     pub stop: Stop,
     #[serde(default)]
     pub essential: bool,
+    /// The longest an attempt may run, frozen time (`keel pause`) and host sleep not counted:
+    /// past it keel stops the attempt (`stop` applies) and it ends as `timeout`, a failure for
+    /// the restart policy. `None`: no limit.
+    #[serde(default)]
+    pub max_runtime: Option<Dur>,
+    /// The budget of all the task's attempts together (since it was added, or last started by
+    /// `keel start` / `keel restart`), counted as `max_runtime` is: spent, the attempt is
+    /// stopped as `timeout` and the task ends `failed`, whatever its restart policy.
+    #[serde(default)]
+    pub max_total_runtime: Option<Dur>,
 }
 
 fn default_workdir() -> String {

@@ -122,6 +122,8 @@ pub(super) const SCHEMA: &[(&str, &str)] = &[
     ("stop.signal", "a signal name such as \"SIGTERM\""),
     ("stop.timeout", DURATION_HINT),
     ("essential", "true or false"),
+    ("max_runtime", "None or Some(\"8h\")"),
+    ("max_total_runtime", "None or Some(\"24h\")"),
 ];
 
 fn schema_hint(path: &FieldPath) -> Option<&'static str> {

@@ -342,6 +342,18 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
             "is 0: give the agent time to exit cleanly before SIGKILL, e.g. \"30s\"".to_string(),
         );
     }
+    for (field, budget) in [
+        ("max_runtime", unit.max_runtime),
+        ("max_total_runtime", unit.max_total_runtime),
+    ] {
+        if budget.is_some_and(|d| d.0.is_zero()) {
+            problems.add(
+                root.field(field),
+                "is 0: no attempt could run; give a budget such as Some(\"8h\"), or None"
+                    .to_string(),
+            );
+        }
+    }
     problems.0.extend(secrets::secret_problems(unit));
     problems.0
 }

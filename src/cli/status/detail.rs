@@ -24,6 +24,9 @@ pub(super) fn render(task: &TaskInfo, d: &TaskDetail, now: u64, colour: bool) ->
     if let Some(watch) = &task.watch {
         out.fit_field("watch", watch);
     }
+    if let Some(runtime) = runtime(task, d) {
+        out.fit_field("runtime", &runtime);
+    }
     if let Some(preparing) = &task.preparing {
         out.fit_field("preparing", &preparing.text());
     }
@@ -329,4 +332,24 @@ fn restart(out: &mut Block, task: &TaskInfo, d: &TaskDetail, now: u64) {
         ));
     }
     out.head(&format!("{:<w$}{line}", "restart", w = LABEL + 3));
+}
+
+/// `ran 1h2m of max_runtime 8h; 3h of max_total_runtime 1d; paused 5m, not counted`.
+fn runtime(task: &TaskInfo, d: &TaskDetail) -> Option<String> {
+    let ran = d.ran_ms?;
+    let ms = |n: u64| duration(Duration::from_millis(n));
+    let mut line = match d.max_runtime_ms {
+        Some(max) => format!("ran {} of max_runtime {}", ms(ran), ms(max)),
+        None => format!("ran {} (no max_runtime)", ms(ran)),
+    };
+    if let (Some(total), Some(max)) = (d.ran_total_ms, d.max_total_runtime_ms) {
+        line.push_str(&format!("; {} of max_total_runtime {}", ms(total), ms(max)));
+    }
+    if let Some(paused) = d.paused_ms.filter(|&p| p > 0) {
+        line.push_str(&format!("; paused {}, not counted", ms(paused)));
+    }
+    if task.frozen == Some(false) {
+        line.push_str("; the kernel is still freezing it");
+    }
+    Some(line)
 }

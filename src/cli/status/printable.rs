@@ -64,6 +64,8 @@ fn task(task: &mut TaskInfo) {
         kept_branches,
         preparing,
         network,
+        paused_since_ms: _,
+        frozen: _,
         detail,
     } = task;
     texts([unit, state]);
@@ -104,6 +106,11 @@ fn detail(d: &mut TaskDetail) {
         pids_limit: _,
         processes: _,
         network_traffic,
+        max_runtime_ms: _,
+        ran_ms: _,
+        paused_ms: _,
+        max_total_runtime_ms: _,
+        ran_total_ms: _,
     } = d;
     texts([unit_file, log_path]);
     // Destinations are what the agent asked for (a name it made up, say): escaped too.

@@ -95,7 +95,7 @@ const RESTART_LOOP: usize = 3;
 
 /// `1 needs attention, 2 worth a look · 5 tasks: 1 failed, 2 running, …`.
 fn summary(tasks: &[TaskInfo], colour: bool) -> String {
-    const ORDER: [&str; 9] = [
+    const ORDER: [&str; 10] = [
         "failed",
         "stalled",
         "backoff",
@@ -103,6 +103,7 @@ fn summary(tasks: &[TaskInfo], colour: bool) -> String {
         "queued",
         "starting",
         "running",
+        "paused",
         "succeeded",
         "stopped",
     ];

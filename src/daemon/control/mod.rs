@@ -10,6 +10,7 @@
 mod add;
 mod checkouts;
 mod daemon;
+mod pause;
 mod peers;
 mod rm;
 mod start;
@@ -429,6 +430,8 @@ impl Daemon {
             Request::Restart { unit } => Some(self.restart_request(&unit)),
             Request::Stop { unit } => self.stop_request(token, &unit),
             Request::Kill { unit, signal } => Some(self.kill_request(&unit, signal)),
+            Request::Pause { unit } => Some(self.pause_request(unit.as_deref())),
+            Request::Resume { unit } => Some(self.resume_request(unit.as_deref())),
             Request::Remove { unit, force } => self.remove_request(token, &unit, force),
             Request::Shutdown { keep_tasks } => Some(self.shutdown_request(keep_tasks)),
         }

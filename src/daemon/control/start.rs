@@ -25,6 +25,8 @@ impl Daemon {
                 task.record.backoff_until_ms = None;
                 task.record.reason = None;
                 task.record.blocked = None;
+                // `max_total_runtime` counts from here.
+                task.record.ran_before_ms = 0;
                 transition(
                     task,
                     TaskState::Queued,

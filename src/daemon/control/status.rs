@@ -50,7 +50,10 @@ impl Daemon {
         let r = &t.record;
         let figures = slices::slice_figures(t, &self.slices);
         let live = self.liveness.view(t, &self.store.dirs);
+        // A paused attempt shows as `paused` (its record's state stays running or stalled).
+        let paused = r.paused.as_ref().filter(|_| t.shim.is_some());
         let since_ms = match r.state {
+            _ if paused.is_some() => paused.map(|p| p.since_ms),
             s if s.is_final() => r.finished_ms,
             TaskState::Queued => r.finished_ms.or(Some(r.submitted_ms)),
             TaskState::Backoff => r.finished_ms,
@@ -58,7 +61,10 @@ impl Daemon {
         };
         TaskInfo {
             unit: t.name.clone(),
-            state: r.state.to_string(),
+            state: match paused {
+                Some(_) => "paused".to_string(),
+                None => r.state.to_string(),
+            },
             attempt: r.attempt,
             generation: r.generation,
             pid: t.shim.as_ref().map(|s| s.pid),
@@ -67,8 +73,11 @@ impl Daemon {
             last_exit: r.last_exit.map(|e| e.to_string()),
             restarts: r.restarts.len(),
             // A start the host refused says so (`blocked: …`) over the scheduler's wait.
-            reason: match (&t.waiting, r.state) {
-                (Some(waiting), TaskState::Queued) if r.blocked.is_none() => Some(waiting.clone()),
+            reason: match (&t.waiting, r.state, paused) {
+                (_, _, Some(pause)) => Some(pause.reason.clone()),
+                (Some(waiting), TaskState::Queued, _) if r.blocked.is_none() => {
+                    Some(waiting.clone())
+                }
                 _ => r.reason.clone(),
             },
             progress: crate::daemon::last_progress_line(&self.store.dirs.run_dir(&t.name)),
@@ -90,6 +99,8 @@ impl Daemon {
             kept_branches: t.kept_branches.clone(),
             preparing: t.preparing.as_ref().map(|_| self.preparing_info(&t.name)),
             network: self.network_info(t),
+            paused_since_ms: paused.map(|p| p.since_ms),
+            frozen: paused.map(|_| t.frozen),
             detail: None,
         }
     }
@@ -152,6 +163,29 @@ impl Daemon {
                     open_connections: report.open_connections,
                     updated_ms: report.updated_ms,
                 }),
+            max_runtime_ms: limits
+                .and_then(|u| u.max_runtime)
+                .map(|d| d.0.as_millis() as u64),
+            ran_ms: (t.shim.is_some())
+                .then(|| crate::daemon::runtime_limit::attempt_ran(t, std::time::Instant::now()))
+                .flatten(),
+            max_total_runtime_ms: limits
+                .and_then(|u| u.max_total_runtime)
+                .map(|d| d.0.as_millis() as u64),
+            ran_total_ms: Some(
+                r.ran_before_ms.saturating_add(
+                    (t.shim.is_some())
+                        .then(|| {
+                            crate::daemon::runtime_limit::attempt_ran(t, std::time::Instant::now())
+                        })
+                        .flatten()
+                        .unwrap_or(0),
+                ),
+            ),
+            paused_ms: t.shim.is_some().then(|| {
+                let now = t.paused_at.map_or(0, |at| at.elapsed().as_millis() as u64);
+                r.paused_ms.saturating_add(now)
+            }),
             processes: match r.state.has_attempt() {
                 true => slices::slice_of(&self.slices, &t.name)
                     .and_then(|s| s.pids().ok())

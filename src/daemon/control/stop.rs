@@ -26,6 +26,15 @@ impl Daemon {
         let Some(task) = self.tasks.get_mut(unit) else {
             return unknown_unit(unit, &self.units);
         };
+        if task.record.paused.is_some() && task.shim.is_some() {
+            // Its shim is frozen too: the signal would wait for the resume.
+            return Response::Error {
+                message: format!(
+                    "{unit}: paused: its processes are frozen and would see {} only at the                      resume; keel resume it first, or keel stop it (which thaws it)",
+                    crate::fmt::signal_name(signal)
+                ),
+            };
+        }
         let Some(to_shim) = crate::sandbox::spec::signal_for_shim(signal) else {
             return Response::Error {
                 message: format!(

@@ -386,7 +386,9 @@ impl Watches {
     /// and the words for it.
     fn judge(&mut self, task: &Task, timers: &mut Timers) -> Option<(Verdict, OnStall, String)> {
         let now = mono_ms();
+        // A paused (frozen) attempt is not judged: its clocks start again at the resume.
         let judged = task.shim.is_some()
+            && task.record.paused.is_none()
             && matches!(task.record.state, TaskState::Running | TaskState::Stalled);
         let watch = self.tasks.get_mut(&task.name).filter(|_| judged)?;
         let judgement = liveness::judge(&watch.settings, &watch.evidence, now);
@@ -421,6 +423,22 @@ impl Watches {
         );
     }
 
+    /// The attempt was resumed after `frozen` paused: nothing it did not do while frozen is
+    /// held against it. Its clocks run again from now, as for an adoption (`watched_since`),
+    /// and its startup grace keeps what was left of it (its start moves by the frozen time).
+    pub fn resumed(&mut self, unit: &str, frozen: Duration) {
+        let Some(watch) = self.tasks.get_mut(unit) else {
+            return;
+        };
+        let frozen = frozen.as_millis().min(u128::from(u64::MAX / 4)) as Ms;
+        let now = mono_ms();
+        watch.evidence.started = watch.evidence.started.saturating_add(frozen).min(now);
+        watch.evidence.watched_since = now;
+        // The CPU used across the pause is no sample of work: the next one starts afresh.
+        watch.cpu = None;
+        watch.armed = None;
+    }
+
     /// A stop for a stall could not be recorded: judge again shortly, from `running`.
     fn recheck_soon(&mut self, unit: &str, timers: &mut Timers) {
         let now = mono_ms();
@@ -452,7 +470,10 @@ impl Watches {
         );
         Some(LivenessView {
             last_activity: last.map(|(at, kind)| (wall(at), kind.as_str())),
-            verdict: watch.verdict.as_str(),
+            verdict: match task.record.paused {
+                Some(_) => "paused",
+                None => watch.verdict.as_str(),
+            },
             progress_changed_ms: evidence.progress.map(wall),
             signals: [
                 ("heartbeat", s.heartbeat, evidence.heartbeat.map(wall)),

@@ -180,6 +180,10 @@ bad_inputs! {
         => 3:31, "resources.cpu: -1.5 is not a positive number";
     memory_below_minimum: "Unit(\n    command: [\"agent\"],\n    resources: Resources(memory: \"1M\"),\n)"
         => 3:34, "resources.memory: \"1M\" is below the minimum of \"4M\"";
+    zero_max_runtime: "Unit(\n    command: [\"agent\"],\n    max_runtime: Some(\"0s\"),\n)"
+        => 3:23, "max_runtime: is 0";
+    zero_max_total_runtime: "Unit(\n    command: [\"agent\"],\n    max_total_runtime: Some(\"0s\"),\n)"
+        => 3:29, "max_total_runtime: is 0";
     zero_pids: "Unit(\n    command: [\"agent\"],\n    resources: Resources(pids: 0),\n)"
         => 3:32, "resources.pids: is 0";
     relative_workdir: "Unit(\n    command: [\"agent\"],\n    workdir: \"work\",\n)"

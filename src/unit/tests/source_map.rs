@@ -8,6 +8,10 @@ fn schema_names_every_field_and_only_real_ones() {
         .replace("base: \"main\")", "base: \"main\", branch: Some(\"b\"))")
         .replace("network: Host", "network: Allow([\"a.com\"])")
         .replace(
+            "    essential: false,",
+            "    max_runtime: Some(\"8h\"),\n    max_total_runtime: Some(\"1d\"),\n    essential: false,",
+        )
+        .replace(
             "    env: {",
             "    secrets: {\"A\": Secret(file: \"/s\", hosts: [\"a.com\"], headers: [\"x-api-key\"]), \"B\": Secret(env: \"KEEL_SECRET_B\", hosts: [\"a.com\"])},\n    env: {",
         );

@@ -118,6 +118,8 @@ fn every_field_set_to_a_non_default_value() {
                                  writable: ["/data"], hidden: ["/home", "/root"]),
                 stop: Stop(signal: "INT", timeout: "1s"),
                 essential: true,
+                max_runtime: Some("8h"),
+                max_total_runtime: Some("1d"),
             )"#,
     );
     assert_eq!(unit.resume_command, None);
@@ -153,6 +155,8 @@ fn every_field_set_to_a_non_default_value() {
     assert_eq!(unit.stop.signal, StopSignal(libc::SIGINT));
     assert_eq!(unit.stop.timeout, secs(1));
     assert!(unit.essential);
+    assert_eq!(unit.max_runtime, Some(secs(8 * 3600)));
+    assert_eq!(unit.max_total_runtime, Some(secs(86_400)));
 }
 
 #[test]
@@ -198,6 +202,8 @@ fn only_command_gets_every_default() {
     assert_eq!(unit.stop.signal, StopSignal(libc::SIGTERM));
     assert_eq!(unit.stop.timeout, secs(30));
     assert!(!unit.essential);
+    assert_eq!(unit.max_runtime, None);
+    assert_eq!(unit.max_total_runtime, None);
 }
 
 #[test]

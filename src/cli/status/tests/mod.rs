@@ -242,8 +242,60 @@ pub(super) fn detailed() -> TaskInfo {
         pids_limit: Some(1024),
         processes: vec![4242, 4250],
         network_traffic: None,
+        max_runtime_ms: None,
+        ran_ms: None,
+        paused_ms: None,
+        max_total_runtime_ms: None,
+        ran_total_ms: None,
     });
     t
+}
+
+#[test]
+fn a_paused_task_says_since_when_and_its_runtime_leaves_out_the_frozen_time() {
+    let mut t = detailed();
+    t.state = "paused".into();
+    t.since_ms = Some(40_000);
+    t.reason = Some("keel pause".into());
+    t.paused_since_ms = Some(40_000);
+    t.frozen = Some(true);
+    let d = t.detail.as_mut().unwrap();
+    (d.max_runtime_ms, d.ran_ms, d.paused_ms) = (Some(8 * 3_600_000), Some(65_000), Some(60_000));
+    let plain = render(&report(vec![t.clone()]), 100_000, false);
+    assert!(plain.starts_with("worker paused since 1m ago"), "{plain}");
+    assert!(plain.contains("  reason       keel pause"), "{plain}");
+    assert!(
+        plain.contains("  runtime      ran 1m of max_runtime 8h; paused 1m, not counted"),
+        "{plain}"
+    );
+    // A total budget too.
+    let d = t.detail.as_mut().unwrap();
+    (d.max_total_runtime_ms, d.ran_total_ms) = (Some(86_400_000), Some(3_600_000));
+    let plain = render(&report(vec![t.clone()]), 100_000, false);
+    assert!(
+        plain.contains(
+            "ran 1m of max_runtime 8h; 1h of max_total_runtime 1d; paused 1m, not counted"
+        ),
+        "{plain}"
+    );
+    // Still freezing, and no budget.
+    let d = t.detail.as_mut().unwrap();
+    (d.max_total_runtime_ms, d.ran_total_ms) = (None, None);
+    t.frozen = Some(false);
+    let d = t.detail.as_mut().unwrap();
+    (d.max_runtime_ms, d.paused_ms) = (None, Some(0));
+    let plain = render(&report(vec![t.clone()]), 100_000, false);
+    assert!(
+        plain.contains("ran 1m (no max_runtime); the kernel is still freezing it"),
+        "{plain}"
+    );
+    t.detail = None;
+    let table = render(
+        &report(vec![t.clone(), task("other", "running")]),
+        100_000,
+        false,
+    );
+    assert!(table.contains("1 running, 1 paused"), "{table}");
 }
 
 #[test]

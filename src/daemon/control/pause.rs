@@ -1,0 +1,128 @@
+//! `keel pause` and `keel resume` (one task, or `--all`): the task's cgroup frozen and thawed
+//! ([`crate::daemon::pausing`]), answered at once (a freeze the kernel has not finished yet
+//! shows as `frozen: false` in `keel status` until it has).
+
+use super::{not_persisted, unknown_unit};
+use crate::daemon::pausing::PauseError;
+use crate::daemon::record::{PauseOrigin, TaskState};
+use crate::daemon::Daemon;
+use crate::protocol::Response;
+
+impl Daemon {
+    pub(super) fn pause_request(&mut self, unit: Option<&str>) -> Response {
+        match unit {
+            Some(unit) => self.pause_one(unit),
+            None => self.pause_all(),
+        }
+    }
+
+    pub(super) fn resume_request(&mut self, unit: Option<&str>) -> Response {
+        match unit {
+            Some(unit) => self.resume_one(unit),
+            None => self.resume_all(),
+        }
+    }
+
+    fn pause_one(&mut self, unit: &str) -> Response {
+        if !self.tasks.contains(unit) {
+            return unknown_unit(unit, &self.units);
+        }
+        match self.pause_task(unit, "keel pause", PauseOrigin::Request) {
+            Ok(true) => ok(format!("{unit}: paused")),
+            Ok(false) => ok(format!("{unit}: paused (the kernel is still freezing it)")),
+            Err(e) => self.refusal(unit, "cannot pause", e),
+        }
+    }
+
+    fn resume_one(&mut self, unit: &str) -> Response {
+        if !self.tasks.contains(unit) {
+            return unknown_unit(unit, &self.units);
+        }
+        match self.resume_task(unit, "keel resume", PauseOrigin::Request) {
+            Ok(lasted) => ok(format!(
+                "{unit}: resumed after {} paused",
+                crate::fmt::duration(lasted)
+            )),
+            Err(e) => self.refusal(unit, "cannot resume", e),
+        }
+    }
+
+    /// Every task with a live attempt that is not paused yet; the others are left as they are.
+    fn pause_all(&mut self) -> Response {
+        let candidates: Vec<String> = (self.tasks.values())
+            .filter(|t| t.shim.is_some() && t.record.paused.is_none())
+            .filter(|t| matches!(t.record.state, TaskState::Running | TaskState::Stalled))
+            .map(|t| t.name.clone())
+            .collect();
+        let mut done = Vec::new();
+        let mut refused = Vec::new();
+        for unit in candidates {
+            match self.pause_task(&unit, "keel pause --all", PauseOrigin::Request) {
+                Ok(_) => done.push(unit),
+                Err(PauseError::Refused(why)) => refused.push(format!("{unit}: {why}")),
+                Err(PauseError::NotPersisted) => {
+                    let why = self.refusal(&unit, "cannot pause", PauseError::NotPersisted);
+                    refused.push(message_of(why));
+                }
+            }
+        }
+        summary("paused", done, refused)
+    }
+
+    fn resume_all(&mut self) -> Response {
+        let paused: Vec<String> = (self.tasks.values())
+            .filter(|t| t.record.paused.is_some())
+            .map(|t| t.name.clone())
+            .collect();
+        let mut done = Vec::new();
+        let mut refused = Vec::new();
+        for unit in paused {
+            match self.resume_task(&unit, "keel resume --all", PauseOrigin::Request) {
+                Ok(_) => done.push(unit),
+                Err(PauseError::Refused(why)) => refused.push(format!("{unit}: {why}")),
+                Err(PauseError::NotPersisted) => {
+                    let why = self.refusal(&unit, "cannot resume", PauseError::NotPersisted);
+                    refused.push(message_of(why));
+                }
+            }
+        }
+        summary("resumed", done, refused)
+    }
+
+    fn refusal(&self, unit: &str, what: &str, e: PauseError) -> Response {
+        match e {
+            PauseError::NotPersisted => not_persisted(unit, &self.store.dirs.root),
+            PauseError::Refused(why) => Response::Error {
+                message: format!("{unit}: {what}: {why}"),
+            },
+        }
+    }
+}
+
+fn message_of(response: Response) -> String {
+    match response {
+        Response::Ok { message } | Response::Error { message } => message,
+        _ => String::new(),
+    }
+}
+
+fn ok(message: String) -> Response {
+    Response::Ok { message }
+}
+
+/// `paused 2 tasks: a, b` (and what was refused); an error only when every one was refused.
+fn summary(verb: &str, done: Vec<String>, refused: Vec<String>) -> Response {
+    let count = |n: usize| if n == 1 { "task" } else { "tasks" };
+    let mut message = match done.len() {
+        0 => format!("no task {verb}"),
+        n => format!("{verb} {n} {}: {}", count(n), done.join(", ")),
+    };
+    if !refused.is_empty() {
+        message.push_str(&format!("; not {verb}: {}", refused.join("; ")));
+    }
+    if done.is_empty() && !refused.is_empty() {
+        Response::Error { message }
+    } else {
+        Response::Ok { message }
+    }
+}
