@@ -95,19 +95,13 @@ impl Daemon {
             })
             .collect();
         // What live attempts hold: the unit they started with (an edit applies at the next
-        // start), or for an adopted attempt the unit as it is now.
+        // start), or for an adopted attempt the unit as it is now. A paused (frozen) attempt
+        // holds its memory but no CPU.
         let running: Vec<Reservation> = self
             .tasks
             .values()
             .filter(|t| t.record.state.has_attempt())
-            .map(|t| {
-                t.reserved.unwrap_or_else(|| {
-                    t.unit
-                        .as_ref()
-                        .map(|u| Reservation::of(&u.resources))
-                        .unwrap_or_default()
-                })
-            })
+            .map(preempting::held)
             .collect();
         let decision = super::queue::decide(
             &queued,
@@ -116,6 +110,7 @@ impl Daemon {
             now_ms(),
             self.settings.config.starvation_limit_ms(),
         );
+        self.preempt(&decision, &queued);
         for (unit, why) in decision.waiting {
             let why = why.to_string();
             self.note_waiting(&unit, &why, &why);
@@ -677,6 +672,7 @@ fn user_namespace_for<'t>(
 }
 
 pub(crate) mod blocked;
+mod preempting;
 mod waiting;
 
 #[cfg(test)]

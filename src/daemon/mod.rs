@@ -33,6 +33,7 @@ mod liveness;
 mod network;
 mod pausing;
 pub mod policy;
+mod preemption;
 pub mod queue;
 pub mod reconcile;
 pub mod record;

@@ -74,6 +74,10 @@ pub struct Unit {
     /// Units that must have succeeded before this one starts (`after: ["build", "lint"]`).
     #[serde(default)]
     pub after: Vec<String>,
+    /// keel may pause (freeze) this task for one of higher priority, or when memory pressure
+    /// passes its threshold, and resumes it when room returns.
+    #[serde(default)]
+    pub preemptible: bool,
     #[serde(default)]
     pub liveness: Liveness,
     #[serde(default = "default_workdir")]

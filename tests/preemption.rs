@@ -1,0 +1,125 @@
+//! Preemption on the real daemon: a `preemptible: true` task of low priority is paused
+//! (frozen: its progress stops) when a task of higher priority waits for CPU, never a task
+//! that is not preemptible, and resumed once the other has finished; a task a person paused
+//! is not resumed by keel.
+
+mod common;
+use common::*;
+use std::time::Duration;
+use wait::{holds_throughout, wait_for};
+
+fn write_config(d: &Daemon, text: &str) {
+    std::fs::create_dir_all(d.state()).unwrap();
+    std::fs::write(d.state().join("keel.ron"), text).unwrap();
+}
+
+/// Writes a counter to its progress file every 50 ms.
+fn ticker(priority: i32, preemptible: bool) -> String {
+    format!(
+        r#"Unit(
+            command: ["/bin/sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > $KEEL_PROGRESS; sleep 0.05; done"],
+            resources: Resources(cpu: 1.0, memory: "64M"),
+            priority: {priority},
+            preemptible: {preemptible},
+        )"#
+    )
+}
+
+fn progress(d: &Daemon, unit: &str) -> String {
+    std::fs::read_to_string(d.task_dir(unit).join("run/progress")).unwrap_or_default()
+}
+
+fn frozen(d: &Daemon, unit: &str) -> bool {
+    d.task(unit)
+        .is_some_and(|t| t["state"] == "paused" && t["frozen"] == true)
+}
+
+#[test]
+fn a_low_priority_preemptible_task_makes_room_and_gets_it_back() {
+    if !require_root("a_low_priority_preemptible_task_makes_room_and_gets_it_back") {
+        return;
+    }
+    let mut d = Daemon::prepare("preempt");
+    write_config(&d, r#"Config(capacity: Capacity(cpu: 2.0))"#);
+    d.spawn();
+    // The lowest priority, but not preemptible: never touched.
+    d.write_unit("keep", &ticker(-5, false));
+    d.write_unit("low", &ticker(0, true));
+    d.wait_state("keep", "running", Duration::from_secs(20));
+    d.wait_state("low", "running", Duration::from_secs(20));
+    wait_until(Duration::from_secs(10), "low ticks", || {
+        !progress(&d, "low").is_empty()
+    });
+
+    d.write_unit(
+        "urgent",
+        r#"Unit(command: ["/bin/sh", "-c", "while [ ! -e /work/release ]; do sleep 0.05; done"],
+                resources: Resources(cpu: 1.0, memory: "64M"), priority: 5, restart: Never)"#,
+    );
+    d.wait_state("urgent", "running", Duration::from_secs(20));
+    wait_until(Duration::from_secs(10), "low frozen", || frozen(&d, "low"));
+    let low = d.task("low").unwrap();
+    assert!(
+        low["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("preempted for `urgent` (priority 5 > 0)")),
+        "{low}"
+    );
+    assert_eq!(d.task("keep").unwrap()["state"], "running");
+    // Frozen: its counter stands still; keep's goes on.
+    let (low_at, keep_at) = (progress(&d, "low"), progress(&d, "keep"));
+    holds_throughout(Duration::from_millis(600), "low stands still", || {
+        progress(&d, "low") == low_at
+    });
+    assert_ne!(progress(&d, "keep"), keep_at, "keep was touched");
+
+    // urgent ends: low is resumed, the same attempt, ticking again.
+    std::fs::write(d.task_dir("urgent").join("work/release"), "").unwrap();
+    d.wait_state("urgent", "succeeded", Duration::from_secs(20));
+    let low = d.wait_state("low", "running", Duration::from_secs(20));
+    assert_eq!(low["attempt"], 1, "{low}");
+    let at = progress(&d, "low");
+    wait_until(Duration::from_secs(10), "low ticks again", || {
+        progress(&d, "low") != at
+    });
+    let events: Vec<String> = d
+        .events(Some("low"))
+        .iter()
+        .filter_map(|e| e["event"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        events.iter().any(|e| e == "paused") && events.iter().any(|e| e == "resumed"),
+        "{events:?}"
+    );
+    assert!(
+        !d.events(Some("keep"))
+            .iter()
+            .any(|e| e["event"] == "paused"),
+        "keep was paused"
+    );
+    d.shutdown();
+}
+
+#[test]
+fn keel_never_resumes_a_pause_a_person_asked_for() {
+    if !require_root("keel_never_resumes_a_pause_a_person_asked_for") {
+        return;
+    }
+    let mut d = Daemon::prepare("preempt-person");
+    write_config(&d, r#"Config(capacity: Capacity(cpu: 2.0))"#);
+    d.spawn();
+    d.write_unit("low", &ticker(0, true));
+    d.wait_state("low", "running", Duration::from_secs(20));
+    let out = d.keel(&["pause", "low"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    wait_until(Duration::from_secs(10), "low frozen", || frozen(&d, "low"));
+    // Room for it and nothing waiting: still paused, as the person left it.
+    let reason = wait_for(Duration::from_secs(5), "its reason", || {
+        d.task("low")?["reason"].as_str().map(str::to_string)
+    });
+    holds_throughout(Duration::from_millis(800), "low stays paused", || {
+        frozen(&d, "low")
+    });
+    assert!(!reason.contains("preempted"), "{reason}");
+    d.shutdown();
+}
