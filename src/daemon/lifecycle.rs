@@ -97,23 +97,26 @@ impl Daemon {
                 })
             })
             .collect();
+        let pressure = self.pressure_check(queued.is_empty());
         let decision = super::queue::decide(
             &queued,
             &running,
             &self.settings.config.capacity,
             now_ms(),
             self.settings.config.starvation_limit_ms(),
+            &pressure,
         );
+        self.recheck_while_pressed(&decision);
         for (unit, why) in decision.waiting {
-            let why = why.to_string();
             let Some(task) = self.tasks.get_mut(&unit) else {
                 continue;
             };
-            if task.waiting.as_deref() != Some(why.as_str()) {
-                // One journal line when the reason changes, not one per round.
-                task.waiting = Some(why.clone());
-                self.store.task_event(task, "waiting", &why);
+            // One journal line when the cause changes, not one per round.
+            let same = task.waiting.as_ref().is_some_and(|w| w.same_cause(&why));
+            if !same {
+                self.store.task_event(task, "waiting", &why.to_string());
             }
+            task.waiting = Some(why);
         }
         for unit in decision.start {
             self.start_attempt(&unit);
@@ -199,7 +202,7 @@ impl Daemon {
                 // unless one is stuck in the kernel): look again soon; status says why.
                 log::debug!("{unit}: start waits: {why}");
                 task.start_retry_at = Some(Instant::now() + SLICE_BUSY_RETRY);
-                task.waiting = Some(why);
+                task.waiting = Some(super::queue::WaitReason::Start(why));
                 self.events
                     .timers
                     .add_after(SLICE_BUSY_RETRY, Timer::Schedule);

@@ -15,6 +15,7 @@
 //!   the offending token and the field it belongs to, and locates semantic problems.
 
 mod lexer;
+mod resources;
 pub mod sandbox_rules;
 mod scanner;
 mod secrets;
@@ -28,6 +29,7 @@ mod test_support;
 #[cfg(test)]
 mod tests;
 
+pub use resources::{Resources, DEFAULT_MEMORY_LIMIT};
 pub use secrets::Secret;
 pub use validate::{
     keel_dir_problem, keel_dir_problems, network_list_problems, validate_unit, FieldPath, PathSeg,
@@ -173,41 +175,6 @@ impl Default for RestartLimit {
         RestartLimit {
             count: Self::default_count(),
             within: Self::default_within(),
-        }
-    }
-}
-
-/// A reservation that the scheduler counts and the kernel enforces (cgroup limits).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Resources {
-    /// CPU cores (fractional).
-    #[serde(default = "Resources::default_cpu")]
-    pub cpu: f64,
-    #[serde(default = "Resources::default_memory")]
-    pub memory: Size,
-    #[serde(default = "Resources::default_pids")]
-    pub pids: u32,
-}
-
-impl Resources {
-    fn default_cpu() -> f64 {
-        1.0
-    }
-    fn default_memory() -> Size {
-        Size(2 << 30)
-    }
-    fn default_pids() -> u32 {
-        1024
-    }
-}
-
-impl Default for Resources {
-    fn default() -> Self {
-        Resources {
-            cpu: Self::default_cpu(),
-            memory: Self::default_memory(),
-            pids: Self::default_pids(),
         }
     }
 }

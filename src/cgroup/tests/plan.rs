@@ -44,9 +44,20 @@ fn setup(fs: &Arc<RecordingFs>, layout: Layout) -> Tree {
 }
 
 const LIMITS: Limits = Limits {
-    cpu_cores: 0.5,
-    memory_bytes: 1 << 30,
+    cpu_request: 0.25,
+    cpu_limit: Some(0.5),
+    memory_request: 512 << 20,
+    memory_limit: 1 << 30,
     pids: 64,
+};
+
+/// Requests only: the CPU uncapped, the memory limit the default a unit without one gets.
+const REQUESTS_ONLY: Limits = Limits {
+    cpu_request: 0.25,
+    cpu_limit: None,
+    memory_request: 512 << 20,
+    memory_limit: 4 << 30,
+    pids: 1024,
 };
 
 #[test]
@@ -190,6 +201,7 @@ fn v2_task_limits() {
     assert_eq!(
         fs.writes(),
         vec![
+            w(&format!("{t}/cpu.weight"), "25"),
             w(&format!("{t}/cpu.max"), "50000 100000"),
             w(&format!("{t}/memory.max"), "1073741824"),
             w(&format!("{t}/memory.high"), "966367641"),
@@ -199,6 +211,51 @@ fn v2_task_limits() {
     );
     assert!(task.v1_procs_files().is_empty());
     assert_eq!(task.v2_path(), Path::new(t));
+}
+
+#[test]
+fn v2_requests_only_weigh_and_do_not_cap() {
+    let fs = RecordingFs::new();
+    let tree = setup(&fs, v2_layout());
+    fs.clear_ops();
+    tree.task("agent").unwrap().create(&REQUESTS_ONLY).unwrap();
+    let t = "/cg/svc/keel/tasks/agent";
+    assert_eq!(
+        fs.writes(),
+        vec![
+            w(&format!("{t}/cpu.weight"), "25"),
+            // A reused cgroup's earlier cap is lifted too.
+            w(&format!("{t}/cpu.max"), "max 100000"),
+            w(&format!("{t}/memory.max"), "4294967296"),
+            w(&format!("{t}/memory.high"), "3865470566"),
+            w(&format!("{t}/memory.swap.max"), "0"),
+            w(&format!("{t}/pids.max"), "1024"),
+        ]
+    );
+}
+
+#[test]
+fn hybrid_requests_only_weigh_and_do_not_cap() {
+    let fs = RecordingFs::new();
+    let tree = setup(&fs, hybrid_layout());
+    fs.clear_ops();
+    tree.task("agent").unwrap().create(&REQUESTS_ONLY).unwrap();
+    let cpu = "/v1/cpu,cpuacct/b/keel/units/agent";
+    let mem = "/v1/memory/b/keel/units/agent";
+    let writes = fs.writes();
+    assert_eq!(
+        writes[..3],
+        [
+            w(&format!("{cpu}/cpu.shares"), "256"),
+            w(&format!("{cpu}/cpu.cfs_period_us"), "100000"),
+            w(&format!("{cpu}/cpu.cfs_quota_us"), "-1"),
+        ]
+    );
+    assert!(writes.contains(&w(&format!("{mem}/memory.limit_in_bytes"), "4294967296")));
+    assert!(writes.contains(&w(
+        &format!("{mem}/memory.soft_limit_in_bytes"),
+        "536870912"
+    )));
 }
 
 #[test]
@@ -254,11 +311,13 @@ fn hybrid_task_limits() {
     assert_eq!(
         fs.writes(),
         vec![
+            w(&format!("{cpu}/cpu.shares"), "256"),
             w(&format!("{cpu}/cpu.cfs_period_us"), "100000"),
             w(&format!("{cpu}/cpu.cfs_quota_us"), "50000"),
             w(&format!("{mem}/memory.limit_in_bytes"), "1073741824"),
             w(&format!("{mem}/memory.memsw.limit_in_bytes"), "1073741824"),
             w(&format!("{mem}/memory.swappiness"), "0"),
+            w(&format!("{mem}/memory.soft_limit_in_bytes"), "536870912"),
             w("/v1/pids/keel/units/agent/pids.max", "64"),
         ]
     );
@@ -295,7 +354,8 @@ fn hybrid_raising_a_reused_limit_raises_memsw_first() {
             "memory.limit_in_bytes",
             "memory.memsw.limit_in_bytes",
             "memory.limit_in_bytes",
-            "memory.swappiness"
+            "memory.swappiness",
+            "memory.soft_limit_in_bytes"
         ]
     );
 }

@@ -68,7 +68,9 @@ impl Daemon {
             restarts: r.restarts.len(),
             // A start the host refused says so (`blocked: …`) over the scheduler's wait.
             reason: match (&t.waiting, r.state) {
-                (Some(waiting), TaskState::Queued) if r.blocked.is_none() => Some(waiting.clone()),
+                (Some(waiting), TaskState::Queued) if r.blocked.is_none() => {
+                    Some(waiting.to_string())
+                }
                 _ => r.reason.clone(),
             },
             progress: crate::daemon::last_progress_line(&self.store.dirs.run_dir(&t.name)),
@@ -141,9 +143,11 @@ impl Daemon {
             }),
             checkout: self.checkout_info(&t.name),
             liveness: self.liveness_info(t),
-            cpu_limit: limits.map(|u| u.resources.cpu),
-            memory_limit_bytes: limits.map(|u| u.resources.memory.0),
+            cpu_limit: limits.and_then(|u| u.resources.cpu_limit),
+            memory_limit_bytes: limits.map(|u| u.resources.memory_limit_bytes()),
             pids_limit: limits.map(|u| u64::from(u.resources.pids)),
+            cpu_request: limits.map(|u| u.resources.cpu),
+            memory_request_bytes: limits.map(|u| u.resources.memory.0),
             // keel's own small file (the relay's report), for `keel status UNIT` only.
             network_traffic: super::super::network::read_report(&self.store.dirs.run_dir(&t.name))
                 .map(|report| crate::protocol::NetworkTraffic {

@@ -8,6 +8,10 @@ fn schema_names_every_field_and_only_real_ones() {
         .replace("base: \"main\")", "base: \"main\", branch: Some(\"b\"))")
         .replace("network: Host", "network: Allow([\"a.com\"])")
         .replace(
+            "pids: 1024)",
+            "pids: 1024, cpu_limit: Some(4.0), memory_limit: Some(\"8G\"))",
+        )
+        .replace(
             "    env: {",
             "    secrets: {\"A\": Secret(file: \"/s\", hosts: [\"a.com\"], headers: [\"x-api-key\"]), \"B\": Secret(env: \"KEEL_SECRET_B\", hosts: [\"a.com\"])},\n    env: {",
         );

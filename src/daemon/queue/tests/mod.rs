@@ -1,6 +1,9 @@
-//! Tests of the scheduler: the rules one by one, then invariants over many random queues.
+//! Tests of the scheduler: the rules one by one, then invariants over many random queues
+//! (pressure included); the pressure rules one by one are in `pressure.rs`.
 
 use super::*;
+
+mod pressure;
 
 const CPU: u64 = 1000;
 const G: u64 = 1 << 30;
@@ -32,6 +35,25 @@ fn cap(cpus: u64, memory_g: u64, max_running: Option<usize>) -> Capacity {
 
 fn res(cpu_millis: u64, memory: u64) -> Reservation {
     Reservation { cpu_millis, memory }
+}
+
+/// A round without pressure figures (the rules of requests alone); the pressure rules call
+/// `super::decide` with theirs.
+fn decide(
+    queued: &[QueuedTask],
+    running: &[Reservation],
+    capacity: &Capacity,
+    now_ms: u64,
+    starvation_limit_ms: u64,
+) -> Decision {
+    super::decide(
+        queued,
+        running,
+        capacity,
+        now_ms,
+        starvation_limit_ms,
+        &PressureCheck::default(),
+    )
 }
 
 fn reason_of<'a>(decision: &'a Decision, unit: &str) -> &'a WaitReason {
@@ -257,6 +279,9 @@ fn ten_tenths_fit_one_cpu() {
         cpu: 0.1,
         memory: crate::unit::Size(1 << 20),
         pids: 64,
+        // Limits are the kernel's: the reservation is the requests alone.
+        cpu_limit: Some(8.0),
+        memory_limit: Some(crate::unit::Size(1 << 30)),
     });
     assert_eq!(tenth.cpu_millis, 100);
     let one = Capacity {
@@ -297,13 +322,21 @@ fn reservation_of_resources() {
             ..Resources::default()
         })
     };
-    assert_eq!(of(1.5), res(1500, 2 * G));
+    // The requests, whatever the limits: the default memory request is 512M.
+    assert_eq!(of(1.5), res(1500, G / 2));
+    let limited = Resources {
+        cpu: 0.25,
+        cpu_limit: Some(4.0),
+        memory_limit: Some(crate::unit::Size(8 * G)),
+        ..Resources::default()
+    };
+    assert_eq!(Reservation::of(&limited), res(250, G / 2));
     assert_eq!(of(0.3).cpu_millis, 300);
     assert_eq!(of(0.0001).cpu_millis, 1, "a positive share is never free");
     assert_eq!(of(0.0).cpu_millis, 0);
     assert_eq!(of(f64::NAN).cpu_millis, 0);
     assert_eq!(of(1e300).cpu_millis, u64::MAX);
-    assert_eq!(Reservation::of(&Resources::default()), res(CPU, 2 * G));
+    assert_eq!(Reservation::of(&Resources::default()), res(250, G / 2));
 }
 
 #[test]
@@ -406,7 +439,7 @@ impl Rng {
 fn invariants_hold_over_random_queues() {
     let mut rng = Rng(0x6b65_656c);
     // How often each outcome occurs: the generator must exercise them all.
-    let mut seen = [0usize; 5];
+    let mut seen = [0usize; 6];
     for case in 0..5000 {
         let capacity = Capacity {
             cpu_millis: 100 * (1 + rng.below(40)),
@@ -432,7 +465,22 @@ fn invariants_hold_over_random_queues() {
                 }
             })
             .collect();
-        let decision = decide(&queued, &running, &capacity, now, limit);
+        // Figures around the thresholds (some unread), thresholds sometimes Off.
+        let mut figure = || (rng.below(5) > 0).then(|| 500 * rng.below(12) as u32);
+        let figures = Pressure {
+            cpu: figure(),
+            memory: figure(),
+            io: figure(),
+        };
+        let pressure = PressureCheck {
+            figures,
+            thresholds: (rng.below(4) > 0).then(|| PressureThresholds {
+                cpu: 4000,
+                memory: 1000 + 2000 * rng.below(3) as u32,
+                io: 4000,
+            }),
+        };
+        let decision = super::decide(&queued, &running, &capacity, now, limit, &pressure);
         seen[0] += decision.start.len();
         for (_, reason) in &decision.waiting {
             seen[match reason {
@@ -440,14 +488,17 @@ fn invariants_hold_over_random_queues() {
                 WaitReason::NeverFits(_) => 2,
                 WaitReason::MaxRunning { .. } => 3,
                 WaitReason::Behind { .. } => 4,
+                WaitReason::Pressure(_) => 5,
+                WaitReason::Start(_) => panic!("decide never gives Start: {reason:?}"),
             }] += 1;
         }
-        check(&queued, &running, &capacity, now, limit, &decision)
-            .unwrap_or_else(|e| panic!("case {case}: {e}\n{queued:?}\n{running:?}\n{capacity:?}\nlimit {limit}\n{decision:?}"));
+        let round = (&capacity, now, limit, &pressure);
+        check(&queued, &running, round, &decision)
+            .unwrap_or_else(|e| panic!("case {case}: {e}\n{queued:?}\n{running:?}\n{capacity:?}\nlimit {limit}\n{pressure:?}\n{decision:?}"));
     }
     assert!(
         seen.iter().all(|n| *n > 500),
-        "start, resources, never fits, max_running, behind: {seen:?}"
+        "start, resources, never fits, max_running, behind, pressure: {seen:?}"
     );
 }
 
@@ -455,11 +506,10 @@ fn invariants_hold_over_random_queues() {
 fn check(
     queued: &[QueuedTask],
     running: &[Reservation],
-    capacity: &Capacity,
-    now: u64,
-    limit: u64,
+    (capacity, now, limit, pressure): (&Capacity, u64, u64, &PressureCheck),
     decision: &Decision,
 ) -> Result<(), String> {
+    let over = pressure.over();
     let mut sorted: Vec<&QueuedTask> = queued.iter().collect();
     sorted.sort_by_key(|t| {
         (
@@ -517,6 +567,8 @@ fn check(
         let fits = r.cpu_millis <= free_cpu && r.memory <= free_mem;
         let full = capacity.max_running.is_some_and(|max| count >= max);
         let too_big = never_fits(&r, capacity).is_some();
+        // Pressure holds a task back only while something of keel's runs.
+        let pressed = !over.is_empty() && count > 0;
         match reason {
             None => {
                 if let Some(holder) = starved {
@@ -524,6 +576,9 @@ fn check(
                 }
                 if !fits || full || too_big {
                     return Err(format!("{} started without room", task.unit));
+                }
+                if pressed {
+                    return Err(format!("{} started under pressure", task.unit));
                 }
                 free_cpu -= r.cpu_millis;
                 free_mem -= r.memory;
@@ -537,6 +592,13 @@ fn check(
             }
             Some(WaitReason::Behind { unit, .. })
                 if !too_big && !full && starved == Some(unit.as_str()) => {}
+            Some(WaitReason::Pressure(named))
+                if fits && pressed && !full && !too_big && starved.is_none() =>
+            {
+                if *named != over {
+                    return Err(format!("{}: wrong pressure figures", task.unit));
+                }
+            }
             Some(WaitReason::Resources { cpu, memory })
                 if !fits && !full && !too_big && starved.is_none() =>
             {
