@@ -63,7 +63,7 @@ pub fn parse_some_avg10(text: &str) -> Option<u32> {
         _ => fraction.parse().ok()?,
     };
     let centi = whole.checked_mul(100)?.checked_add(hundredths)?;
-    (centi <= 100_00).then_some(centi)
+    (centi <= 10_000).then_some(centi)
 }
 
 /// The figures of `tasks_dir` (keel's `tasks/` in the v2 hierarchy), each from

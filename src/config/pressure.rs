@@ -57,7 +57,7 @@ impl Default for PressureThresholds {
 
 /// A percentage as hundredths (checked to be within 0–100 first).
 fn hundredths(percent: f64) -> u32 {
-    (percent * 100.0).round().clamp(0.0, 100_00.0) as u32
+    (percent * 100.0).round().clamp(0.0, 10_000.0) as u32
 }
 
 /// The thresholds in force: `None` for `Off`.

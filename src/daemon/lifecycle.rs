@@ -108,7 +108,7 @@ impl Daemon {
         );
         self.recheck_while_pressed(&decision);
         for (unit, why) in decision.waiting {
-            let Some(task) = self.tasks.get_mut(&unit) else {
+            let Some(task) = self.tasks.get_mut(unit) else {
                 continue;
             };
             // One journal line when the cause changes, not one per round.
@@ -119,7 +119,7 @@ impl Daemon {
             task.waiting = Some(why);
         }
         for unit in decision.start {
-            self.start_attempt(&unit);
+            self.start_attempt(unit);
         }
     }
 

@@ -27,6 +27,7 @@ use crate::fmt::{format_bytes, format_cpu, format_waited};
 use crate::unit::{cpu_millis, Resources};
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::Arc;
 
 /// What a task holds while it runs: the unit's `resources`, in integer units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,12 +61,13 @@ pub struct QueuedTask {
     pub reservation: Reservation,
 }
 
-/// The scheduler's answer: what to start now (in order) and why each other task waits.
+/// The scheduler's answer: what to start now (in order) and why each other task waits. The
+/// names are the queued tasks' own (borrowed: no copy of 10,000 names per round).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Decision {
-    pub start: Vec<String>,
+pub struct Decision<'a> {
+    pub start: Vec<&'a str>,
     /// Every queued task not started, in order, with its reason.
-    pub waiting: Vec<(String, WaitReason)>,
+    pub waiting: Vec<(&'a str, WaitReason)>,
 }
 
 /// The pressure of keel's tasks as the daemon read it for this round: PSI `some avg10`, in
@@ -165,13 +167,14 @@ pub enum WaitReason {
     NeverFits(String),
     /// `max_running` tasks already run.
     MaxRunning { running: usize, max: usize },
-    /// Its requests fit, but the pressure of keel's tasks is above a threshold.
-    Pressure(Vec<Over>),
+    /// Its requests fit, but the pressure of keel's tasks is above a threshold (the same list
+    /// for every task of the round, shared).
+    Pressure(Arc<[Over]>),
     /// Chosen, but its start waits on the host (the cgroup of its previous attempt still
     /// emptying): the daemon's words, never [`decide`]'s.
     Start(String),
     /// A task ahead of it has waited past `starvation_limit` and holds the line.
-    Behind { unit: String, waited_ms: u64 },
+    Behind { unit: Arc<str>, waited_ms: u64 },
 }
 
 impl fmt::Display for WaitReason {
@@ -218,14 +221,23 @@ impl WaitReason {
     /// Whether `self` and `other` are the same cause, for the journal's `waiting` events (one
     /// per change of cause, not one per round): pressure figures move at every reading, so
     /// two pressure waits are the same while the same resources are above the same
-    /// thresholds; any other reason is the same when it reads the same.
+    /// thresholds; a wait behind a starved task while it reads the same (its wait in whole
+    /// minutes); any other reason while it is equal. No formatting: it runs for every
+    /// waiting task at every round.
     pub fn same_cause(&self, other: &WaitReason) -> bool {
         match (self, other) {
             (WaitReason::Pressure(a), WaitReason::Pressure(b)) => {
                 let key = |o: &Over| (o.resource, o.threshold);
                 a.iter().map(key).eq(b.iter().map(key))
             }
-            _ => self.to_string() == other.to_string(),
+            (
+                WaitReason::Behind { unit, waited_ms },
+                WaitReason::Behind {
+                    unit: other_unit,
+                    waited_ms: other_waited,
+                },
+            ) => unit == other_unit && format_waited(*waited_ms) == format_waited(*other_waited),
+            _ => self == other,
         }
     }
 }
@@ -241,17 +253,18 @@ fn order(a: &QueuedTask, b: &QueuedTask) -> Ordering {
 /// What to start now. `running` are the reservations of every task that holds one (starting,
 /// running, stopping: anything with a live attempt). Times are in milliseconds; a task has
 /// waited `now_ms - queued_since_ms`. `pressure`: the figures read for this round.
-pub fn decide(
-    queued: &[QueuedTask],
+pub fn decide<'a>(
+    queued: &'a [QueuedTask],
     running: &[Reservation],
     capacity: &Capacity,
     now_ms: u64,
     starvation_limit_ms: u64,
     pressure: &PressureCheck,
-) -> Decision {
-    let over = pressure.over();
+) -> Decision<'a> {
+    let over: Arc<[Over]> = pressure.over().into();
     let mut sorted: Vec<&QueuedTask> = queued.iter().collect();
-    sorted.sort_by(|a, b| order(a, b));
+    // Unstable is the same order: names are unique, so no two tasks compare equal.
+    sorted.sort_unstable_by(|a, b| order(a, b));
 
     // Saturating: a capacity lowered below what already runs leaves nothing free, not a wrap.
     let used = running
@@ -265,8 +278,11 @@ pub fn decide(
         memory: capacity.memory.saturating_sub(used.memory),
     };
     let mut count = running.len();
-    let mut held_by: Option<(&str, u64)> = None;
-    let mut decision = Decision::default();
+    let mut held_by: Option<(Arc<str>, u64)> = None;
+    let mut decision = Decision {
+        start: Vec::new(),
+        waiting: Vec::with_capacity(queued.len()),
+    };
 
     for task in sorted {
         let need = task.reservation;
@@ -277,27 +293,27 @@ pub fn decide(
                 running: count,
                 max,
             }
-        } else if let Some((unit, waited_ms)) = held_by {
+        } else if let Some((unit, waited_ms)) = &held_by {
             WaitReason::Behind {
-                unit: unit.to_string(),
-                waited_ms,
+                unit: unit.clone(),
+                waited_ms: *waited_ms,
             }
         } else if need.cpu_millis <= free.cpu_millis && need.memory <= free.memory {
             if !over.is_empty() && count > 0 {
                 decision
                     .waiting
-                    .push((task.unit.clone(), WaitReason::Pressure(over.clone())));
+                    .push((&task.unit, WaitReason::Pressure(over.clone())));
                 continue;
             }
             free.cpu_millis -= need.cpu_millis;
             free.memory -= need.memory;
             count += 1;
-            decision.start.push(task.unit.clone());
+            decision.start.push(&task.unit);
             continue;
         } else {
             let waited_ms = now_ms.saturating_sub(task.queued_since_ms);
             if waited_ms >= starvation_limit_ms {
-                held_by = Some((&task.unit, waited_ms));
+                held_by = Some((task.unit.as_str().into(), waited_ms));
             }
             let short = |needs: u64, free: u64| (needs > free).then_some(Short { needs, free });
             WaitReason::Resources {
@@ -305,7 +321,7 @@ pub fn decide(
                 memory: short(need.memory, free.memory),
             }
         };
-        decision.waiting.push((task.unit.clone(), reason));
+        decision.waiting.push((&task.unit, reason));
     }
     decision
 }

@@ -39,13 +39,13 @@ fn res(cpu_millis: u64, memory: u64) -> Reservation {
 
 /// A round without pressure figures (the rules of requests alone); the pressure rules call
 /// `super::decide` with theirs.
-fn decide(
-    queued: &[QueuedTask],
+fn decide<'a>(
+    queued: &'a [QueuedTask],
     running: &[Reservation],
     capacity: &Capacity,
     now_ms: u64,
     starvation_limit_ms: u64,
-) -> Decision {
+) -> Decision<'a> {
     super::decide(
         queued,
         running,
@@ -60,7 +60,7 @@ fn reason_of<'a>(decision: &'a Decision, unit: &str) -> &'a WaitReason {
     &decision
         .waiting
         .iter()
-        .find(|(u, _)| u == unit)
+        .find(|(u, _)| *u == unit)
         .unwrap_or_else(|| panic!("{unit} is not waiting: {decision:?}"))
         .1
 }
@@ -233,7 +233,7 @@ fn starved_task_holds_the_line_until_capacity_frees() {
     assert_eq!(decision.start, ["first"]);
     for unit in ["s1", "s2"] {
         assert!(
-            matches!(reason_of(&decision, unit), WaitReason::Behind { unit, .. } if unit == "big")
+            matches!(reason_of(&decision, unit), WaitReason::Behind { unit, .. } if &**unit == "big")
         );
     }
     // What runs ends: big starts, and s1 with the CPU left.
@@ -263,7 +263,7 @@ fn the_first_starved_task_holds_the_line() {
         reason_of(&decision, "a"),
         WaitReason::Resources { .. }
     ));
-    assert!(matches!(reason_of(&decision, "c"), WaitReason::Behind { unit, .. } if unit == "b"));
+    assert!(matches!(reason_of(&decision, "c"), WaitReason::Behind { unit, .. } if &**unit == "b"));
 }
 
 #[test]
@@ -403,11 +403,12 @@ fn starvation_limit_bounds_the_wait_of_a_big_task_among_a_stream_of_small_ones()
             queued.push(small(&format!("s{minute:03}"), now));
             let held: Vec<Reservation> = running.iter().map(|(_, _, r)| *r).collect();
             let decision = decide(&queued, &held, &capacity, now, limit);
-            for unit in &decision.start {
+            let started: Vec<String> = decision.start.iter().map(|u| u.to_string()).collect();
+            for unit in started {
                 if unit == "big" {
                     return Some(now);
                 }
-                let at = queued.iter().position(|t| &t.unit == unit).unwrap();
+                let at = queued.iter().position(|t| t.unit == unit).unwrap();
                 let started = queued.remove(at);
                 running.push((started.unit, now + 3 * MIN, started.reservation));
             }
@@ -522,17 +523,21 @@ fn check(
     let started: Vec<&QueuedTask> = sorted
         .iter()
         .copied()
-        .filter(|t| decision.start.contains(&t.unit))
+        .filter(|t| decision.start.contains(&t.unit.as_str()))
         .collect();
     let names = |tasks: &[&QueuedTask]| tasks.iter().map(|t| t.unit.clone()).collect::<Vec<_>>();
     if names(&started) != decision.start {
         return Err("start is not in queue order".into());
     }
-    let waiting: Vec<String> = decision.waiting.iter().map(|(u, _)| u.clone()).collect();
+    let waiting: Vec<String> = decision
+        .waiting
+        .iter()
+        .map(|(u, _)| u.to_string())
+        .collect();
     let rest: Vec<&QueuedTask> = sorted
         .iter()
         .copied()
-        .filter(|t| !decision.start.contains(&t.unit))
+        .filter(|t| !decision.start.contains(&t.unit.as_str()))
         .collect();
     if names(&rest) != waiting {
         return Err("waiting is not the rest, in queue order".into());
@@ -591,11 +596,11 @@ fn check(
                 }
             }
             Some(WaitReason::Behind { unit, .. })
-                if !too_big && !full && starved == Some(unit.as_str()) => {}
+                if !too_big && !full && starved == Some(&**unit) => {}
             Some(WaitReason::Pressure(named))
                 if fits && pressed && !full && !too_big && starved.is_none() =>
             {
-                if *named != over {
+                if **named != *over {
                     return Err(format!("{}: wrong pressure figures", task.unit));
                 }
             }

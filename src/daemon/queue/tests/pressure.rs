@@ -21,19 +21,32 @@ fn under(cpu: u32, memory: u32, io: u32) -> PressureCheck {
     }
 }
 
+/// A decision with its names copied out of the queue it borrowed.
+#[derive(Debug)]
+struct Round {
+    start: Vec<String>,
+    waiting: Vec<(String, WaitReason)>,
+}
+
 /// Eight quarter-core tasks, one running: a 2-CPU host with room for all of them.
-fn round(pressure: &PressureCheck) -> Decision {
+fn round(pressure: &PressureCheck) -> Round {
     let queued: Vec<QueuedTask> = (1..8)
         .map(|n| task(&format!("t{n}"), 0, n, 250, G / 2))
         .collect();
-    super::super::decide(
+    let decision = super::super::decide(
         &queued,
         &[res(250, G / 2)],
         &cap(2, 64, None),
         100,
         LIMIT,
         pressure,
-    )
+    );
+    Round {
+        start: decision.start.iter().map(|u| u.to_string()).collect(),
+        waiting: (decision.waiting.into_iter())
+            .map(|(u, why)| (u.to_string(), why))
+            .collect(),
+    }
 }
 
 #[test]
@@ -51,11 +64,14 @@ fn cpu_pressure_above_its_threshold_holds_every_start() {
     for (_, reason) in &decision.waiting {
         assert_eq!(
             *reason,
-            WaitReason::Pressure(vec![Over {
-                resource: "cpu",
-                figure: 6312,
-                threshold: 4000
-            }])
+            WaitReason::Pressure(
+                vec![Over {
+                    resource: "cpu",
+                    figure: 6312,
+                    threshold: 4000
+                }]
+                .into()
+            )
         );
         assert_eq!(reason.to_string(), "cpu pressure 63% > 40%");
     }
@@ -159,8 +175,9 @@ fn requests_that_do_not_fit_say_so_rather_than_pressure() {
         "cpu pressure 90% > 40%"
     );
     // max_running and never-fits come first, as without pressure.
+    let queued = [small("a", 0), task("huge", 0, 1, 64 * CPU, G)];
     let decision = super::super::decide(
-        &[small("a", 0), task("huge", 0, 1, 64 * CPU, G)],
+        &queued,
         &[res(CPU, G)],
         &cap(4, 64, Some(1)),
         0,
@@ -188,11 +205,19 @@ fn the_journal_sees_a_pressure_wait_once_while_its_cause_holds() {
     let fits = WaitReason::MaxRunning { running: 1, max: 1 };
     assert!(!at(6312, 0).same_cause(&fits));
     assert!(fits.same_cause(&fits.clone()));
-    // Other reasons are the same when they read the same.
+    // Other reasons are the same while they are equal...
     let short = |free: u64| WaitReason::Resources {
         cpu: Some(Short { needs: CPU, free }),
         memory: None,
     };
     assert!(short(0).same_cause(&short(0)));
     assert!(!short(0).same_cause(&short(500)));
+    // ...and a wait behind a starved task while it reads the same (whole minutes).
+    let behind = |unit: &str, waited_ms: u64| WaitReason::Behind {
+        unit: unit.into(),
+        waited_ms,
+    };
+    assert!(behind("big", 12 * MIN).same_cause(&behind("big", 12 * MIN + 59_000)));
+    assert!(!behind("big", 12 * MIN).same_cause(&behind("big", 13 * MIN)));
+    assert!(!behind("big", 12 * MIN).same_cause(&behind("other", 12 * MIN)));
 }
