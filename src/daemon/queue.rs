@@ -29,7 +29,8 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::sync::Arc;
 
-/// What a task holds while it runs: the unit's `resources`, in integer units.
+/// What a task holds while it runs: the requests of the unit's `resources` (never its
+/// limits), in integer units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Reservation {
     /// CPU in thousandths of a core (`cpu: 1.5` → 1500).
@@ -39,7 +40,8 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    /// The reservation of a unit's `resources`. A positive CPU share is at least one millicore,
+    /// The reservation of a unit's `resources`: `cpu` and `memory`, the requests; `cpu_limit`
+    /// and `memory_limit` are the kernel's alone. A positive CPU share is at least one millicore,
     /// so that no task that asked for CPU is counted as free.
     pub fn of(resources: &Resources) -> Reservation {
         Reservation {

@@ -390,7 +390,7 @@ pub fn unit_name_of(path: &Path) -> Option<String> {
 /// A unit file larger than this is refused unread: a unit is a few lines of RON.
 pub const MAX_UNIT_FILE_SIZE: u64 = 1 << 20;
 
-/// The smallest memory reservation a unit may ask for.
+/// The smallest memory request (and limit) a unit may ask for.
 pub const MIN_MEMORY: u64 = 4 << 20;
 
 /// Parse a unit's text and validate it. `file` is only used in error messages. On error, the

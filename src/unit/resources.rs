@@ -28,7 +28,8 @@ use super::values::Size;
 use serde::Deserialize;
 
 /// The default memory limit of a unit that writes no `memory_limit`: 4 GiB, room for a build
-/// (keel's own `cargo build` peaked at 2.3 GiB, docs/scheduling.md) on top of the agent.
+/// on top of the agent (an incremental build of keel's own test binary peaked at 1.1 GiB in
+/// its cgroup, page cache included: docs/scheduling.md, "Requests and limits").
 pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
 
 /// What a task requests and what it is limited to.
