@@ -503,6 +503,7 @@ fn keel_init_needs_a_leaf_only_on_v2_below_the_root() {
 
 mod plan;
 mod pressure;
+mod requests;
 
 #[test]
 fn a_container_on_a_hybrid_host_without_cgroup2_gets_one_beside_its_v1_hierarchies() {
