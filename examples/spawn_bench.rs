@@ -109,8 +109,10 @@ fn main() {
         .expect("cgroup tree (run as root)");
     let slice = tree.task("bench").expect("task cgroup");
     let limits = keel::cgroup::Limits {
-        cpu_cores: unit.resources.cpu,
-        memory_bytes: unit.resources.memory.0,
+        cpu_request: unit.resources.cpu,
+        cpu_limit: unit.resources.cpu_limit,
+        memory_request: unit.resources.memory.0,
+        memory_limit: unit.resources.memory_limit_bytes(),
         pids: unit.resources.pids,
     };
     let piped = |command: &mut Command| {

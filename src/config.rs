@@ -4,6 +4,7 @@
 //! Config(
 //!     capacity: Capacity(cpu: 2.0, memory: "8G", max_running: Some(4)),
 //!     starvation_limit: "10m",
+//!     pressure: Pressure(cpu: 40.0, memory: 10.0, io: 40.0),
 //!     user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024),
 //!     jobs: Jobs(workers: 2, memory: "1G", deadline: "10m"),
 //!     network: Network(lists: {"anthropic": ["api.anthropic.com"]}, resolver: None, trust: []),
@@ -12,13 +13,15 @@
 //!
 //! Every field is optional and a missing file means all defaults: the CPUs the daemon may run
 //! on, 90% of the memory it may use (the rest is left to keel, the shims and the host), no count
-//! limit, a starvation limit of 10 minutes, and a user namespace for every task with its ids
+//! limit, a starvation limit of 10 minutes, starts held back above 40% CPU, 10% memory or 40%
+//! I/O pressure ([`pressure`]), and a user namespace for every task with its ids
 //! from [`DEFAULT_FIRST_ID`] ([`UserNamespaces`]). Unknown fields are errors. The file is RON like
 //! a unit file and is read with the unit module's machinery, so its errors name `file:line:col`
 //! and read the same way.
 
 pub mod jobs;
 pub mod network;
+pub mod pressure;
 
 use crate::fmt::format_bytes;
 use crate::unit::source_map::SourceMap;
@@ -43,6 +46,8 @@ pub struct RawConfig {
     pub capacity: RawCapacity,
     #[serde(default, deserialize_with = "written")]
     pub starvation_limit: Option<Dur>,
+    #[serde(default, deserialize_with = "written")]
+    pub pressure: Option<pressure::RawPressure>,
     #[serde(default, deserialize_with = "written")]
     pub user_namespaces: Option<RawUserNamespaces>,
     #[serde(default)]
@@ -93,6 +98,8 @@ pub struct Config {
     pub capacity: Capacity,
     /// How long a blocked task may be passed by smaller ones before it holds the line.
     pub starvation_limit: Duration,
+    /// The pressure above which queued tasks wait; `None`: `pressure: Off`.
+    pub pressure: Option<pressure::PressureThresholds>,
     /// Whether tasks get a user namespace, and the host ids their blocks come from.
     pub user_namespaces: UserNamespaces,
     /// How keel's workers are bounded ([`jobs::Jobs`]).
@@ -259,6 +266,7 @@ pub fn resolve(raw: &RawConfig, host: &HostCapacity) -> Config {
         starvation_limit: raw
             .starvation_limit
             .map_or(DEFAULT_STARVATION_LIMIT, |d| d.0),
+        pressure: pressure::resolve(raw.pressure.as_ref()),
         user_namespaces: match raw.user_namespaces {
             Some(RawUserNamespaces::Off) => UserNamespaces::Off,
             Some(RawUserNamespaces::UserNamespaces { first_id, blocks }) => {
@@ -395,6 +403,7 @@ fn check(raw: &RawConfig) -> Vec<(FieldPath, String)> {
     if let Some(RawUserNamespaces::UserNamespaces { first_id, blocks }) = raw.user_namespaces {
         problems.extend(check_id_range(first_id, blocks));
     }
+    problems.extend(pressure::check(raw.pressure.as_ref()));
     problems.extend(jobs::check(&raw.jobs));
     problems.extend(network::check(&raw.network));
     problems

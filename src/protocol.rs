@@ -262,14 +262,19 @@ pub struct TaskDetail {
     pub checkout: Option<CheckoutInfo>,
     #[serde(default)]
     pub liveness: Option<LivenessInfo>,
-    /// The unit's resources, which are the cgroup's limits: CPU cores, memory (bytes),
-    /// processes (`pids.max`).
+    /// The unit's resources as the cgroup has them: the CPU limit in cores (`None`: no cap,
+    /// or no unit), the memory limit (bytes), processes (`pids.max`).
     #[serde(default)]
     pub cpu_limit: Option<f64>,
     #[serde(default)]
     pub memory_limit_bytes: Option<u64>,
     #[serde(default)]
     pub pids_limit: Option<u64>,
+    /// The requests the queue counts: CPU cores (also the task's CPU weight), memory (bytes).
+    #[serde(default)]
+    pub cpu_request: Option<f64>,
+    #[serde(default)]
+    pub memory_request_bytes: Option<u64>,
     /// The processes in the live attempt's cgroup (host pids: the shim, the agent, its
     /// children).
     #[serde(default)]

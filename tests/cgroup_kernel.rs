@@ -13,12 +13,12 @@ mod common;
 use common::{require_root, KillOnDrop};
 use keel::cgroup::{
     detect, join_v1, CgroupError, CgroupFs, Layout, Limits, Mode, RealFs, Removal, TaskCgroup,
-    Tree, V1_TASKS, V2_TASKS,
+    Tree, V1Controller, V1_TASKS, V2_TASKS,
 };
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -97,10 +97,14 @@ fn fixture(test: &str) -> Option<Fixture> {
     })
 }
 
-fn limits(cpu_cores: f64, memory_bytes: u64, pids: u32) -> Limits {
+/// Limits that cap: a CPU limit of `cpu_limit` cores (a quarter core requested), a memory
+/// limit of `memory_limit` (half of it requested).
+fn limits(cpu_limit: f64, memory_limit: u64, pids: u32) -> Limits {
     Limits {
-        cpu_cores,
-        memory_bytes,
+        cpu_request: 0.25,
+        cpu_limit: Some(cpu_limit),
+        memory_request: memory_limit / 2,
+        memory_limit,
         pids,
     }
 }
@@ -349,6 +353,47 @@ fn cpu_quota_of_half_a_core() {
     task.kill().unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGKILL));
+    task.remove_blocking(Duration::from_secs(5)).unwrap();
+}
+
+#[test]
+fn requests_are_weights_and_no_limit_lifts_a_cap() {
+    let Some(fx) = fixture("requests_are_weights_and_no_limit_lifts_a_cap") else {
+        return;
+    };
+    let task = fx.tree.task("weighed").unwrap();
+    task.create(&limits(0.5, 64 << 20, 16)).unwrap();
+    // The same (reused, empty) cgroup again, with requests only: the cap goes.
+    let requests_only = Limits {
+        cpu_request: 0.5,
+        cpu_limit: None,
+        memory_request: 32 << 20,
+        memory_limit: 64 << 20,
+        pids: 16,
+    };
+    task.create(&requests_only).unwrap();
+    let read = |path: PathBuf| std::fs::read_to_string(&path).unwrap().trim().to_string();
+    match fx.tree.mode() {
+        Mode::V2 => {
+            let dir = task.v2_path();
+            assert_eq!(read(dir.join("cpu.weight")), "50");
+            assert_eq!(read(dir.join("cpu.max")), "max 100000");
+        }
+        Mode::Hybrid => {
+            let cpu = task.v1_path(V1Controller::Cpu).unwrap();
+            assert_eq!(read(cpu.join("cpu.shares")), "512");
+            assert_eq!(read(cpu.join("cpu.cfs_quota_us")), "-1");
+            let memory = task.v1_path(V1Controller::Memory).unwrap();
+            assert_eq!(
+                read(memory.join("memory.soft_limit_in_bytes")),
+                (32u64 << 20).to_string()
+            );
+            assert_eq!(
+                read(memory.join("memory.limit_in_bytes")),
+                (64u64 << 20).to_string()
+            );
+        }
+    }
     task.remove_blocking(Duration::from_secs(5)).unwrap();
 }
 

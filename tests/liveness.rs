@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 use wait::holds_throughout;
 
 /// Small reservations: several tasks run side by side on a 2-core machine.
-const SMALL: &str = r#"resources: Resources(cpu: 0.2, memory: "64M")"#;
+/// A fifth of a core, capped there (a busy agent of these tests makes no CPU pressure).
+const SMALL: &str = r#"resources: Resources(cpu: 0.2, memory: "64M", cpu_limit: Some(0.2))"#;
 
 fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)

@@ -48,7 +48,7 @@ fn an_agent_past_its_memory_limit_ends_as_oom_and_restarts_while_its_neighbour_r
             command: ["/bin/sh", "-c", "if [ $KEEL_ATTEMPT = 1 ]; then exec tail /dev/zero; fi; echo $KEEL_LAST_EXIT > /work/last; exec sleep 60"],
             restart: OnFailure,
             backoff: Backoff(initial: "100ms"),
-            resources: Resources(cpu: 0.5, memory: "48M"),
+            resources: Resources(cpu: 0.5, memory: "16M", memory_limit: Some("48M")),
         )"#,
     );
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -117,14 +117,15 @@ fn a_fork_bomb_is_held_at_pids_max() {
 }
 
 #[test]
-fn half_a_cpu_is_half_a_cpu() {
+fn a_cpu_limit_of_half_a_cpu_is_half_a_cpu() {
     if !require_root("cpu quota") {
         return;
     }
     let d = Daemon::start("slice-cpu");
+    // The request is no cap (tests/scheduling_shares.rs): the limit is.
     d.write_unit(
         "spin",
-        r#"Unit(command: ["/bin/sh", "-c", "while :; do :; done"], restart: Never, resources: Resources(cpu: 0.5))"#,
+        r#"Unit(command: ["/bin/sh", "-c", "while :; do :; done"], restart: Never, resources: Resources(cpu: 0.25, cpu_limit: Some(0.5)))"#,
     );
     d.wait_state("spin", "running", Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(300));
@@ -135,7 +136,7 @@ fn half_a_cpu_is_half_a_cpu() {
     let share = (u1 - u0) as f64 / (t1 - t0).as_micros() as f64;
     assert!(
         (0.35..=0.65).contains(&share),
-        "cpu: 0.5 got {share:.2} of a core"
+        "cpu_limit: Some(0.5) got {share:.2} of a core"
     );
     // `keel status` shows the share too.
     let shown = d.task("spin").unwrap()["cpu_percent"].as_f64().unwrap();
@@ -230,7 +231,7 @@ fn an_oom_kill_of_a_child_does_not_make_a_later_kill_an_oom() {
     // The shell survives its child's OOM kill and sleeps on.
     d.write_unit(
         "survivor",
-        r#"Unit(command: ["/bin/sh", "-c", "tail /dev/zero; echo survived > /work/after; exec sleep 60"], restart: Never, resources: Resources(memory: "48M"))"#,
+        r#"Unit(command: ["/bin/sh", "-c", "tail /dev/zero; echo survived > /work/after; exec sleep 60"], restart: Never, resources: Resources(memory: "16M", memory_limit: Some("48M")))"#,
     );
     d.wait_state("survivor", "running", Duration::from_secs(10));
     wait_until(Duration::from_secs(15), "the child's OOM kill", || {

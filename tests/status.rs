@@ -155,7 +155,8 @@ fn status_unit_shows_a_real_tasks_exits_and_cgroup_figures() {
     command: ["/bin/sh", "-c", "if [ $KEEL_ATTEMPT -lt 3 ]; then echo no; exit 3; fi; exec sleep 60"],
     restart: OnFailure,
     backoff: Backoff(initial: "100ms"),
-    resources: Resources(cpu: 0.5, memory: "256M", pids: 64),
+    resources: Resources(cpu: 0.5, memory: "128M", pids: 64, cpu_limit: Some(1.5),
+                         memory_limit: Some("256M")),
 )"#,
     );
     // On a hybrid host the shim joins the v1 cgroups an instant after it runs: wait for the
@@ -187,8 +188,9 @@ fn status_unit_shows_a_real_tasks_exits_and_cgroup_figures() {
         "{text}"
     );
     assert!(text.contains("\n  #1    exit:3"), "{text}");
-    assert!(text.contains("(limit 0.5 CPU)"), "{text}");
+    assert!(text.contains("(request 0.5, limit 1.5 CPU)"), "{text}");
     assert!(text.contains(" now of 256M ("), "{text}");
+    assert!(text.contains(", request 128M"), "{text}");
     let pids = lines
         .iter()
         .find(|l| l.starts_with("  pids "))

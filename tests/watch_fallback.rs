@@ -281,7 +281,7 @@ fn an_oom_kill_is_seen_while_the_oom_watch_is_refused() {
     // counter can tell (no exit follows).
     d.write_unit(
         "survivor",
-        r#"Unit(command: ["/bin/sh", "-c", "tail /dev/zero; echo survived > /work/after; exec sleep 60"], restart: Never, resources: Resources(memory: "48M"))"#,
+        r#"Unit(command: ["/bin/sh", "-c", "tail /dev/zero; echo survived > /work/after; exec sleep 60"], restart: Never, resources: Resources(memory: "16M", memory_limit: Some("48M")))"#,
     );
     let task = d.wait_state("survivor", "running", PATIENCE);
     assert!(

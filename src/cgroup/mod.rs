@@ -32,6 +32,7 @@ mod detect;
 mod error;
 mod fs;
 mod oom;
+mod pressure;
 mod task;
 mod tree;
 
@@ -47,6 +48,9 @@ pub use detect::{
 pub use error::CgroupError;
 pub use fs::{CgroupFs, RealFs};
 pub use oom::OomWatch;
+pub use pressure::{
+    parse_some_avg10, PressureReading, PressureSource, TreePressure, HOST_PRESSURE_DIR,
+};
 pub use task::{join_v1, TaskCgroup};
 pub use tree::{enter_init_leaf, Tree, V1_TASKS, V2_TASKS};
 
@@ -61,37 +65,89 @@ pub const CPU_MIN_QUOTA_US: u64 = 1_000;
 /// The controllers keel enables on v2 and limits on v1, in the order they are written.
 pub const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 
-/// What a task may use: the unit's `resources`, its reservation and its enforced limit.
+/// v2 `cpu.weight` of one core's request: the kernel's default weight (cgroup-v2.rst,
+/// "cpu.weight": "The weight in the range [1, 10000]", default 100).
+pub const CPU_WEIGHT_PER_CORE: f64 = 100.0;
+/// The range of v2 `cpu.weight`.
+pub const CPU_WEIGHT_RANGE: (u64, u64) = (1, 10_000);
+/// v1 `cpu.shares` of one core's request: the kernel's default shares (1024, `scale_load_down`
+/// of NICE_0_LOAD; cgroup-v1 sched-design-CFS "Group scheduler extensions").
+pub const CPU_SHARES_PER_CORE: f64 = 1024.0;
+/// The range the kernel accepts for v1 `cpu.shares` (MIN_SHARES 2, MAX_SHARES 2^18).
+pub const CPU_SHARES_RANGE: (u64, u64) = (2, 1 << 18);
+
+/// What the kernel is told of a task: the unit's `resources`. The requests weigh the task
+/// against its siblings (CPU) and mark what it may keep when the host runs short (memory);
+/// the limits cap it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
-    /// CPU cores, fractional (0.5 = half a core).
-    pub cpu_cores: f64,
-    pub memory_bytes: u64,
+    /// The CPU request in cores (fractional): the task's weight under contention.
+    pub cpu_request: f64,
+    /// A hard cap on CPU in cores; `None`: none.
+    pub cpu_limit: Option<f64>,
+    /// The memory request (v1: the soft limit).
+    pub memory_request: u64,
+    /// The enforced memory limit.
+    pub memory_limit: u64,
     pub pids: u32,
 }
 
+/// `cores × per_core`, rounded, within `range` (a NaN or negative share is the minimum).
+fn scaled(cores: f64, per_core: f64, (min, max): (u64, u64)) -> u64 {
+    let value = (cores * per_core).round();
+    if value.is_nan() || value < min as f64 {
+        min
+    } else if value > max as f64 {
+        max
+    } else {
+        value as u64
+    }
+}
+
 impl Limits {
-    /// The CFS quota per [`CPU_PERIOD_US`] for `cpu_cores`, never below [`CPU_MIN_QUOTA_US`].
-    pub fn cpu_quota_us(&self) -> u64 {
-        let quota = (self.cpu_cores * CPU_PERIOD_US as f64).round();
-        if quota.is_finite() && quota >= CPU_MIN_QUOTA_US as f64 {
+    /// v2 `cpu.weight`: 100 per core requested, so that contended CPUs are shared in
+    /// proportion to requests (0.25 → 25, 2.0 → 200).
+    pub fn cpu_weight(&self) -> u64 {
+        scaled(self.cpu_request, CPU_WEIGHT_PER_CORE, CPU_WEIGHT_RANGE)
+    }
+
+    /// v1 `cpu.shares`: 1024 per core requested (0.25 → 256, 2.0 → 2048).
+    pub fn cpu_shares(&self) -> u64 {
+        scaled(self.cpu_request, CPU_SHARES_PER_CORE, CPU_SHARES_RANGE)
+    }
+
+    /// The CFS quota per [`CPU_PERIOD_US`] of the CPU limit, never below [`CPU_MIN_QUOTA_US`];
+    /// `None` without a limit.
+    pub fn cpu_quota_us(&self) -> Option<u64> {
+        let limit = self.cpu_limit?;
+        let quota = (limit * CPU_PERIOD_US as f64).round();
+        Some(if quota.is_finite() && quota >= CPU_MIN_QUOTA_US as f64 {
             // `as` saturates at u64::MAX; the kernel then refuses the write with EINVAL.
             quota as u64
         } else {
             CPU_MIN_QUOTA_US
+        })
+    }
+
+    /// v2 `cpu.max`: "$MAX $PERIOD", "max $PERIOD" without a limit (cgroup-v2.rst, "cpu.max").
+    pub fn cpu_max(&self) -> String {
+        match self.cpu_quota_us() {
+            Some(quota) => format!("{quota} {CPU_PERIOD_US}"),
+            None => format!("max {CPU_PERIOD_US}"),
         }
     }
 
-    /// v2 `cpu.max`: "$MAX $PERIOD" (cgroup-v2.rst, "cpu.max").
-    pub fn cpu_max(&self) -> String {
-        format!("{} {CPU_PERIOD_US}", self.cpu_quota_us())
+    /// v1 `cpu.cfs_quota_us`: the quota, or -1 for none (cgroup-v1 sched-bwc.rst).
+    pub fn cfs_quota_us(&self) -> String {
+        self.cpu_quota_us()
+            .map_or_else(|| "-1".to_string(), |quota| quota.to_string())
     }
 
     /// v2 `memory.high`: 90% of `memory.max`, so the kernel throttles and reclaims before the
     /// OOM killer runs at the hard limit (cgroup-v2.rst, "memory.high": "the main mechanism to
     /// control memory usage").
     pub fn memory_high(&self) -> u64 {
-        (self.memory_bytes as u128 * 9 / 10) as u64
+        (self.memory_limit as u128 * 9 / 10) as u64
     }
 }
 

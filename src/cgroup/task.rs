@@ -158,8 +158,11 @@ impl TaskCgroup {
     /// Files").
     fn limits_v2(&self, limits: &Limits) -> Result<(), CgroupError> {
         let dir = &self.v2;
+        // The request is the weight among the tasks (siblings under `tasks/`); only a CPU
+        // limit caps (cpu.max "max": none).
+        self.set(dir, "cpu.weight", "cpu", limits.cpu_weight().to_string())?;
         self.set(dir, "cpu.max", "cpu", limits.cpu_max())?;
-        self.set(dir, "memory.max", "memory", limits.memory_bytes.to_string())?;
+        self.set(dir, "memory.max", "memory", limits.memory_limit.to_string())?;
         self.set(
             dir,
             "memory.high",
@@ -175,16 +178,12 @@ impl TaskCgroup {
     /// v1 (cgroup-v1/sched-bwc.rst, cgroup-v1/memory.rst, cgroup-v1/pids.rst).
     fn limits_v1(&self, limits: &Limits) -> Result<(), CgroupError> {
         if let Some(dir) = self.v1_path(V1Controller::Cpu) {
+            self.set(dir, "cpu.shares", "cpu", limits.cpu_shares().to_string())?;
             self.set(dir, "cpu.cfs_period_us", "cpu", CPU_PERIOD_US.to_string())?;
-            self.set(
-                dir,
-                "cpu.cfs_quota_us",
-                "cpu",
-                limits.cpu_quota_us().to_string(),
-            )?;
+            self.set(dir, "cpu.cfs_quota_us", "cpu", limits.cfs_quota_us())?;
         }
         if let Some(dir) = self.v1_path(V1Controller::Memory) {
-            let bytes = limits.memory_bytes.to_string();
+            let bytes = limits.memory_limit.to_string();
             // memory.memsw.limit_in_bytes (memory + swap, cgroup-v1/memory.rst "2.4 Swap
             // Extension") may never be below memory.limit_in_bytes: the kernel refuses either
             // write with EINVAL if it would be. A reused cgroup whose memsw limit is below the
@@ -207,6 +206,12 @@ impl TaskCgroup {
             }
             // Best effort: memory.rst refuses swappiness changes in some configurations.
             let _ = self.fs.write(&dir.join("memory.swappiness"), "0");
+            // Above its request a task's pages are reclaimed first when the host runs short
+            // (memory.rst "7. Soft limits"). Best effort too: PREEMPT_RT kernels refuse it.
+            let soft = limits.memory_request.min(limits.memory_limit).to_string();
+            let _ = self
+                .fs
+                .write(&dir.join("memory.soft_limit_in_bytes"), &soft);
         }
         if let Some(dir) = self.v1_path(V1Controller::Pids) {
             self.set(dir, "pids.max", "pids", limits.pids.to_string())?;

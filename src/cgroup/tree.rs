@@ -162,6 +162,17 @@ impl Tree {
         ))
     }
 
+    /// The pressure (PSI) of keel's tasks: `tasks/*.pressure` in the v2 hierarchy, each
+    /// from `/proc/pressure` where the tree's file cannot be read (see `pressure.rs`).
+    pub fn pressure(&self) -> super::TreePressure {
+        self.pressure_with_host(Path::new(super::HOST_PRESSURE_DIR))
+    }
+
+    /// [`Tree::pressure`] with the host-wide figures read from `host_dir`.
+    pub fn pressure_with_host(&self, host_dir: &Path) -> super::TreePressure {
+        super::pressure::read(self.fs.as_ref(), &self.v2_root().join(V2_TASKS), host_dir)
+    }
+
     /// The task cgroups that exist in any hierarchy (reconcile after a crash), sorted.
     pub fn tasks_present(&self) -> Vec<String> {
         let mut units: Vec<String> = self

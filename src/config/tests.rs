@@ -49,6 +49,12 @@ fn defaults() {
             max_running: None,
         },
         starvation_limit: Duration::from_secs(600),
+        // 40% CPU, 10% memory, 40% I/O, in hundredths of a percent.
+        pressure: Some(super::pressure::PressureThresholds {
+            cpu: 4000,
+            memory: 1000,
+            io: 4000,
+        }),
         user_namespaces: UserNamespaces::On(IdRange {
             first_id: 0x7000_0000,
             blocks: 1024,
@@ -79,6 +85,7 @@ fn the_example_of_the_issue() {
                 max_running: Some(4),
             },
             starvation_limit: Duration::from_secs(600),
+            pressure: Some(Default::default()),
             user_namespaces: UserNamespaces::On(IdRange {
                 first_id: 1_879_048_192,
                 blocks: 1024,

@@ -71,8 +71,8 @@ impl Daemon {
         // when the gate opens.
         let held = self.dependency_holds();
         let now = now_ms();
-        for (unit, (why, key)) in &held {
-            self.note_waiting(unit, why, key);
+        for (unit, why) in held.iter() {
+            self.note_waiting(unit, why.clone());
             if let Some(task) = self.tasks.get_mut(unit) {
                 task.queued_since_ms = now;
             }
@@ -103,20 +103,22 @@ impl Daemon {
             .filter(|t| t.record.state.has_attempt())
             .map(preempting::held)
             .collect();
+        let pressure = self.pressure_check(queued.is_empty());
         let decision = super::queue::decide(
             &queued,
             &running,
             &self.settings.config.capacity,
             now_ms(),
             self.settings.config.starvation_limit_ms(),
+            &pressure,
         );
+        self.recheck_while_pressed(&decision);
         self.preempt(&decision, &queued);
         for (unit, why) in decision.waiting {
-            let why = why.to_string();
-            self.note_waiting(&unit, &why, &why);
+            self.note_waiting(unit, why);
         }
         for unit in decision.start {
-            self.start_attempt(&unit);
+            self.start_attempt(unit);
         }
     }
 
@@ -199,7 +201,7 @@ impl Daemon {
                 // unless one is stuck in the kernel): look again soon; status says why.
                 log::debug!("{unit}: start waits: {why}");
                 task.start_retry_at = Some(Instant::now() + SLICE_BUSY_RETRY);
-                task.waiting = Some(why);
+                task.waiting = Some(super::queue::WaitReason::Start(why));
                 self.events
                     .timers
                     .add_after(SLICE_BUSY_RETRY, Timer::Schedule);

@@ -34,6 +34,7 @@ mod network;
 mod pausing;
 pub mod policy;
 mod preemption;
+mod pressure;
 pub mod queue;
 pub mod reconcile;
 pub mod record;
@@ -112,6 +113,8 @@ pub struct Daemon {
     id_claims: Option<id_blocks::claims::Claims>,
     /// keel's cgroup tree, or why there is none (retried at each reload) (slices.rs).
     slices: slices::Slices,
+    /// The pressure readings of the queue's admission, and their recheck (pressure.rs).
+    pressure: pressure::PressureWatch,
     /// What is seen of each live attempt's work (progress files, output, CPU) (liveness/).
     liveness: liveness::Watches,
     /// The slow work, in worker processes: checkouts, harvests, removals (jobs/).
@@ -243,6 +246,7 @@ impl Daemon {
             tasks: Tasks::default(),
             id_claims,
             slices,
+            pressure: pressure::PressureWatch::default(),
             liveness,
             jobs,
             notifier: crate::notify::Notifier::from_env(),

@@ -3,8 +3,16 @@
 //!
 //! Rules:
 //! - Order is priority (higher first), then submission time (earlier first), then name.
-//! - A task starts only when its reservation (CPU, memory) fits in what the running tasks leave,
-//!   and while fewer than `max_running` tasks run.
+//! - A task starts only when its requests (`resources.cpu`, `.memory`: its reservation) fit in
+//!   what the running tasks' requests leave, and while fewer than `max_running` tasks run.
+//!   Limits play no part here: they are the kernel's to enforce.
+//! - ...and while the pressure of keel's tasks (PSI `some avg10` of CPU, memory and I/O, read
+//!   by the daemon and handed in as [`PressureCheck`]) is at or below the thresholds of
+//!   `keel.ron`: requests are what tasks declare, pressure is what the machine shows, and a
+//!   machine saturated by bursts (builds at once) takes no new task until it calms down. While
+//!   nothing of keel's runs, the first task in order starts whatever the pressure: the figure
+//!   is then not its tasks' doing (the host's, or a task's that ended), and no start of keel's
+//!   could make it fall.
 //! - A smaller task may pass a blocked larger one (backfilling keeps the machine busy), but only
 //!   while the larger one has waited less than `starvation_limit`. Once it has waited that long,
 //!   it holds the line: nothing behind it starts until enough capacity frees for it. Without
@@ -13,13 +21,16 @@
 //! CPU is counted in integer millicores: summing `f64` cores drifts (ten reservations of 0.1
 //! sum to 0.9999999999999999, which would not fit in 1.0).
 
+use crate::config::pressure::PressureThresholds;
 use crate::config::Capacity;
 use crate::fmt::{format_bytes, format_cpu, format_waited};
 use crate::unit::{cpu_millis, Resources};
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::Arc;
 
-/// What a task holds while it runs: the unit's `resources`, in integer units.
+/// What a task holds while it runs: the requests of the unit's `resources` (never its
+/// limits), in integer units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Reservation {
     /// CPU in thousandths of a core (`cpu: 1.5` → 1500).
@@ -29,7 +40,8 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    /// The reservation of a unit's `resources`. A positive CPU share is at least one millicore,
+    /// The reservation of a unit's `resources`: `cpu` and `memory`, the requests; `cpu_limit`
+    /// and `memory_limit` are the kernel's alone. A positive CPU share is at least one millicore,
     /// so that no task that asked for CPU is counted as free.
     pub fn of(resources: &Resources) -> Reservation {
         Reservation {
@@ -51,12 +63,89 @@ pub struct QueuedTask {
     pub reservation: Reservation,
 }
 
-/// The scheduler's answer: what to start now (in order) and why each other task waits.
+/// The scheduler's answer: what to start now (in order) and why each other task waits. The
+/// names are the queued tasks' own (borrowed: no copy of 10,000 names per round).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Decision {
-    pub start: Vec<String>,
+pub struct Decision<'a> {
+    pub start: Vec<&'a str>,
     /// Every queued task not started, in order, with its reason.
-    pub waiting: Vec<(String, WaitReason)>,
+    pub waiting: Vec<(&'a str, WaitReason)>,
+}
+
+/// The pressure of keel's tasks as the daemon read it for this round: PSI `some avg10`, in
+/// hundredths of a percent (63.12% → 6312); `None` for a figure that could not be read, which
+/// holds nothing back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pressure {
+    pub cpu: Option<u32>,
+    pub memory: Option<u32>,
+    pub io: Option<u32>,
+}
+
+/// What a round knows of pressure: the figures and `keel.ron`'s thresholds (`None`:
+/// `pressure: Off`, and the figures are not read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PressureCheck {
+    pub figures: Pressure,
+    pub thresholds: Option<PressureThresholds>,
+}
+
+/// A resource whose pressure is above its threshold, with both figures (hundredths of a
+/// percent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Over {
+    pub resource: &'static str,
+    pub figure: u32,
+    pub threshold: u32,
+}
+
+impl PressureCheck {
+    /// Every resource above its threshold (strictly: at the threshold is not above), in the
+    /// order cpu, memory, io; empty with `pressure: Off`.
+    pub fn over(&self) -> Vec<Over> {
+        let Some(t) = self.thresholds else {
+            return Vec::new();
+        };
+        let f = self.figures;
+        [
+            ("cpu", f.cpu, t.cpu),
+            ("memory", f.memory, t.memory),
+            ("io", f.io, t.io),
+        ]
+        .into_iter()
+        .filter_map(|(resource, figure, threshold)| {
+            let figure = figure?;
+            (figure > threshold).then_some(Over {
+                resource,
+                figure,
+                threshold,
+            })
+        })
+        .collect()
+    }
+}
+
+/// A percentage of hundredths: 4000 → "40", 1250 → "12.5", 6312 → "63.12".
+fn percent(hundredths: u32) -> String {
+    format_cpu(u64::from(hundredths) * 10, false)
+}
+
+impl fmt::Display for Over {
+    /// "cpu pressure 63% > 40%": the figure in whole percent, unless that would not read as
+    /// above the threshold ("40.04% > 40%").
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whole = self.figure / 100 * 100;
+        let figure = match whole > self.threshold {
+            true => percent(whole),
+            false => percent(self.figure),
+        };
+        write!(
+            f,
+            "{} pressure {figure}% > {}%",
+            self.resource,
+            percent(self.threshold)
+        )
+    }
 }
 
 /// A quantity asked for and what is left of it.
@@ -80,8 +169,18 @@ pub enum WaitReason {
     NeverFits(String),
     /// `max_running` tasks already run.
     MaxRunning { running: usize, max: usize },
+    /// Its requests fit, but the pressure of keel's tasks is above a threshold (the same list
+    /// for every task of the round, shared).
+    Pressure(Arc<[Over]>),
+    /// Chosen, but its start waits on the host (the cgroup of its previous attempt still
+    /// emptying): the daemon's words, never [`decide`]'s.
+    Start(String),
     /// A task ahead of it has waited past `starvation_limit` and holds the line.
-    Behind { unit: String, waited_ms: u64 },
+    Behind { unit: Arc<str>, waited_ms: u64 },
+    /// Held back before the queue by its `after` dependencies (`waits for "build" (running)`,
+    /// `blocked: after "test": …`): the daemon's words, never [`decide`]'s. `key` is what a
+    /// change of it is judged on (the dependencies named, not their states).
+    After { text: String, key: String },
 }
 
 impl fmt::Display for WaitReason {
@@ -107,15 +206,46 @@ impl fmt::Display for WaitReason {
                 let parts: Vec<String> = cpu.into_iter().chain(memory).collect();
                 f.write_str(&parts.join("; "))
             }
-            WaitReason::NeverFits(message) => f.write_str(message),
+            WaitReason::NeverFits(message) | WaitReason::Start(message) => f.write_str(message),
+            WaitReason::After { text, .. } => f.write_str(text),
             WaitReason::MaxRunning { running, max } => {
                 write!(f, "{running} of {max} running (max_running)")
+            }
+            WaitReason::Pressure(over) => {
+                let parts: Vec<String> = over.iter().map(Over::to_string).collect();
+                f.write_str(&parts.join("; "))
             }
             WaitReason::Behind { unit, waited_ms } => write!(
                 f,
                 "behind `{unit}` (waiting {}, past starvation_limit)",
                 format_waited(*waited_ms)
             ),
+        }
+    }
+}
+
+impl WaitReason {
+    /// Whether `self` and `other` are the same cause, for the journal's `waiting` events (one
+    /// per change of cause, not one per round): pressure figures move at every reading, so
+    /// two pressure waits are the same while the same resources are above the same
+    /// thresholds; a wait behind a starved task while it reads the same (its wait in whole
+    /// minutes); any other reason while it is equal. No formatting: it runs for every
+    /// waiting task at every round.
+    pub fn same_cause(&self, other: &WaitReason) -> bool {
+        match (self, other) {
+            (WaitReason::Pressure(a), WaitReason::Pressure(b)) => {
+                let key = |o: &Over| (o.resource, o.threshold);
+                a.iter().map(key).eq(b.iter().map(key))
+            }
+            (
+                WaitReason::Behind { unit, waited_ms },
+                WaitReason::Behind {
+                    unit: other_unit,
+                    waited_ms: other_waited,
+                },
+            ) => unit == other_unit && format_waited(*waited_ms) == format_waited(*other_waited),
+            (WaitReason::After { key, .. }, WaitReason::After { key: other, .. }) => key == other,
+            _ => self == other,
         }
     }
 }
@@ -130,16 +260,19 @@ fn order(a: &QueuedTask, b: &QueuedTask) -> Ordering {
 
 /// What to start now. `running` are the reservations of every task that holds one (starting,
 /// running, stopping: anything with a live attempt). Times are in milliseconds; a task has
-/// waited `now_ms - queued_since_ms`.
-pub fn decide(
-    queued: &[QueuedTask],
+/// waited `now_ms - queued_since_ms`. `pressure`: the figures read for this round.
+pub fn decide<'a>(
+    queued: &'a [QueuedTask],
     running: &[Reservation],
     capacity: &Capacity,
     now_ms: u64,
     starvation_limit_ms: u64,
-) -> Decision {
+    pressure: &PressureCheck,
+) -> Decision<'a> {
+    let over: Arc<[Over]> = pressure.over().into();
     let mut sorted: Vec<&QueuedTask> = queued.iter().collect();
-    sorted.sort_by(|a, b| order(a, b));
+    // Unstable is the same order: names are unique, so no two tasks compare equal.
+    sorted.sort_unstable_by(|a, b| order(a, b));
 
     // Saturating: a capacity lowered below what already runs leaves nothing free, not a wrap.
     let used = running
@@ -153,8 +286,11 @@ pub fn decide(
         memory: capacity.memory.saturating_sub(used.memory),
     };
     let mut count = running.len();
-    let mut held_by: Option<(&str, u64)> = None;
-    let mut decision = Decision::default();
+    let mut held_by: Option<(Arc<str>, u64)> = None;
+    let mut decision = Decision {
+        start: Vec::new(),
+        waiting: Vec::with_capacity(queued.len()),
+    };
 
     for task in sorted {
         let need = task.reservation;
@@ -165,21 +301,27 @@ pub fn decide(
                 running: count,
                 max,
             }
-        } else if let Some((unit, waited_ms)) = held_by {
+        } else if let Some((unit, waited_ms)) = &held_by {
             WaitReason::Behind {
-                unit: unit.to_string(),
-                waited_ms,
+                unit: unit.clone(),
+                waited_ms: *waited_ms,
             }
         } else if need.cpu_millis <= free.cpu_millis && need.memory <= free.memory {
+            if !over.is_empty() && count > 0 {
+                decision
+                    .waiting
+                    .push((&task.unit, WaitReason::Pressure(over.clone())));
+                continue;
+            }
             free.cpu_millis -= need.cpu_millis;
             free.memory -= need.memory;
             count += 1;
-            decision.start.push(task.unit.clone());
+            decision.start.push(&task.unit);
             continue;
         } else {
             let waited_ms = now_ms.saturating_sub(task.queued_since_ms);
             if waited_ms >= starvation_limit_ms {
-                held_by = Some((&task.unit, waited_ms));
+                held_by = Some((task.unit.as_str().into(), waited_ms));
             }
             let short = |needs: u64, free: u64| (needs > free).then_some(Short { needs, free });
             WaitReason::Resources {
@@ -187,7 +329,7 @@ pub fn decide(
                 memory: short(need.memory, free.memory),
             }
         };
-        decision.waiting.push((task.unit.clone(), reason));
+        decision.waiting.push((&task.unit, reason));
     }
     decision
 }

@@ -146,10 +146,13 @@ pub(crate) struct SliceFigures {
 }
 
 fn limits_of(unit: &Unit) -> Limits {
+    let resources = &unit.resources;
     Limits {
-        cpu_cores: unit.resources.cpu,
-        memory_bytes: unit.resources.memory.0,
-        pids: unit.resources.pids,
+        cpu_request: resources.cpu,
+        cpu_limit: resources.cpu_limit,
+        memory_request: resources.memory.0,
+        memory_limit: resources.memory_limit_bytes(),
+        pids: resources.pids,
     }
 }
 
@@ -241,7 +244,7 @@ pub(crate) fn check_oom(task: &mut Task, recheck: bool, store: &mut Store, event
             let limit = task
                 .unit
                 .as_ref()
-                .map(|u| crate::unit::format_size(u.resources.memory.0))
+                .map(|u| crate::unit::format_size(u.resources.memory_limit_bytes()))
                 .unwrap_or_default();
             log::warn!("{unit}: OOM kill in the task's cgroup (memory limit {limit})");
             store.task_event(

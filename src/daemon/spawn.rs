@@ -101,7 +101,7 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
         ),
     ];
     env.extend(keel_vars.into_iter().map(|(k, v)| (k.to_string(), v)));
-    let memory = unit.resources.memory.0;
+    let memory = unit.resources.memory_limit_bytes();
     let mut hidden = vec![dirs.root.clone()];
     // The agent runs as root (without capabilities) unless `sandbox.user` says otherwise, and
     // file modes do not stop root: the host's credential stores are hidden by default.
@@ -144,7 +144,7 @@ pub fn attempt_spec(dirs: &StateDir, unit: &Unit, ctx: &AttemptContext<'_>) -> A
                 lists: crate::config::network::lists_reached(entries, ctx.network_lists),
             },
         },
-        // tmpfs pages are the task's memory: /tmp may use its whole reservation, $HOME half.
+        // tmpfs pages are the task's memory: /tmp may use its whole limit, $HOME half.
         tmp_size: memory,
         home_size: memory / 2,
         // No writable path may reach them (the units directory: added by the caller).

@@ -73,7 +73,6 @@ pub(crate) fn transition(task: &mut Task, to: TaskState, detail: &str, store: &m
     }
     if to != TaskState::Queued {
         task.waiting = None;
-        task.waiting_key = None;
     }
     if task.record.state != to {
         // What an attempt reserved may be free again, and a task whose `after` names this one

@@ -106,10 +106,9 @@ pub(crate) struct Task {
     /// This daemon has seen the unit file. A task whose file was never seen (a wrong or not
     /// yet mounted units directory) is neither started nor forgotten: `keel rm` forgets it.
     pub seen_file: bool,
-    /// Why the scheduler keeps this queued task waiting ("needs 4 CPU, 1.5 free").
-    pub waiting: Option<String>,
-    /// What the journal's last `waiting` line was keyed on (see [`Daemon::note_waiting`]).
-    pub waiting_key: Option<String>,
+    /// Why the scheduler keeps this queued task waiting ("needs 4 CPU, 1.5 free", "cpu
+    /// pressure 63% > 40%").
+    pub waiting: Option<queue::WaitReason>,
     /// When the task last became queued (unix ms): what `starvation_limit` is measured from.
     pub queued_since_ms: u64,
     /// What the live attempt reserved (from the unit it started with).
@@ -189,7 +188,6 @@ impl Task {
             missing_since: None,
             seen_file: false,
             waiting: None,
-            waiting_key: None,
             queued_since_ms: now_ms(),
             reserved: None,
             oom: None,

@@ -16,6 +16,7 @@
 
 mod dependencies;
 mod lexer;
+mod resources;
 pub mod sandbox_rules;
 mod scanner;
 mod secrets;
@@ -30,6 +31,7 @@ mod test_support;
 mod tests;
 
 pub use dependencies::{dependency_problems, find_cycle};
+pub use resources::{Resources, DEFAULT_MEMORY_LIMIT};
 pub use secrets::Secret;
 pub use validate::{
     keel_dir_problem, keel_dir_problems, network_list_problems, validate_unit, FieldPath, PathSeg,
@@ -192,41 +194,6 @@ impl Default for RestartLimit {
         RestartLimit {
             count: Self::default_count(),
             within: Self::default_within(),
-        }
-    }
-}
-
-/// A reservation that the scheduler counts and the kernel enforces (cgroup limits).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Resources {
-    /// CPU cores (fractional).
-    #[serde(default = "Resources::default_cpu")]
-    pub cpu: f64,
-    #[serde(default = "Resources::default_memory")]
-    pub memory: Size,
-    #[serde(default = "Resources::default_pids")]
-    pub pids: u32,
-}
-
-impl Resources {
-    fn default_cpu() -> f64 {
-        1.0
-    }
-    fn default_memory() -> Size {
-        Size(2 << 30)
-    }
-    fn default_pids() -> u32 {
-        1024
-    }
-}
-
-impl Default for Resources {
-    fn default() -> Self {
-        Resources {
-            cpu: Self::default_cpu(),
-            memory: Self::default_memory(),
-            pids: Self::default_pids(),
         }
     }
 }
@@ -442,7 +409,7 @@ pub fn unit_name_of(path: &Path) -> Option<String> {
 /// A unit file larger than this is refused unread: a unit is a few lines of RON.
 pub const MAX_UNIT_FILE_SIZE: u64 = 1 << 20;
 
-/// The smallest memory reservation a unit may ask for.
+/// The smallest memory request (and limit) a unit may ask for.
 pub const MIN_MEMORY: u64 = 4 << 20;
 
 /// Parse a unit's text and validate it. `file` is only used in error messages. On error, the

@@ -67,12 +67,26 @@ pub(super) const SCHEMA: &[(&str, &str)] = &[
     ("restart_limit.within", DURATION_HINT),
     (
         "resources",
-        "Resources(cpu: 2.0, memory: \"4G\", pids: 1024)",
+        "Resources(cpu: 0.25, memory: \"512M\", pids: 1024, cpu_limit: None, memory_limit: Some(\"4G\"))",
     ),
-    ("resources.cpu", "a number of CPU cores such as 2.0"),
+    ("resources.cpu", "a number of CPU cores such as 0.25 or 2.0"),
     ("resources.memory", "a size such as \"512M\" or \"4G\""),
     ("resources.pids", "a whole number such as 1024"),
+    (
+        "resources.cpu_limit",
+        "None (no cap) or Some(cores) such as Some(4.0)",
+    ),
+    (
+        "resources.memory_limit",
+        "None (the default limit) or Some(size) such as Some(\"4G\")",
+    ),
     ("priority", "a whole number such as 0, 10 or -5"),
+    (
+        "after",
+        "a list of unit names such as [\"build\", \"lint\"]",
+    ),
+    ("after[]", "a unit name (a string)"),
+    ("preemptible", "true or false"),
     (
         "liveness",
         "Liveness(heartbeat_timeout: \"5m\", progress_timeout: \"30m\", ...)",

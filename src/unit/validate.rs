@@ -1,11 +1,12 @@
 //! Semantic validation: a pure function of the parsed unit.
 
 use super::sandbox_rules::{refused_capability, relation, writable_problem};
-use super::values::{check_argv, format_duration, format_size, parse_capability};
-use super::{Unit, MIN_MEMORY};
+use super::values::{check_argv, format_duration, parse_capability};
+use super::Unit;
 use std::fmt;
 use std::path::Path;
 
+mod resources;
 mod secrets;
 
 /// One step of a [`FieldPath`].
@@ -216,32 +217,9 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
         );
     }
 
-    let resources = &unit.resources;
-    let at = root.field("resources");
-    if !(resources.cpu.is_finite() && resources.cpu > 0.0) {
-        problems.add(
-            at.field("cpu"),
-            format!(
-                "{} is not a positive number of CPU cores: use e.g. 0.5 or 2.0",
-                resources.cpu
-            ),
-        );
-    }
-    if resources.memory.0 < MIN_MEMORY {
-        problems.add(
-            at.field("memory"),
-            format!(
-                "\"{}\" is below the minimum of \"4M\": use e.g. \"512M\" or \"4G\"",
-                format_size(resources.memory.0)
-            ),
-        );
-    }
-    if resources.pids == 0 {
-        problems.add(
-            at.field("pids"),
-            "is 0: the agent itself is a process; use e.g. 1024".to_string(),
-        );
-    }
+    problems
+        .0
+        .extend(resources::resource_problems(&unit.resources));
 
     let liveness = &unit.liveness;
     let at = root.field("liveness");

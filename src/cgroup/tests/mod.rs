@@ -368,11 +368,21 @@ fn tree_names_must_be_one_component() {
     }
 }
 
-fn limits(cpu: f64) -> Limits {
+fn limits(cpu_limit: f64) -> Limits {
     Limits {
-        cpu_cores: cpu,
-        memory_bytes: 1 << 30,
+        cpu_request: 0.25,
+        cpu_limit: Some(cpu_limit),
+        memory_request: 512 << 20,
+        memory_limit: 1 << 30,
         pids: 64,
+    }
+}
+
+fn requesting(cpu_request: f64) -> Limits {
+    Limits {
+        cpu_request,
+        cpu_limit: None,
+        ..limits(1.0)
     }
 }
 
@@ -380,23 +390,57 @@ fn limits(cpu: f64) -> Limits {
 fn cpu_quota_arithmetic() {
     assert_eq!(limits(0.5).cpu_max(), "50000 100000");
     assert_eq!(limits(2.0).cpu_max(), "200000 100000");
-    assert_eq!(limits(1.234567).cpu_quota_us(), 123457);
+    assert_eq!(limits(2.0).cfs_quota_us(), "200000");
+    assert_eq!(limits(1.234567).cpu_quota_us(), Some(123457));
     // Below the kernel's 1 ms minimum: the minimum.
     assert_eq!(limits(0.001).cpu_max(), "1000 100000");
-    assert_eq!(limits(0.0).cpu_quota_us(), CPU_MIN_QUOTA_US);
-    assert_eq!(limits(f64::NAN).cpu_quota_us(), CPU_MIN_QUOTA_US);
-    assert_eq!(limits(0.01).cpu_quota_us(), 1000);
-    assert_eq!(limits(0.011).cpu_quota_us(), 1100);
+    assert_eq!(limits(0.0).cpu_quota_us(), Some(CPU_MIN_QUOTA_US));
+    assert_eq!(limits(f64::NAN).cpu_quota_us(), Some(CPU_MIN_QUOTA_US));
+    assert_eq!(limits(0.01).cpu_quota_us(), Some(1000));
+    assert_eq!(limits(0.011).cpu_quota_us(), Some(1100));
 }
 
 #[test]
-fn memory_high_is_ninety_percent() {
+fn no_cpu_limit_is_no_quota() {
+    let l = requesting(0.25);
+    assert_eq!(l.cpu_quota_us(), None);
+    assert_eq!(l.cpu_max(), "max 100000");
+    assert_eq!(l.cfs_quota_us(), "-1");
+}
+
+#[test]
+fn cpu_weight_and_shares_follow_the_request() {
+    // One core is the kernel's default weight: 100 (v2), 1024 (v1).
+    assert_eq!(requesting(1.0).cpu_weight(), 100);
+    assert_eq!(requesting(1.0).cpu_shares(), 1024);
+    assert_eq!(requesting(0.25).cpu_weight(), 25);
+    assert_eq!(requesting(0.25).cpu_shares(), 256);
+    assert_eq!(requesting(2.0).cpu_weight(), 200);
+    assert_eq!(requesting(2.0).cpu_shares(), 2048);
+    // Requests 2:1 weigh 2:1.
+    let (a, b) = (requesting(0.5), requesting(0.25));
+    assert_eq!(a.cpu_weight(), 2 * b.cpu_weight());
+    assert_eq!(a.cpu_shares(), 2 * b.cpu_shares());
+    // Within the kernel's ranges, whatever the request.
+    assert_eq!(requesting(0.001).cpu_weight(), 1);
+    assert_eq!(requesting(0.001).cpu_shares(), 2);
+    assert_eq!(requesting(1000.0).cpu_weight(), 10_000);
+    assert_eq!(requesting(1000.0).cpu_shares(), 1 << 18);
+    assert_eq!(requesting(f64::NAN).cpu_weight(), 1);
+    assert_eq!(requesting(f64::INFINITY).cpu_shares(), 1 << 18);
+}
+
+#[test]
+fn memory_high_is_ninety_percent_of_the_limit() {
     let mut l = limits(1.0);
-    l.memory_bytes = 1000;
+    l.memory_limit = 1000;
     assert_eq!(l.memory_high(), 900);
-    l.memory_bytes = 4 << 30;
+    l.memory_limit = 4 << 30;
     assert_eq!(l.memory_high(), 3_865_470_566);
-    l.memory_bytes = u64::MAX;
+    l.memory_limit = u64::MAX;
+    assert_eq!(l.memory_high(), (u64::MAX as u128 * 9 / 10) as u64);
+    // The request plays no part in it.
+    l.memory_request = 1;
     assert_eq!(l.memory_high(), (u64::MAX as u128 * 9 / 10) as u64);
 }
 
@@ -508,6 +552,8 @@ fn keel_init_needs_a_leaf_only_on_v2_below_the_root() {
 }
 
 mod plan;
+mod pressure;
+mod requests;
 
 #[test]
 fn a_container_on_a_hybrid_host_without_cgroup2_gets_one_beside_its_v1_hierarchies() {

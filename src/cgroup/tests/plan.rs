@@ -10,7 +10,7 @@ fn p(s: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-fn v2_layout() -> Layout {
+pub(super) fn v2_layout() -> Layout {
     Layout {
         mode: Mode::V2,
         v2_base: p("/cg/svc"),
@@ -21,7 +21,7 @@ fn v2_layout() -> Layout {
     }
 }
 
-fn hybrid_layout() -> Layout {
+pub(super) fn hybrid_layout() -> Layout {
     Layout {
         mode: Mode::Hybrid,
         v2_base: p("/u"),
@@ -37,17 +37,19 @@ fn hybrid_layout() -> Layout {
     }
 }
 
-fn w(path: &str, value: &str) -> (String, String) {
+pub(super) fn w(path: &str, value: &str) -> (String, String) {
     (path.to_string(), value.to_string())
 }
 
-fn setup(fs: &Arc<RecordingFs>, layout: Layout) -> Tree {
+pub(super) fn setup(fs: &Arc<RecordingFs>, layout: Layout) -> Tree {
     Tree::setup_with(fs.clone(), layout, "keel", 42).unwrap()
 }
 
 const LIMITS: Limits = Limits {
-    cpu_cores: 0.5,
-    memory_bytes: 1 << 30,
+    cpu_request: 0.25,
+    cpu_limit: Some(0.5),
+    memory_request: 512 << 20,
+    memory_limit: 1 << 30,
     pids: 64,
 };
 
@@ -192,6 +194,7 @@ fn v2_task_limits() {
     assert_eq!(
         fs.writes(),
         vec![
+            w(&format!("{t}/cpu.weight"), "25"),
             w(&format!("{t}/cpu.max"), "50000 100000"),
             w(&format!("{t}/memory.max"), "1073741824"),
             w(&format!("{t}/memory.high"), "966367641"),
@@ -256,11 +259,13 @@ fn hybrid_task_limits() {
     assert_eq!(
         fs.writes(),
         vec![
+            w(&format!("{cpu}/cpu.shares"), "256"),
             w(&format!("{cpu}/cpu.cfs_period_us"), "100000"),
             w(&format!("{cpu}/cpu.cfs_quota_us"), "50000"),
             w(&format!("{mem}/memory.limit_in_bytes"), "1073741824"),
             w(&format!("{mem}/memory.memsw.limit_in_bytes"), "1073741824"),
             w(&format!("{mem}/memory.swappiness"), "0"),
+            w(&format!("{mem}/memory.soft_limit_in_bytes"), "536870912"),
             w("/v1/pids/keel/units/agent/pids.max", "64"),
         ]
     );
@@ -297,7 +302,8 @@ fn hybrid_raising_a_reused_limit_raises_memsw_first() {
             "memory.limit_in_bytes",
             "memory.memsw.limit_in_bytes",
             "memory.limit_in_bytes",
-            "memory.swappiness"
+            "memory.swappiness",
+            "memory.soft_limit_in_bytes"
         ]
     );
 }

@@ -275,9 +275,13 @@ fn cgroup(out: &mut Block, task: &TaskInfo, d: &TaskDetail) {
     let share = task
         .cpu_percent
         .map_or(String::new(), |p| format!(", {p:.0}% of a core lately"));
-    let limit = d
-        .cpu_limit
-        .map_or(String::new(), |c| format!(" (limit {c} CPU)"));
+    // The request is the task's weight when CPUs are contended; only a limit caps it.
+    let limit = match (d.cpu_request, d.cpu_limit) {
+        (Some(request), Some(limit)) => format!(" (request {request}, limit {limit} CPU)"),
+        (Some(request), None) => format!(" (request {request} CPU, no limit)"),
+        (None, Some(limit)) => format!(" (limit {limit} CPU)"),
+        (None, None) => String::new(),
+    };
     out.fit_field(
         "cpu",
         &format!(
@@ -291,9 +295,12 @@ fn cgroup(out: &mut Block, task: &TaskInfo, d: &TaskDetail) {
     let of = d.memory_limit_bytes.map_or(String::new(), |m| {
         format!(" of {} ({}%)", format_bytes(m, true), percent(memory, m))
     });
+    let requested = d.memory_request_bytes.map_or(String::new(), |r| {
+        format!(", request {}", format_bytes(r, true))
+    });
     out.fit_field(
         "memory",
-        &format!("{} now{of}{peak}", format_bytes(memory, true)),
+        &format!("{} now{of}{peak}{requested}", format_bytes(memory, true)),
     );
     let of = d.pids_limit.map_or(String::new(), |m| format!(" of {m}"));
     let listed: Vec<String> = d.processes.iter().map(i32::to_string).collect();

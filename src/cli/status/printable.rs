@@ -104,6 +104,8 @@ fn detail(d: &mut TaskDetail) {
         cpu_limit: _,
         memory_limit_bytes: _,
         pids_limit: _,
+        cpu_request: _,
+        memory_request_bytes: _,
         processes: _,
         network_traffic,
         max_runtime_ms: _,

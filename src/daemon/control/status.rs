@@ -76,7 +76,7 @@ impl Daemon {
             reason: match (&t.waiting, r.state, paused) {
                 (_, _, Some(pause)) => Some(pause.reason.clone()),
                 (Some(waiting), TaskState::Queued, _) if r.blocked.is_none() => {
-                    Some(waiting.clone())
+                    Some(waiting.to_string())
                 }
                 _ => r.reason.clone(),
             },
@@ -152,9 +152,11 @@ impl Daemon {
             }),
             checkout: self.checkout_info(&t.name),
             liveness: self.liveness_info(t),
-            cpu_limit: limits.map(|u| u.resources.cpu),
-            memory_limit_bytes: limits.map(|u| u.resources.memory.0),
+            cpu_limit: limits.and_then(|u| u.resources.cpu_limit),
+            memory_limit_bytes: limits.map(|u| u.resources.memory_limit_bytes()),
             pids_limit: limits.map(|u| u64::from(u.resources.pids)),
+            cpu_request: limits.map(|u| u.resources.cpu),
+            memory_request_bytes: limits.map(|u| u.resources.memory.0),
             // keel's own small file (the relay's report), for `keel status UNIT` only.
             network_traffic: super::super::network::read_report(&self.store.dirs.run_dir(&t.name))
                 .map(|report| crate::protocol::NetworkTraffic {

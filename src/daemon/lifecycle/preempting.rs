@@ -72,11 +72,11 @@ impl Daemon {
                 }
             }
         }
-        for started in queued.iter().filter(|q| decision.start.contains(&q.unit)) {
+        for started in queued.iter().filter(|q| decision.start.contains(&&*q.unit)) {
             used_cpu = used_cpu.saturating_add(started.reservation.cpu_millis);
         }
         let free_cpu = (self.settings.config.capacity.cpu_millis).saturating_sub(used_cpu);
-        let priority_of = |unit: &str| queued.iter().find(|q| q.unit == unit).map(|q| q.priority);
+        let priority_of = |unit: &str| queued.iter().find(|q| &*q.unit == unit).map(|q| q.priority);
         let waiters: Vec<Waiter> = (decision.waiting.iter())
             .filter(|(_, why)| !matches!(why, WaitReason::NeverFits(_)))
             .filter_map(|(unit, why)| {
@@ -88,7 +88,7 @@ impl Daemon {
                     _ => (0, 0),
                 };
                 Some(Waiter {
-                    unit: unit.clone(),
+                    unit: unit.to_string(),
                     priority: priority_of(unit)?,
                     cpu_short,
                     memory_short,

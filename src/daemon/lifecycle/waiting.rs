@@ -1,27 +1,28 @@
 //! Why a queued task waits: what `keel status` shows, and the `after` dependencies that hold a
 //! task back before the scheduler sees it.
 
+use crate::daemon::queue::WaitReason;
 use crate::daemon::record::TaskState;
 use crate::daemon::Daemon;
 use std::collections::BTreeMap;
 
 impl Daemon {
-    /// Why a queued task waits, shown by `keel status`; a journal line when `key` changes
-    /// (not one per round, nor one each time a dependency it waits for changes state).
-    pub(crate) fn note_waiting(&mut self, unit: &str, why: &str, key: &str) {
+    /// Why a queued task waits, shown by `keel status`; a journal line when its cause
+    /// changes, not one per round (nor one each time a dependency it waits for moves on).
+    pub(crate) fn note_waiting(&mut self, unit: &str, why: WaitReason) {
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
-        task.waiting = Some(why.to_string());
-        if task.waiting_key.as_deref() != Some(key) {
-            task.waiting_key = Some(key.to_string());
-            self.store.task_event(task, "waiting", why);
+        let same = task.waiting.as_ref().is_some_and(|w| w.same_cause(&why));
+        if !same {
+            self.store.task_event(task, "waiting", &why.to_string());
         }
+        task.waiting = Some(why);
     }
 
     /// The queued tasks their `after` dependencies hold back, with the reason (`blocked: …`
-    /// when one of them will not succeed without a person) and its journal key.
-    pub(super) fn dependency_holds(&self) -> BTreeMap<String, (String, String)> {
+    /// when one of them will not succeed without a person) (the dependencies it names are its cause, for the journal).
+    pub(super) fn dependency_holds(&self) -> BTreeMap<String, WaitReason> {
         use crate::daemon::dependencies::{Gate, Gates, Node};
         let has_after =
             |t: &crate::daemon::task::Task| t.unit.as_ref().is_some_and(|u| !u.after.is_empty());
@@ -50,11 +51,12 @@ impl Daemon {
             .filter_map(|t| {
                 let gate = gates.gate(&t.name);
                 let key = gate.journal_key();
-                match gate {
-                    Gate::Ready => None,
-                    Gate::Waits(why) => Some((t.name.clone(), (why, key))),
-                    Gate::Blocked(why) => Some((t.name.clone(), (format!("blocked: {why}"), key))),
-                }
+                let text = match gate {
+                    Gate::Ready => return None,
+                    Gate::Waits(why) => why,
+                    Gate::Blocked(why) => format!("blocked: {why}"),
+                };
+                Some((t.name.clone(), WaitReason::After { text, key }))
             })
             .collect()
     }

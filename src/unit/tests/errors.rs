@@ -186,6 +186,22 @@ bad_inputs! {
         => 3:29, "max_total_runtime: is 0";
     zero_pids: "Unit(\n    command: [\"agent\"],\n    resources: Resources(pids: 0),\n)"
         => 3:32, "resources.pids: is 0";
+    zero_cpu_limit: "Unit(\n    command: [\"agent\"],\n    resources: Resources(cpu_limit: Some(0.0)),\n)"
+        => 3:42, "resources.cpu_limit: Some(0) is not a positive number of CPU cores";
+    cpu_limit_below_request: "Unit(\n    command: [\"agent\"],\n    resources: Resources(cpu: 2.0, cpu_limit: Some(1.5)),\n)"
+        => 3:52, "resources.cpu_limit: Some(1.5) is below the request (cpu: 2): the task could never use what it reserves";
+    cpu_limit_below_default_request: "Unit(\n    command: [\"agent\"],\n    resources: Resources(cpu_limit: Some(0.1)),\n)"
+        => 3:42, "resources.cpu_limit: Some(0.1) is below the request (cpu: 0.25)";
+    cpu_limit_without_some: "Unit(\n    command: [\"agent\"],\n    resources: Resources(cpu_limit: 4.0),\n)"
+        => 3:37, "resources.cpu_limit";
+    memory_limit_below_request: "Unit(\n    command: [\"agent\"],\n    resources: Resources(memory: \"2G\", memory_limit: Some(\"1G\")),\n)"
+        => 3:59, "resources.memory_limit: Some(\"1G\") is below the request (memory: \"2G\"): the task would be killed";
+    memory_limit_below_default_request: "Unit(\n    command: [\"agent\"],\n    resources: Resources(memory_limit: Some(\"256M\")),\n)"
+        => 3:45, "resources.memory_limit: Some(\"256M\") is below the request (memory: \"512M\")";
+    memory_limit_below_minimum: "Unit(\n    command: [\"agent\"],\n    resources: Resources(memory: \"4M\", memory_limit: Some(\"1M\")),\n)"
+        => 3:59, "resources.memory_limit: Some(\"1M\") is below the minimum of \"4M\"";
+    memory_limit_bad_size: "Unit(\n    command: [\"agent\"],\n    resources: Resources(memory_limit: Some(\"4Q\")),\n)"
+        => 3:45, "resources.memory_limit";
     relative_workdir: "Unit(\n    command: [\"agent\"],\n    workdir: \"work\",\n)"
         => 3:14, "workdir: \"work\" is relative: write an absolute path such as \"/work\"";
     root_workdir: "Unit(\n    command: [\"agent\"],\n    workdir: \"/\",\n)"

@@ -12,6 +12,14 @@ fn schema_names_every_field_and_only_real_ones() {
             "    max_runtime: Some(\"8h\"),\n    max_total_runtime: Some(\"1d\"),\n    essential: false,",
         )
         .replace(
+            "pids: 1024)",
+            "pids: 1024, cpu_limit: Some(4.0), memory_limit: Some(\"8G\"))",
+        )
+        .replace(
+            "    priority: 0,",
+            "    priority: 0,\n    after: [\"build\"],\n    preemptible: true,",
+        )
+        .replace(
             "    env: {",
             "    secrets: {\"A\": Secret(file: \"/s\", hosts: [\"a.com\"], headers: [\"x-api-key\"]), \"B\": Secret(env: \"KEEL_SECRET_B\", hosts: [\"a.com\"])},\n    env: {",
         );

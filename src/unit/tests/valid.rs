@@ -59,6 +59,8 @@ fn design_example_parses_every_field_as_written() {
             cpu: 2.0,
             memory: Size(4 << 30),
             pids: 1024,
+            cpu_limit: None,
+            memory_limit: None,
         }
     );
     assert_eq!(unit.priority, 0);
@@ -108,7 +110,8 @@ fn every_field_set_to_a_non_default_value() {
                 restart: Always,
                 backoff: Backoff(initial: "250ms", max: "1h30m", factor: 1.5, reset_after: "1d"),
                 restart_limit: RestartLimit(count: 1, within: "90s"),
-                resources: Resources(cpu: 0.5, memory: "512M", pids: 64),
+                resources: Resources(cpu: 0.5, memory: "512M", pids: 64, cpu_limit: Some(4.0),
+                                     memory_limit: Some("6G")),
                 priority: -3,
                 liveness: Liveness(heartbeat_timeout: "1m", progress_timeout: "2h",
                                    startup_grace: "0", on_stall: Report, signals: [Cpu]),
@@ -137,6 +140,9 @@ fn every_field_set_to_a_non_default_value() {
     assert_eq!(unit.resources.cpu, 0.5);
     assert_eq!(unit.resources.memory, Size(512 << 20));
     assert_eq!(unit.resources.pids, 64);
+    assert_eq!(unit.resources.cpu_limit, Some(4.0));
+    assert_eq!(unit.resources.memory_limit, Some(Size(6 << 30)));
+    assert_eq!(unit.resources.memory_limit_bytes(), 6 << 30);
     assert_eq!(unit.priority, -3);
     assert_eq!(unit.liveness.heartbeat_timeout, secs(60));
     assert_eq!(unit.liveness.progress_timeout, secs(7200));
@@ -173,9 +179,13 @@ fn only_command_gets_every_default() {
     assert_eq!(unit.backoff.reset_after, secs(600));
     assert_eq!(unit.restart_limit.count, 5);
     assert_eq!(unit.restart_limit.within, secs(3600));
-    assert_eq!(unit.resources.cpu, 1.0);
-    assert_eq!(unit.resources.memory, Size(2 << 30));
+    // Requests an idle agent fits in (a quarter of a core, 512M); no CPU cap; a 4G limit.
+    assert_eq!(unit.resources.cpu, 0.25);
+    assert_eq!(unit.resources.memory, Size(512 << 20));
     assert_eq!(unit.resources.pids, 1024);
+    assert_eq!(unit.resources.cpu_limit, None);
+    assert_eq!(unit.resources.memory_limit, None);
+    assert_eq!(unit.resources.memory_limit_bytes(), 4 << 30);
     assert_eq!(unit.priority, 0);
     assert_eq!(unit.liveness.heartbeat_timeout, secs(300));
     assert_eq!(unit.liveness.progress_timeout, secs(1800));

@@ -1,6 +1,10 @@
-//! Tests of the scheduler: the rules one by one, then invariants over many random queues.
+//! Tests of the scheduler: the rules one by one, then invariants over many random queues
+//! (`invariants.rs`, pressure included); the pressure rules one by one are in `pressure.rs`.
 
 use super::*;
+
+mod invariants;
+mod pressure;
 
 const CPU: u64 = 1000;
 const G: u64 = 1 << 30;
@@ -34,11 +38,30 @@ fn res(cpu_millis: u64, memory: u64) -> Reservation {
     Reservation { cpu_millis, memory }
 }
 
+/// A round without pressure figures (the rules of requests alone); the pressure rules call
+/// `super::decide` with theirs.
+fn decide<'a>(
+    queued: &'a [QueuedTask],
+    running: &[Reservation],
+    capacity: &Capacity,
+    now_ms: u64,
+    starvation_limit_ms: u64,
+) -> Decision<'a> {
+    super::decide(
+        queued,
+        running,
+        capacity,
+        now_ms,
+        starvation_limit_ms,
+        &PressureCheck::default(),
+    )
+}
+
 fn reason_of<'a>(decision: &'a Decision, unit: &str) -> &'a WaitReason {
     &decision
         .waiting
         .iter()
-        .find(|(u, _)| u == unit)
+        .find(|(u, _)| *u == unit)
         .unwrap_or_else(|| panic!("{unit} is not waiting: {decision:?}"))
         .1
 }
@@ -211,7 +234,7 @@ fn starved_task_holds_the_line_until_capacity_frees() {
     assert_eq!(decision.start, ["first"]);
     for unit in ["s1", "s2"] {
         assert!(
-            matches!(reason_of(&decision, unit), WaitReason::Behind { unit, .. } if unit == "big")
+            matches!(reason_of(&decision, unit), WaitReason::Behind { unit, .. } if &**unit == "big")
         );
     }
     // What runs ends: big starts, and s1 with the CPU left.
@@ -241,7 +264,7 @@ fn the_first_starved_task_holds_the_line() {
         reason_of(&decision, "a"),
         WaitReason::Resources { .. }
     ));
-    assert!(matches!(reason_of(&decision, "c"), WaitReason::Behind { unit, .. } if unit == "b"));
+    assert!(matches!(reason_of(&decision, "c"), WaitReason::Behind { unit, .. } if &**unit == "b"));
 }
 
 #[test]
@@ -257,6 +280,9 @@ fn ten_tenths_fit_one_cpu() {
         cpu: 0.1,
         memory: crate::unit::Size(1 << 20),
         pids: 64,
+        // Limits are the kernel's: the reservation is the requests alone.
+        cpu_limit: Some(8.0),
+        memory_limit: Some(crate::unit::Size(1 << 30)),
     });
     assert_eq!(tenth.cpu_millis, 100);
     let one = Capacity {
@@ -297,13 +323,21 @@ fn reservation_of_resources() {
             ..Resources::default()
         })
     };
-    assert_eq!(of(1.5), res(1500, 2 * G));
+    // The requests, whatever the limits: the default memory request is 512M.
+    assert_eq!(of(1.5), res(1500, G / 2));
+    let limited = Resources {
+        cpu: 0.25,
+        cpu_limit: Some(4.0),
+        memory_limit: Some(crate::unit::Size(8 * G)),
+        ..Resources::default()
+    };
+    assert_eq!(Reservation::of(&limited), res(250, G / 2));
     assert_eq!(of(0.3).cpu_millis, 300);
     assert_eq!(of(0.0001).cpu_millis, 1, "a positive share is never free");
     assert_eq!(of(0.0).cpu_millis, 0);
     assert_eq!(of(f64::NAN).cpu_millis, 0);
     assert_eq!(of(1e300).cpu_millis, u64::MAX);
-    assert_eq!(Reservation::of(&Resources::default()), res(CPU, 2 * G));
+    assert_eq!(Reservation::of(&Resources::default()), res(250, G / 2));
 }
 
 #[test]
@@ -370,11 +404,12 @@ fn starvation_limit_bounds_the_wait_of_a_big_task_among_a_stream_of_small_ones()
             queued.push(small(&format!("s{minute:03}"), now));
             let held: Vec<Reservation> = running.iter().map(|(_, _, r)| *r).collect();
             let decision = decide(&queued, &held, &capacity, now, limit);
-            for unit in &decision.start {
+            let started: Vec<String> = decision.start.iter().map(|u| u.to_string()).collect();
+            for unit in started {
                 if unit == "big" {
                     return Some(now);
                 }
-                let at = queued.iter().position(|t| &t.unit == unit).unwrap();
+                let at = queued.iter().position(|t| t.unit == unit).unwrap();
                 let started = queued.remove(at);
                 running.push((started.unit, now + 3 * MIN, started.reservation));
             }
@@ -384,173 +419,4 @@ fn starvation_limit_bounds_the_wait_of_a_big_task_among_a_stream_of_small_ones()
     assert_eq!(simulate(u64::MAX), None);
     let started = simulate(LIMIT).expect("big starts");
     assert!((LIMIT..=LIMIT + 3 * MIN).contains(&started), "{started}");
-}
-
-/// splitmix64: a deterministic pseudo-random sequence, good enough to vary test inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-#[test]
-fn invariants_hold_over_random_queues() {
-    let mut rng = Rng(0x6b65_656c);
-    // How often each outcome occurs: the generator must exercise them all.
-    let mut seen = [0usize; 5];
-    for case in 0..5000 {
-        let capacity = Capacity {
-            cpu_millis: 100 * (1 + rng.below(40)),
-            memory: (1 + rng.below(16)) * G,
-            max_running: (rng.below(3) > 0).then(|| 1 + rng.below(6) as usize),
-        };
-        let mut running = Vec::new();
-        for _ in 0..rng.below(4) {
-            running.push(res(100 * rng.below(20), G / 4 * rng.below(16)));
-        }
-        let now = 100 * MIN;
-        let limit = rng.below(40) * MIN;
-        let queued: Vec<QueuedTask> = (0..rng.below(12))
-            .map(|n| {
-                let submitted_ms = rng.below(100) * MIN;
-                QueuedTask {
-                    unit: format!("u{n}"),
-                    priority: rng.below(4) as i32 - 2,
-                    submitted_ms,
-                    // Whole minutes, as the limit: waits equal to it are common.
-                    queued_since_ms: submitted_ms + MIN * rng.below((now - submitted_ms) / MIN + 1),
-                    reservation: res(100 * rng.below(30), G / 4 * rng.below(40)),
-                }
-            })
-            .collect();
-        let decision = decide(&queued, &running, &capacity, now, limit);
-        seen[0] += decision.start.len();
-        for (_, reason) in &decision.waiting {
-            seen[match reason {
-                WaitReason::Resources { .. } => 1,
-                WaitReason::NeverFits(_) => 2,
-                WaitReason::MaxRunning { .. } => 3,
-                WaitReason::Behind { .. } => 4,
-            }] += 1;
-        }
-        check(&queued, &running, &capacity, now, limit, &decision)
-            .unwrap_or_else(|e| panic!("case {case}: {e}\n{queued:?}\n{running:?}\n{capacity:?}\nlimit {limit}\n{decision:?}"));
-    }
-    assert!(
-        seen.iter().all(|n| *n > 500),
-        "start, resources, never fits, max_running, behind: {seen:?}"
-    );
-}
-
-/// Every property a decision must have, checked against a walk of the queue in order.
-fn check(
-    queued: &[QueuedTask],
-    running: &[Reservation],
-    capacity: &Capacity,
-    now: u64,
-    limit: u64,
-    decision: &Decision,
-) -> Result<(), String> {
-    let mut sorted: Vec<&QueuedTask> = queued.iter().collect();
-    sorted.sort_by_key(|t| {
-        (
-            std::cmp::Reverse(t.priority),
-            t.submitted_ms,
-            t.unit.clone(),
-        )
-    });
-    // Each queued task is started or waiting, exactly once, both lists in queue order.
-    let started: Vec<&QueuedTask> = sorted
-        .iter()
-        .copied()
-        .filter(|t| decision.start.contains(&t.unit))
-        .collect();
-    let names = |tasks: &[&QueuedTask]| tasks.iter().map(|t| t.unit.clone()).collect::<Vec<_>>();
-    if names(&started) != decision.start {
-        return Err("start is not in queue order".into());
-    }
-    let waiting: Vec<String> = decision.waiting.iter().map(|(u, _)| u.clone()).collect();
-    let rest: Vec<&QueuedTask> = sorted
-        .iter()
-        .copied()
-        .filter(|t| !decision.start.contains(&t.unit))
-        .collect();
-    if names(&rest) != waiting {
-        return Err("waiting is not the rest, in queue order".into());
-    }
-    // Started reservations never exceed what the running ones leave, nor the count max_running.
-    let sum = |tasks: &mut dyn Iterator<Item = Reservation>| {
-        tasks.fold((0u128, 0u128), |(cpu, mem), r| {
-            (cpu + u128::from(r.cpu_millis), mem + u128::from(r.memory))
-        })
-    };
-    let (running_cpu, running_mem) = sum(&mut running.iter().copied());
-    let (started_cpu, started_mem) = sum(&mut started.iter().map(|t| t.reservation));
-    let left_cpu = u128::from(capacity.cpu_millis).saturating_sub(running_cpu);
-    let left_mem = u128::from(capacity.memory).saturating_sub(running_mem);
-    if started_cpu > left_cpu || started_mem > left_mem {
-        return Err("started reservations exceed capacity".into());
-    }
-    if let Some(max) = capacity.max_running {
-        if started.len() > max.saturating_sub(running.len()) {
-            return Err("max_running exceeded".into());
-        }
-    }
-    // Walk the order: every start is allowed, every wait is justified, and nothing behind a
-    // starved blocked task starts.
-    let (mut free_cpu, mut free_mem) = (left_cpu as u64, left_mem as u64);
-    let mut count = running.len();
-    let mut starved: Option<&str> = None;
-    for task in &sorted {
-        let reason = decision.waiting.iter().find(|(u, _)| *u == task.unit);
-        let reason = reason.map(|(_, reason)| reason);
-        let r = task.reservation;
-        let fits = r.cpu_millis <= free_cpu && r.memory <= free_mem;
-        let full = capacity.max_running.is_some_and(|max| count >= max);
-        let too_big = never_fits(&r, capacity).is_some();
-        match reason {
-            None => {
-                if let Some(holder) = starved {
-                    return Err(format!("{} started behind starved {holder}", task.unit));
-                }
-                if !fits || full || too_big {
-                    return Err(format!("{} started without room", task.unit));
-                }
-                free_cpu -= r.cpu_millis;
-                free_mem -= r.memory;
-                count += 1;
-            }
-            Some(WaitReason::NeverFits(_)) if too_big => {}
-            Some(WaitReason::MaxRunning { running, max }) if full && !too_big => {
-                if (*running, Some(*max)) != (count, capacity.max_running) {
-                    return Err(format!("{}: wrong counts", task.unit));
-                }
-            }
-            Some(WaitReason::Behind { unit, .. })
-                if !too_big && !full && starved == Some(unit.as_str()) => {}
-            Some(WaitReason::Resources { cpu, memory })
-                if !fits && !full && !too_big && starved.is_none() =>
-            {
-                let expect =
-                    |needs: u64, free: u64| (needs > free).then_some(Short { needs, free });
-                if (*cpu, *memory) != (expect(r.cpu_millis, free_cpu), expect(r.memory, free_mem)) {
-                    return Err(format!("{}: wrong shortfall", task.unit));
-                }
-                if now - task.queued_since_ms >= limit {
-                    starved = Some(&task.unit);
-                }
-            }
-            Some(other) => return Err(format!("{}: unjustified reason {other:?}", task.unit)),
-        }
-    }
-    Ok(())
 }
