@@ -31,6 +31,7 @@ mod lifecycle;
 mod liveness;
 mod network;
 pub mod policy;
+mod progress_cap;
 pub mod queue;
 pub mod reconcile;
 pub mod record;
