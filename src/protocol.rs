@@ -279,7 +279,7 @@ pub struct NetworkTraffic {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ExitInfo {
     pub attempt: u32,
-    /// As `last_exit`: `exit:N`, `signal:NAME`, `oom`, `stalled`, `lost`, `spawn-failed`.
+    /// As `last_exit`: `exit:N`, `signal:NAME`, `oom`, `stalled`, `lost`, `spawn-failed`, `disk`.
     pub exit: String,
     #[serde(default)]
     pub started_ms: Option<u64>,

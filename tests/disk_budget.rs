@@ -3,10 +3,18 @@
 //! - The progress file is capped: a task appending 96 MiB to it on a 48 MiB state filesystem
 //!   finishes its writes (no ENOSPC), the file keeps its length and its last line, and its
 //!   blocks on disk end within the cap.
+//! - `disk_reserve`: with the state filesystem filled below it, a new task waits with the
+//!   figures as its reason while one already running is left alone; it starts once space
+//!   returns.
+//! - `resources.disk`: a task writing past its budget is stopped, last exit `disk`, `failed`
+//!   (not restarted), and its directory's disk use stays within the budget plus the slack
+//!   (what it writes in two looks and its stop); without `resources.disk`, half the state
+//!   filesystem is its budget.
 
 mod common;
 use common::wait::{wait_for, PATIENCE};
 use common::*;
+use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -109,4 +117,165 @@ fn a_progress_file_flood_is_capped_and_does_not_fill_the_state_filesystem() {
         meta.len()
     );
     assert!(d.daemon_log().contains("progress file over 64 KiB on disk"));
+}
+
+/// Fill the filesystem of `dir` with `dir/filler` until only `leave` bytes are free (to
+/// unprivileged writers, as keel counts).
+fn fill_leaving(dir: &Path, leave: u64) -> PathBuf {
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0u8; 1 << 20];
+    loop {
+        let v = nix::sys::statvfs::statvfs(dir).unwrap();
+        let free = v.blocks_available() * v.fragment_size();
+        if free <= leave {
+            return path;
+        }
+        let n = (free - leave).min(chunk.len() as u64) as usize;
+        file.write_all(&chunk[..n]).unwrap();
+        file.sync_all().unwrap();
+    }
+}
+
+#[test]
+fn below_disk_reserve_new_starts_wait_with_the_reason_and_start_once_space_returns() {
+    if !require_root("disk_reserve") {
+        return;
+    }
+    let f = Fixture::start(
+        "disk-reserve",
+        "64m",
+        Some(r#"Config(disk_reserve: "24M")"#),
+    );
+    let d = &f.daemon;
+    let sleeper =
+        r#"Unit(command: ["sleep", "600"], resources: Resources(cpu: 0.1, memory: "64M"))"#;
+    d.write_unit("before", sleeper);
+    d.wait_state("before", "running", PATIENCE);
+    let filler = fill_leaving(&d.state(), 12 << 20);
+    // The daemon's next look sees it (the figures are measured every 2 s, off its loop).
+    wait_until(PATIENCE, "the daemon seeing the reserve short", || {
+        d.daemon_log()
+            .contains("< disk_reserve 24M: new starts wait")
+    });
+    d.write_unit("after", sleeper);
+    let waiting = wait_for(PATIENCE, "the new task waiting for disk space", || {
+        let task = d.task("after")?;
+        let reason = task["reason"].as_str()?.to_string();
+        reason.contains("< disk_reserve").then_some((task, reason))
+    });
+    assert_eq!(waiting.0["state"], "queued", "{}", waiting.0);
+    assert!(
+        waiting.1.starts_with("state filesystem: ")
+            && waiting.1.ends_with(" free < disk_reserve 24M"),
+        "{}",
+        waiting.1
+    );
+    // Looked at again: still waiting, and the running task was left alone.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(d.task("after").unwrap()["state"], "queued");
+    assert_eq!(d.task("before").unwrap()["state"], "running");
+    let out = d.keel(&["status", "after"]);
+    assert!(
+        stdout_of(&out).contains("free < disk_reserve 24M"),
+        "{}",
+        stdout_of(&out)
+    );
+    // Space returns: it starts within a look or two.
+    std::fs::remove_file(&filler).unwrap();
+    wait_until(PATIENCE, "the daemon seeing space back", || {
+        d.daemon_log().contains("starts resume")
+    });
+    d.wait_state("after", "running", PATIENCE);
+    let state = nix::sys::statvfs::statvfs(&d.state()).unwrap();
+    assert!(state.blocks_available() * state.fragment_size() >= 24 << 20);
+}
+
+/// A task writing 1 MiB every 0.25 s into its work directory (up to `chunks`), with
+/// `resources` as given.
+fn writer(chunks: u32, resources: &str) -> String {
+    format!(
+        r#"Unit(
+            command: ["/bin/sh", "-c", "for i in $(seq 1 {chunks}); do head -c 1048576 /dev/zero > /work/chunk.$i || exit 3; sleep 0.25; done; exec sleep 600"],
+            resources: {resources},
+            restart: Always,
+        )"#
+    )
+}
+
+/// Write past the budget: stopped as `disk`, failed, its directory within budget + slack.
+/// Returns the bytes left in its directory.
+fn stopped_for_disk(d: &Daemon, unit: &str, budget: u64, expect: &str) -> u64 {
+    let task = wait_for(
+        Duration::from_secs(120),
+        "the writer stopped for its budget",
+        || {
+            let task = d.task(unit)?;
+            (task["state"] == "failed").then_some(task)
+        },
+    );
+    assert_eq!(task["last_exit"], "disk", "{task}\n{}", d.daemon_log());
+    let reason = task["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains(expect), "{reason}");
+    assert!(reason.contains("not restarted"), "{reason}");
+    assert_eq!(task["restarts"], 0, "{task}");
+    let used = keel::checkout::disk_bytes(&d.task_dir(unit));
+    // The slack: 4 MiB/s for two looks (2 s apart), the walk and the stop: 10 s at most.
+    let slack = 40 * MIB;
+    eprintln!(
+        "{unit}: budget {budget}, {used} bytes left on disk ({} MiB over)",
+        used.saturating_sub(budget) >> 20
+    );
+    assert!(
+        used > budget,
+        "stopped before its budget was reached: {used} <= {budget}"
+    );
+    assert!(used <= budget + slack, "{used} > {budget} + {slack}");
+    let events = d.events(Some(unit));
+    assert!(
+        events.iter().any(|e| e["event"] == "disk-budget"),
+        "{events:?}"
+    );
+    used
+}
+
+#[test]
+fn a_task_writing_past_resources_disk_is_stopped_as_disk_within_the_slack() {
+    if !require_root("resources.disk") {
+        return;
+    }
+    let f = Fixture::start("disk-budget", "192m", Some(r#"Config(disk_reserve: "0")"#));
+    let d = &f.daemon;
+    d.write_unit(
+        "writer",
+        &writer(
+            150,
+            r#"Resources(cpu: 0.5, memory: "256M", disk: Some("20M"))"#,
+        ),
+    );
+    stopped_for_disk(d, "writer", 20 * MIB, "over resources.disk (20M)");
+    // Not restarted (restart: Always): still failed a look later.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(d.task("writer").unwrap()["state"], "failed");
+    let out = d.keel(&["status", "writer"]);
+    assert!(stdout_of(&out).contains("disk"), "{}", stdout_of(&out));
+}
+
+#[test]
+fn without_resources_disk_half_the_state_filesystem_is_the_budget() {
+    if !require_root("default disk budget") {
+        return;
+    }
+    let f = Fixture::start("disk-default", "96m", Some(r#"Config(disk_reserve: "0")"#));
+    let d = &f.daemon;
+    d.write_unit(
+        "writer",
+        &writer(90, r#"Resources(cpu: 0.5, memory: "256M")"#),
+    );
+    stopped_for_disk(
+        d,
+        "writer",
+        48 * MIB,
+        "the default resources.disk, half the state filesystem",
+    );
 }

@@ -103,6 +103,13 @@ impl Daemon {
                 })
             })
             .collect();
+        // keel.ron `disk_reserve`: while the state filesystem is short of it, nothing starts.
+        if let Some(why) = self.disk_reserve_hold() {
+            for task in &queued {
+                self.note_waiting(&task.unit, &why);
+            }
+            return;
+        }
         let decision = super::queue::decide(
             &queued,
             &running,

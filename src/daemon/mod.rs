@@ -23,6 +23,7 @@
 mod checkouts;
 mod control;
 mod dependencies;
+mod disk;
 mod event_loop;
 mod host_sleep;
 pub mod id_blocks;
@@ -123,6 +124,9 @@ pub struct Daemon {
     network_look_armed: bool,
     /// How the host's sleeps are noticed (host_sleep.rs).
     sleep_watch: host_sleep::SleepWatch,
+    /// The state filesystem's free space and the budgeted tasks' disk use, measured off the
+    /// loop (disk.rs).
+    disk: disk::DiskMonitor,
     _lock: InstanceLock,
 }
 
@@ -229,6 +233,7 @@ impl Daemon {
         let sleep_watch = host_sleep::SleepWatch::start(&events);
         nix::sys::stat::umask(umask);
         let control = control?;
+        let disk = disk::DiskMonitor::start(&dirs.root);
 
         Ok(Daemon {
             store: Store::new(dirs, journal),
@@ -251,6 +256,7 @@ impl Daemon {
             shutdown: None,
             network_look_armed: false,
             sleep_watch,
+            disk,
             _lock: lock,
         })
     }
@@ -303,6 +309,7 @@ impl Daemon {
         self.sweep_slices();
         self.scan_units();
         self.resume_shutdown();
+        self.on_disk_due();
         self.notify_ready();
         if std::env::var_os("KEEL_SHUTDOWN_ON_START").is_some() {
             log::info!("KEEL_SHUTDOWN_ON_START: stopping tasks after reconcile");
@@ -452,6 +459,7 @@ impl Daemon {
             Timer::AcceptRetry => self.control.accept_again(&mut self.events),
             Timer::JobDeadline { id } => self.on_job_deadline(id),
             Timer::Network => self.on_network_due(),
+            Timer::Disk => self.on_disk_due(),
             Timer::ReplenishSpare => self
                 .sandboxing
                 .replenish_spare(self.shutdown.is_some(), self.tasks.any_shim()),

@@ -74,6 +74,8 @@ pub enum LastExit {
     Stalled,
     /// The attempt vanished without an exit record (its shim was killed, or the host rebooted).
     Lost,
+    /// Stopped by keel: it wrote more than its `resources.disk` (`crate::daemon::disk`).
+    Disk,
 }
 
 impl LastExit {
@@ -86,7 +88,7 @@ impl LastExit {
             LastExit::Agent(status) => status.exit_code(),
             LastExit::SpawnFailed => 127,
             LastExit::Oom => 128 + libc::SIGKILL,
-            LastExit::Stalled | LastExit::Lost => 1,
+            LastExit::Stalled | LastExit::Lost | LastExit::Disk => 1,
         }
     }
 }
@@ -99,6 +101,7 @@ impl fmt::Display for LastExit {
             LastExit::Oom => f.write_str("oom"),
             LastExit::Stalled => f.write_str("stalled"),
             LastExit::Lost => f.write_str("lost"),
+            LastExit::Disk => f.write_str("disk"),
         }
     }
 }
@@ -183,6 +186,10 @@ pub struct TaskRecord {
     /// is journaled once (`start-blocked`), not at every retry.
     #[serde(default)]
     pub blocked: Option<String>,
+    /// The attempt wrote more than its `resources.disk` and keel is stopping it (the figures
+    /// in words): it ends as `disk`, persisted with the stop (`crate::daemon::disk`).
+    #[serde(default)]
+    pub disk_stop: Option<String>,
 }
 
 /// How many ended attempts a record remembers.
@@ -242,6 +249,7 @@ impl TaskRecord {
             recent_exits: Vec::new(),
             id_block: None,
             blocked: None,
+            disk_stop: None,
         }
     }
 }

@@ -175,6 +175,8 @@ fn settle_task(
     task.blocked_retries = 0;
     // Stopped by the liveness watch: the attempt ends as `stalled` (liveness.rs).
     let stall = super::liveness::take_stall(&mut task.record, &mut ending);
+    // Stopped for its disk budget: the attempt ends as `disk` (disk.rs).
+    let disk = super::disk::take_disk_stop(&mut task.record, &mut ending);
     let exit = ending.exit;
     task.record.last_exit = Some(exit);
     task.record.remember_exit(super::record::PastExit {
@@ -218,7 +220,17 @@ fn settle_task(
         backoff: &unit_def.backoff,
         limit: &unit_def.restart_limit,
     };
+    let disk = disk.filter(|_| intent == Intent::None).map(|why| {
+        format!("{why}; not restarted: its files are still there (harvest it, free space, then keel restart)")
+    });
     let (decision, history) = match stall.filter(|s| s.kill && intent == Intent::None) {
+        // Over its disk budget: no restart into the same full budget.
+        _ if disk.is_some() => (
+            Decision::Failed {
+                reason: disk.unwrap_or_default(),
+            },
+            history,
+        ),
         // `on_stall: Kill`: no restart, whatever the policy says.
         Some(stall) => (
             Decision::Failed {

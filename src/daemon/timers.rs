@@ -48,6 +48,8 @@ pub enum Timer {
     ReplenishSpare,
     /// Look at the tasks' network relays: journal their refusals, start again one that died.
     Network,
+    /// Read the disk figures: enforce budgets, end the reserve's hold (`disk.rs`).
+    Disk,
 }
 
 #[derive(Default)]

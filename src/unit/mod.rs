@@ -193,6 +193,12 @@ pub struct Resources {
     pub memory: Size,
     #[serde(default = "Resources::default_pids")]
     pub pids: u32,
+    /// `disk: Some("20G")`: the most the task may write on the state filesystem (its task
+    /// directory: checkout, work directory, checkpoints, logs); over it, keel stops it with
+    /// last exit `disk`. Left out (or `None`): half the state filesystem's size
+    /// (`crate::daemon::disk`).
+    #[serde(default)]
+    pub disk: Option<Size>,
 }
 
 impl Resources {
@@ -213,6 +219,7 @@ impl Default for Resources {
             cpu: Self::default_cpu(),
             memory: Self::default_memory(),
             pids: Self::default_pids(),
+            disk: None,
         }
     }
 }
@@ -430,6 +437,9 @@ pub const MAX_UNIT_FILE_SIZE: u64 = 1 << 20;
 
 /// The smallest memory reservation a unit may ask for.
 pub const MIN_MEMORY: u64 = 4 << 20;
+
+/// The smallest `resources.disk`.
+pub const MIN_DISK: u64 = 16 << 20;
 
 /// Parse a unit's text and validate it. `file` is only used in error messages. On error, the
 /// first problem in file order is returned (see [`check_unit`] for all of them).

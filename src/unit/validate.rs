@@ -2,7 +2,7 @@
 
 use super::sandbox_rules::{refused_capability, relation, writable_problem};
 use super::values::{check_argv, format_duration, format_size, parse_capability};
-use super::{Unit, MIN_MEMORY};
+use super::{Size, Unit, MIN_DISK, MIN_MEMORY};
 use std::fmt;
 use std::path::Path;
 
@@ -241,6 +241,18 @@ pub fn validate_unit(unit: &Unit) -> Vec<Problem> {
             at.field("pids"),
             "is 0: the agent itself is a process; use e.g. 1024".to_string(),
         );
+    }
+    if let Some(Size(disk)) = resources.disk {
+        if disk < MIN_DISK {
+            problems.add(
+                at.field("disk"),
+                format!(
+                    "\"{}\" is below the minimum of \"{}\" (a checkout alone takes more): use e.g. \"20G\", or leave it out for half the state filesystem",
+                    format_size(disk),
+                    format_size(MIN_DISK)
+                ),
+            );
+        }
     }
 
     let liveness = &unit.liveness;

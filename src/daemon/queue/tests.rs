@@ -257,6 +257,7 @@ fn ten_tenths_fit_one_cpu() {
         cpu: 0.1,
         memory: crate::unit::Size(1 << 20),
         pids: 64,
+        ..Resources::default()
     });
     assert_eq!(tenth.cpu_millis, 100);
     let one = Capacity {

@@ -182,6 +182,8 @@ bad_inputs! {
         => 3:34, "resources.memory: \"1M\" is below the minimum of \"4M\"";
     zero_pids: "Unit(\n    command: [\"agent\"],\n    resources: Resources(pids: 0),\n)"
         => 3:32, "resources.pids: is 0";
+    disk_below_minimum: "Unit(\n    command: [\"agent\"],\n    resources: Resources(disk: Some(\"1M\")),\n)"
+        => 3:37, "resources.disk: \"1M\" is below the minimum of \"16M\"";
     relative_workdir: "Unit(\n    command: [\"agent\"],\n    workdir: \"work\",\n)"
         => 3:14, "workdir: \"work\" is relative: write an absolute path such as \"/work\"";
     root_workdir: "Unit(\n    command: [\"agent\"],\n    workdir: \"/\",\n)"

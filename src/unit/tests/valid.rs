@@ -59,6 +59,7 @@ fn design_example_parses_every_field_as_written() {
             cpu: 2.0,
             memory: Size(4 << 30),
             pids: 1024,
+            disk: None,
         }
     );
     assert_eq!(unit.priority, 0);
