@@ -253,12 +253,28 @@ fn a_task_writing_past_resources_disk_is_stopped_as_disk_within_the_slack() {
             r#"Resources(cpu: 0.5, memory: "256M", disk: Some("20M"))"#,
         ),
     );
+    // While it writes, `keel status` shows its use against its budget.
+    let task = wait_for(PATIENCE, "the writer's disk use in keel status", || {
+        let task = d.task("writer")?;
+        (task["disk_bytes"].as_u64()? > 0).then_some(task)
+    });
+    assert_eq!(task["disk_budget"], 20 * MIB, "{task}");
+    let out = d.keel(&["status", "writer"]);
+    assert!(
+        stdout_of(&out).contains("20M budget ("),
+        "{}",
+        stdout_of(&out)
+    );
     stopped_for_disk(d, "writer", 20 * MIB, "over resources.disk (20M)");
     // Not restarted (restart: Always): still failed a look later.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(d.task("writer").unwrap()["state"], "failed");
     let out = d.keel(&["status", "writer"]);
-    assert!(stdout_of(&out).contains("disk"), "{}", stdout_of(&out));
+    assert!(
+        stdout_of(&out).contains("last exit disk"),
+        "{}",
+        stdout_of(&out)
+    );
 }
 
 #[test]

@@ -64,6 +64,22 @@ impl Daemon {
         }
     }
 
+    /// For `keel status`: a live attempt's disk use (its last measurement this attempt) and
+    /// budget.
+    pub(crate) fn disk_figures(&self, task: &crate::daemon::Task) -> Option<(u64, u64)> {
+        let unit = task
+            .unit
+            .as_ref()
+            .filter(|_| task.record.state.has_attempt())?;
+        let started = task.record.started_ms?;
+        let (bytes, _) = self
+            .disk
+            .written(&task.name)
+            .filter(|(_, at)| *at >= started)?;
+        let total = self.disk.space().0.map_or(0, |s| s.total);
+        Some((bytes, budget_of(unit.resources.disk.map(|s| s.0), total)))
+    }
+
     /// Stop `unit` as `keel stop` would; it settles as `disk`, not restarted.
     fn stop_for_disk(&mut self, unit: &str, why: String) {
         let Some(task) = self.tasks.get_mut(unit) else {
