@@ -8,9 +8,9 @@
 //!   `disk`, and not restarted (its files are still there: a restart would be over budget at
 //!   once).
 //!
-//! The figures are measured off the loop, by one thread ([`DiskMonitor`]): `statvfs` of the
-//! state directory and a walk of each budgeted running task's directory
-//! ([`crate::checkout::disk_bytes`], the walk `keel status` uses for checkouts), every
+//! The figures are measured off the loop, by two threads ([`DiskMonitor`]): one runs `statvfs`
+//! on the state directory, the other walks each running task's directory
+//! ([`crate::checkout::disk_bytes`], the walk `keel status` uses for checkouts), each every
 //! [`LOOK_EVERY`]. A walk of a large tree takes seconds and `statvfs` can hang on a network
 //! filesystem; the loop only reads the last figures. The decisions ([`reserve_hold`],
 //! [`over_budget`], [`budget_of`]) are pure.
@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 mod daemon_side;
 pub(crate) use daemon_side::take_disk_stop;
 
-/// How often the thread measures (and the loop looks at its figures). What a task writes in
+/// How often the threads measure (and the loop looks at its figures). What a task writes in
 /// this time plus one walk of its directory is how far past its budget it can get (the slack).
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);
 
-/// Figures older than this mean the thread is stuck (`statvfs` or a walk hangs): starts wait.
+/// A free-space figure older than this means `statvfs` hangs: starts wait.
 pub(crate) const STALE_AFTER: Duration = Duration::from_secs(30);
 
 /// The state filesystem's space, as `statvfs` gives it.
@@ -87,7 +87,7 @@ pub(crate) fn over_budget(written: u64, budget: u64, explicit: bool) -> Option<S
     })
 }
 
-/// What the thread measured and what it is asked to.
+/// What the threads measured and what they are asked to.
 #[derive(Default)]
 struct Shared {
     /// The last `statvfs` of the state directory, and when (`None`: it failed).
@@ -98,8 +98,8 @@ struct Shared {
     written: HashMap<String, (u64, u64)>,
 }
 
-/// The measuring thread's figures, shared with the loop. The thread ends once this is
-/// dropped (it holds only a weak reference).
+/// The measuring threads' figures, shared with the loop. The threads end once this is
+/// dropped (they hold only a weak reference).
 pub(crate) struct DiskMonitor {
     shared: Arc<Mutex<Shared>>,
     /// Whether the last look held new starts (a change re-runs the scheduler).
@@ -108,21 +108,36 @@ pub(crate) struct DiskMonitor {
 
 impl DiskMonitor {
     /// Measure the state filesystem once now (the daemon's start: the first schedule has a
-    /// figure), then start the thread.
+    /// figure), then start the threads.
     pub(crate) fn start(root: &Path) -> DiskMonitor {
         let shared = Arc::new(Mutex::new(Shared {
             space: statvfs(root).map(|s| (s, Instant::now())),
             ..Shared::default()
         }));
-        let weak = Arc::downgrade(&shared);
-        let root = root.to_path_buf();
-        let spawned = std::thread::Builder::new()
-            .name("keel-disk".into())
-            .spawn(move || measure_forever(&root, &weak));
-        if let Err(e) = spawned {
-            log::warn!(
-                "cannot start the disk measuring thread: {e}; disk figures stay as they are"
-            );
+        // Two threads: a walk of a large tree (seconds, minutes for millions of files) must
+        // not age the free-space figure into "unknown".
+        for (name, job) in [
+            (
+                "keel-statvfs",
+                measure_space as fn(&Path, &Weak<Mutex<Shared>>) -> bool,
+            ),
+            ("keel-disk-use", measure_tasks),
+        ] {
+            let weak = Arc::downgrade(&shared);
+            let root = root.to_path_buf();
+            let spawned = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || loop {
+                    std::thread::sleep(LOOK_EVERY);
+                    if !job(&root, &weak) {
+                        return;
+                    }
+                });
+            if let Err(e) = spawned {
+                log::warn!(
+                    "cannot start the thread {name}: {e}; its disk figures stay as they are"
+                );
+            }
         }
         DiskMonitor {
             shared,
@@ -156,31 +171,37 @@ impl DiskMonitor {
     }
 }
 
-fn measure_forever(root: &Path, shared: &Weak<Mutex<Shared>>) {
-    loop {
-        std::thread::sleep(LOOK_EVERY);
+/// One `statvfs` of the state directory; false once the monitor is gone.
+fn measure_space(root: &Path, shared: &Weak<Mutex<Shared>>) -> bool {
+    let space = statvfs(root);
+    let Some(strong) = shared.upgrade() else {
+        return false;
+    };
+    let mut s = strong.lock().unwrap_or_else(|e| e.into_inner());
+    s.space = space.map(|space| (space, Instant::now()));
+    true
+}
+
+/// One walk of each wanted task's directory; false once the monitor is gone.
+fn measure_tasks(_root: &Path, shared: &Weak<Mutex<Shared>>) -> bool {
+    let Some(wanted) = shared.upgrade().map(|strong| {
+        let s = strong.lock().unwrap_or_else(|e| e.into_inner());
+        s.wanted.clone()
+    }) else {
+        return false;
+    };
+    for (unit, dir) in wanted {
+        let began = crate::state::now_ms();
+        let bytes = crate::checkout::disk_bytes(&dir);
         let Some(strong) = shared.upgrade() else {
-            return;
+            return false;
         };
-        let space = statvfs(root);
-        let wanted = {
-            let mut s = strong.lock().unwrap_or_else(|e| e.into_inner());
-            s.space = space.map(|space| (space, Instant::now()));
-            s.wanted.clone()
-        };
-        drop(strong);
-        for (unit, dir) in wanted {
-            let began = crate::state::now_ms();
-            let bytes = crate::checkout::disk_bytes(&dir);
-            let Some(strong) = shared.upgrade() else {
-                return;
-            };
-            let mut s = strong.lock().unwrap_or_else(|e| e.into_inner());
-            if s.wanted.contains_key(&unit) {
-                s.written.insert(unit, (bytes, began));
-            }
+        let mut s = strong.lock().unwrap_or_else(|e| e.into_inner());
+        if s.wanted.contains_key(&unit) {
+            s.written.insert(unit, (bytes, began));
         }
     }
+    true
 }
 
 /// `statvfs` of `path`: `None` (logged) when it fails.
