@@ -8,28 +8,24 @@
 //!   `disk`, and not restarted (its files are still there: a restart would be over budget at
 //!   once).
 //!
-//! The figures are measured off the loop, by two threads ([`DiskMonitor`]): one runs `statvfs`
-//! on the state directory, the other walks each running task's directory
-//! ([`crate::checkout::disk_bytes`], the walk `keel status` uses for checkouts), each every
-//! [`LOOK_EVERY`]. A walk of a large tree takes seconds and `statvfs` can hang on a network
-//! filesystem; the loop only reads the last figures. The decisions ([`reserve_hold`],
-//! [`over_budget`], [`budget_of`]) are pure.
+//! Every [`LOOK_EVERY`] the loop runs `statvfs` on the state directory itself: the state
+//! filesystem is keel's own, which the loop already writes and fsyncs for every decision (if
+//! it hangs, so does every persist), and `statvfs` reads the superblock's counters. The walk
+//! of a task's directory depends on what the agent wrote (seconds for 500,000 files): it runs
+//! in a worker, a `TaskDiskUse` job per running task, one at a time per task. The decisions
+//! ([`reserve_hold`], [`over_budget`], [`budget_of`]) are pure.
 
 use crate::fmt::format_bytes;
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 mod daemon_side;
 pub(crate) use daemon_side::take_disk_stop;
 
-/// How often the threads measure (and the loop looks at its figures). What a task writes in
-/// this time plus one walk of its directory is how far past its budget it can get (the slack).
+/// How often the loop looks at the state filesystem and asks for a walk of each running
+/// task's directory (when its previous walk is done). What a task writes in two of these, one
+/// walk and its stop is how far past its budget it can get (the slack).
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);
-
-/// A free-space figure older than this means `statvfs` hangs: starts wait.
-pub(crate) const STALE_AFTER: Duration = Duration::from_secs(30);
 
 /// The state filesystem's space, as `statvfs` gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,21 +37,11 @@ pub(crate) struct FsSpace {
 }
 
 /// Why new starts wait for disk space, if they do: `space` is the last figure (`None`: never
-/// measured, or `statvfs` failed: starts are not held for keel's own lack of a figure) and
-/// `age` how old it is; `reserve` is keel.ron's `disk_reserve` (`None`: the default of
+/// measured, or `statvfs` failed: starts are not held for keel's own lack of a figure);
+/// `reserve` is keel.ron's `disk_reserve` (`None`: the default of
 /// [`crate::config::default_disk_reserve`]).
-pub(crate) fn reserve_hold(
-    space: Option<FsSpace>,
-    age: Duration,
-    reserve: Option<u64>,
-) -> Option<String> {
+pub(crate) fn reserve_hold(space: Option<FsSpace>, reserve: Option<u64>) -> Option<String> {
     let space = space?;
-    if age >= STALE_AFTER {
-        return Some(format!(
-            "state filesystem: its free space is unknown (statvfs has not answered for {})",
-            crate::fmt::duration(age)
-        ));
-    }
     let reserve = reserve.unwrap_or_else(|| crate::config::default_disk_reserve(space.total));
     (space.free < reserve).then(|| {
         format!(
@@ -87,121 +73,20 @@ pub(crate) fn over_budget(written: u64, budget: u64, explicit: bool) -> Option<S
     })
 }
 
-/// What the threads measured and what they are asked to.
-#[derive(Default)]
-struct Shared {
-    /// The last `statvfs` of the state directory, and when (`None`: it failed).
-    space: Option<(FsSpace, Instant)>,
-    /// The tasks whose directory is walked: unit → directory.
-    wanted: BTreeMap<String, PathBuf>,
-    /// Each walked task's bytes, with when the walk began (unix ms).
-    written: HashMap<String, (u64, u64)>,
-}
-
-/// The measuring threads' figures, shared with the loop. The threads end once this is
-/// dropped (they hold only a weak reference).
-pub(crate) struct DiskMonitor {
-    shared: Arc<Mutex<Shared>>,
+/// The last look at the state filesystem.
+#[derive(Debug, Default)]
+pub(crate) struct DiskLook {
+    /// The last `statvfs` of the state directory (`None`: never, or it failed).
+    pub(crate) space: Option<FsSpace>,
     /// Whether the last look held new starts (a change re-runs the scheduler).
     pub(crate) held: bool,
 }
 
-impl DiskMonitor {
-    /// Measure the state filesystem once now (the daemon's start: the first schedule has a
-    /// figure), then start the threads.
-    pub(crate) fn start(root: &Path) -> DiskMonitor {
-        let shared = Arc::new(Mutex::new(Shared {
-            space: statvfs(root).map(|s| (s, Instant::now())),
-            ..Shared::default()
-        }));
-        // Two threads: a walk of a large tree (seconds, minutes for millions of files) must
-        // not age the free-space figure into "unknown".
-        for (name, job) in [
-            (
-                "keel-statvfs",
-                measure_space as fn(&Path, &Weak<Mutex<Shared>>) -> bool,
-            ),
-            ("keel-disk-use", measure_tasks),
-        ] {
-            let weak = Arc::downgrade(&shared);
-            let root = root.to_path_buf();
-            let spawned = std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || loop {
-                    std::thread::sleep(LOOK_EVERY);
-                    if !job(&root, &weak) {
-                        return;
-                    }
-                });
-            if let Err(e) = spawned {
-                log::warn!(
-                    "cannot start the thread {name}: {e}; its disk figures stay as they are"
-                );
-            }
-        }
-        DiskMonitor {
-            shared,
-            held: false,
-        }
+impl DiskLook {
+    /// Look at the state filesystem now.
+    pub(crate) fn look(&mut self, root: &Path) {
+        self.space = statvfs(root);
     }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The last figure of the state filesystem and its age.
-    pub(crate) fn space(&self) -> (Option<FsSpace>, Duration) {
-        let shared = self.lock();
-        match shared.space {
-            Some((space, at)) => (Some(space), at.elapsed()),
-            None => (None, Duration::ZERO),
-        }
-    }
-
-    /// Walk these tasks' directories from now on (and forget the others' figures).
-    pub(crate) fn measure(&self, wanted: BTreeMap<String, PathBuf>) {
-        let mut shared = self.lock();
-        shared.written.retain(|unit, _| wanted.contains_key(unit));
-        shared.wanted = wanted;
-    }
-
-    /// The last walk of `unit`'s directory: its bytes, and when the walk began (unix ms).
-    pub(crate) fn written(&self, unit: &str) -> Option<(u64, u64)> {
-        self.lock().written.get(unit).copied()
-    }
-}
-
-/// One `statvfs` of the state directory; false once the monitor is gone.
-fn measure_space(root: &Path, shared: &Weak<Mutex<Shared>>) -> bool {
-    let space = statvfs(root);
-    let Some(strong) = shared.upgrade() else {
-        return false;
-    };
-    let mut s = strong.lock().unwrap_or_else(|e| e.into_inner());
-    s.space = space.map(|space| (space, Instant::now()));
-    true
-}
-
-/// One walk of each wanted task's directory; false once the monitor is gone.
-fn measure_tasks(_root: &Path, shared: &Weak<Mutex<Shared>>) -> bool {
-    let Some(wanted) = shared.upgrade().map(|strong| {
-        let s = strong.lock().unwrap_or_else(|e| e.into_inner());
-        s.wanted.clone()
-    }) else {
-        return false;
-    };
-    for (unit, dir) in wanted {
-        let began = crate::state::now_ms();
-        let bytes = crate::checkout::disk_bytes(&dir);
-        let Some(strong) = shared.upgrade() else {
-            return false;
-        };
-        let mut s = strong.lock().unwrap_or_else(|e| e.into_inner());
-        if s.wanted.contains_key(&unit) {
-            s.written.insert(unit, (bytes, began));
-        }
-    }
-    true
 }
 
 /// `statvfs` of `path`: `None` (logged) when it fails.

@@ -124,9 +124,8 @@ pub struct Daemon {
     network_look_armed: bool,
     /// How the host's sleeps are noticed (host_sleep.rs).
     sleep_watch: host_sleep::SleepWatch,
-    /// The state filesystem's free space and the budgeted tasks' disk use, measured off the
-    /// loop (disk.rs).
-    disk: disk::DiskMonitor,
+    /// The state filesystem's free space, as last looked at (disk.rs).
+    disk: disk::DiskLook,
     _lock: InstanceLock,
 }
 
@@ -233,7 +232,6 @@ impl Daemon {
         let sleep_watch = host_sleep::SleepWatch::start(&events);
         nix::sys::stat::umask(umask);
         let control = control?;
-        let disk = disk::DiskMonitor::start(&dirs.root);
 
         Ok(Daemon {
             store: Store::new(dirs, journal),
@@ -256,7 +254,7 @@ impl Daemon {
             shutdown: None,
             network_look_armed: false,
             sleep_watch,
-            disk,
+            disk: disk::DiskLook::default(),
             _lock: lock,
         })
     }
