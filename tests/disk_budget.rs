@@ -220,7 +220,7 @@ fn stopped_for_disk(d: &Daemon, unit: &str, budget: u64, expect: &str) -> u64 {
     assert!(reason.contains("not restarted"), "{reason}");
     assert_eq!(task["restarts"], 0, "{task}");
     let used = keel::checkout::disk_bytes(&d.task_dir(unit));
-    // The slack: 4 MiB/s for two looks (2 s apart), the walk and the stop: 10 s at most.
+    // The slack: 4 MiB/s for a look (2 s), a walk in a worker and the stop: 10 s allowed.
     let slack = 40 * MIB;
     eprintln!(
         "{unit}: budget {budget}, {used} bytes left on disk ({} MiB over)",
