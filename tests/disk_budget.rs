@@ -9,7 +9,7 @@
 //! - `resources.disk`: a task writing past its budget is stopped, last exit `disk`, `failed`
 //!   (not restarted), and its directory's disk use stays within the budget plus the slack
 //!   (what it writes in two looks and its stop); without `resources.disk`, half the state
-//!   filesystem is its budget.
+//!   filesystem is its budget. A disk stop decided before a daemon crash still ends as `disk`.
 
 mod common;
 use common::wait::{wait_for, PATIENCE};
@@ -294,4 +294,56 @@ fn without_resources_disk_half_the_state_filesystem_is_the_budget() {
         48 * MIB,
         "the default resources.disk, half the state filesystem",
     );
+}
+
+#[test]
+fn a_disk_stop_survives_a_daemon_crash_and_still_ends_as_disk() {
+    if !require_root("disk stop across a crash") {
+        return;
+    }
+    let mut f = Fixture::start("disk-crash", "128m", Some(r#"Config(disk_reserve: "0")"#));
+    // 30 MiB against a budget of 20, then deaf to SIGTERM (inherited across the exec): the
+    // stop lasts its whole timeout, and the daemon is killed during it.
+    f.daemon.write_unit(
+        "deaf",
+        r#"Unit(
+            command: ["/bin/sh", "-c", "trap '' TERM; for i in $(seq 1 30); do head -c 1048576 /dev/zero > /work/chunk.$i; sleep 0.1; done; exec sleep 600"],
+            resources: Resources(cpu: 0.5, memory: "256M", disk: Some("20M")),
+            stop: Stop(timeout: "15s"),
+            restart: Always,
+        )"#,
+    );
+    let d = &f.daemon;
+    wait_until(Duration::from_secs(120), "the disk stop decided", || {
+        d.events(Some("deaf"))
+            .iter()
+            .any(|e| e["event"] == "disk-budget")
+    });
+    wait_until(PATIENCE, "the task stopping", || {
+        d.task("deaf").is_some_and(|t| t["state"] == "stopping")
+    });
+    f.daemon.crash();
+    f.daemon.spawn();
+    let d = &f.daemon;
+    let task = wait_for(
+        Duration::from_secs(60),
+        "the task settled after the crash",
+        || {
+            let task = d.task("deaf")?;
+            (task["state"] == "failed").then_some(task)
+        },
+    );
+    assert_eq!(task["last_exit"], "disk", "{task}\n{}", d.daemon_log());
+    assert!(
+        task["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("over resources.disk (20M)"),
+        "{task}"
+    );
+    // Stopped once: one decision, journaled once.
+    let stops = (d.events(Some("deaf")).iter())
+        .filter(|e| e["event"] == "disk-budget")
+        .count();
+    assert_eq!(stops, 1);
 }
