@@ -56,6 +56,10 @@ pub struct RawConfig {
     pub harvest_limits: Option<crate::checkout::HarvestLimits>,
     #[serde(default)]
     pub network: network::RawNetwork,
+    /// `disk_reserve: "1G"`: below this much free space on the state filesystem, new starts
+    /// wait (`crate::daemon::disk`).
+    #[serde(default, deserialize_with = "written")]
+    pub disk_reserve: Option<Size>,
 }
 
 /// `user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024)` or
@@ -108,6 +112,15 @@ pub struct Config {
     pub harvest_limits: crate::checkout::HarvestLimits,
     /// The named allow-lists units reuse, and the DNS server of the tasks' relays.
     pub network: network::NetworkConfig,
+    /// The free space new starts leave on the state filesystem, as written; `None`: the
+    /// default, [`default_disk_reserve`] of the filesystem's size.
+    pub disk_reserve: Option<u64>,
+}
+
+/// The default `disk_reserve`: 1 GiB, or 5% of the state filesystem when that is smaller (a
+/// small test or container filesystem is not held at "never start").
+pub fn default_disk_reserve(filesystem_bytes: u64) -> u64 {
+    (filesystem_bytes / 20).min(1 << 30)
 }
 
 /// The ids of a task's user namespace: each task holds one block of [`ID_BLOCK_SIZE`] host ids
@@ -283,6 +296,7 @@ pub fn resolve(raw: &RawConfig, host: &HostCapacity) -> Config {
         jobs: jobs::resolve(&raw.jobs),
         harvest_limits: raw.harvest_limits.unwrap_or_default(),
         network: network::resolve(&raw.network),
+        disk_reserve: raw.disk_reserve.map(|s| s.0),
     }
 }
 

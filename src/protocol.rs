@@ -105,7 +105,7 @@ pub struct TaskInfo {
     /// When the current state began to apply: attempt start, backoff end, finish time (unix ms).
     pub since_ms: Option<u64>,
     pub backoff_until_ms: Option<u64>,
-    /// `exit:N`, `signal:NAME`, `oom`, `stalled`, `timeout`, `lost`.
+    /// `exit:N`, `signal:NAME`, `oom`, `stalled`, `timeout`, `lost`, `spawn-failed`, `disk`.
     pub last_exit: Option<String>,
     /// Restarts counted against the restart limit.
     pub restarts: usize,
@@ -134,6 +134,12 @@ pub struct TaskInfo {
     /// tree it shares is not counted).
     #[serde(default)]
     pub checkout_bytes: Option<u64>,
+    /// While an attempt runs: what its directory holds on the state filesystem (bytes, the
+    /// last measurement this attempt) and its budget (`resources.disk`, or the default).
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
+    #[serde(default)]
+    pub disk_budget: Option<u64>,
     /// While an attempt runs: when the last evidence of work that counts (`liveness.signals`)
     /// was seen (unix ms), and what it was: `heartbeat`, `progress`, `output` or `cpu`.
     #[serde(default)]
@@ -313,7 +319,7 @@ pub struct NetworkTraffic {
 pub struct ExitInfo {
     pub attempt: u32,
     /// As `last_exit`: `exit:N`, `signal:NAME`, `oom`, `stalled`, `timeout`, `lost`,
-    /// `spawn-failed`.
+    /// `spawn-failed`, `disk`.
     pub exit: String,
     #[serde(default)]
     pub started_ms: Option<u64>,

@@ -62,6 +62,7 @@ fn defaults() {
         jobs: Jobs::default(),
         harvest_limits: HarvestLimits::default(),
         network: NetworkConfig::default(),
+        disk_reserve: None,
     };
     assert_eq!(parse("Config()"), defaults);
     assert_eq!(parse("()"), defaults);
@@ -93,6 +94,7 @@ fn the_example_of_the_issue() {
             jobs: Jobs::default(),
             harvest_limits: HarvestLimits::default(),
             network: NetworkConfig::default(),
+            disk_reserve: None,
         }
     );
 }
@@ -517,4 +519,23 @@ fn jobs_and_harvest_limits_are_read_and_checked() {
     assert!(zero.to_string().contains("jobs.workers"), "{zero}");
     let small = parse_config(path, r#"Config(jobs: Jobs(memory: "1M"))"#).unwrap_err();
     assert!(small.to_string().contains("too little"), "{small}");
+}
+
+#[test]
+fn disk_reserve_is_a_size_with_a_default_of_the_filesystem() {
+    assert_eq!(
+        parse(r#"Config(disk_reserve: "2G")"#).disk_reserve,
+        Some(2 * G)
+    );
+    assert_eq!(parse(r#"Config(disk_reserve: "0")"#).disk_reserve, Some(0));
+    assert_eq!(parse("Config()").disk_reserve, None);
+    assert_eq!(crate::config::default_disk_reserve(100 * G), G);
+    assert_eq!(
+        crate::config::default_disk_reserve(272 << 20),
+        (272 << 20) / 20
+    );
+    let error = parse_config(Path::new("keel.ron"), r#"Config(disk_reserve: "lots")"#)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("keel.ron:1:"), "{error}");
 }

@@ -103,6 +103,13 @@ impl Daemon {
             .filter(|t| t.record.state.has_attempt())
             .map(preempting::held)
             .collect();
+        // keel.ron `disk_reserve`: while the state filesystem is short of it, nothing starts.
+        if let Some(why) = self.disk_reserve_hold() {
+            for task in &queued {
+                self.note_waiting(&task.unit, super::queue::WaitReason::Start(why.clone()));
+            }
+            return;
+        }
         let pressure = self.pressure_check(queued.is_empty());
         let decision = super::queue::decide(
             &queued,

@@ -23,6 +23,7 @@
 mod checkouts;
 mod control;
 mod dependencies;
+mod disk;
 mod event_loop;
 mod freezer;
 mod host_sleep;
@@ -35,6 +36,7 @@ mod pausing;
 pub mod policy;
 mod preemption;
 mod pressure;
+mod progress_cap;
 pub mod queue;
 pub mod reconcile;
 pub mod record;
@@ -129,6 +131,8 @@ pub struct Daemon {
     network_look_armed: bool,
     /// How the host's sleeps are noticed (host_sleep.rs).
     sleep_watch: host_sleep::SleepWatch,
+    /// The state filesystem's free space, as last looked at (disk.rs).
+    disk: disk::DiskLook,
     _lock: InstanceLock,
 }
 
@@ -258,6 +262,7 @@ impl Daemon {
             shutdown: None,
             network_look_armed: false,
             sleep_watch,
+            disk: disk::DiskLook::default(),
             _lock: lock,
         })
     }
@@ -310,6 +315,7 @@ impl Daemon {
         self.sweep_slices();
         self.scan_units();
         self.resume_shutdown();
+        self.on_disk_due();
         self.notify_ready();
         if std::env::var_os("KEEL_SHUTDOWN_ON_START").is_some() {
             log::info!("KEEL_SHUTDOWN_ON_START: stopping tasks after reconcile");
@@ -465,6 +471,7 @@ impl Daemon {
                 generation,
                 tries,
             } => self.on_freeze_check(&unit, generation, tries),
+            Timer::Disk => self.on_disk_due(),
             Timer::ReplenishSpare => self
                 .sandboxing
                 .replenish_spare(self.shutdown.is_some(), self.tasks.any_shim()),

@@ -77,6 +77,8 @@ pub enum LastExit {
     /// It ran longer than its unit's `max_runtime` (frozen time not counted) and keel stopped
     /// it. A failure for the restart policy (`crate::daemon::runtime_limit`).
     Timeout,
+    /// Stopped by keel: it wrote more than its `resources.disk` (`crate::daemon::disk`).
+    Disk,
 }
 
 impl LastExit {
@@ -89,7 +91,7 @@ impl LastExit {
             LastExit::Agent(status) => status.exit_code(),
             LastExit::SpawnFailed => 127,
             LastExit::Oom => 128 + libc::SIGKILL,
-            LastExit::Stalled | LastExit::Lost | LastExit::Timeout => 1,
+            LastExit::Stalled | LastExit::Lost | LastExit::Timeout | LastExit::Disk => 1,
         }
     }
 }
@@ -103,6 +105,7 @@ impl fmt::Display for LastExit {
             LastExit::Stalled => f.write_str("stalled"),
             LastExit::Lost => f.write_str("lost"),
             LastExit::Timeout => f.write_str("timeout"),
+            LastExit::Disk => f.write_str("disk"),
         }
     }
 }
@@ -205,6 +208,10 @@ pub struct TaskRecord {
     /// counts, with the live attempt's.
     #[serde(default)]
     pub ran_before_ms: u64,
+    /// The attempt wrote more than its `resources.disk` and keel is stopping it (the figures
+    /// in words): it ends as `disk`, persisted with the stop (`crate::daemon::disk`).
+    #[serde(default)]
+    pub disk_stop: Option<String>,
 }
 
 /// A stop decided for a time budget (`crate::daemon::runtime_limit`).
@@ -305,6 +312,7 @@ impl TaskRecord {
             paused_ms: 0,
             timeout: None,
             ran_before_ms: 0,
+            disk_stop: None,
         }
     }
 }

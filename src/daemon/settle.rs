@@ -180,6 +180,8 @@ fn settle_task(
     super::runtime_limit::count_ended_attempt(task, intent == Intent::Restart);
     let _ = super::freezer::end_pause(task);
     task.runtime_due = None;
+    // Stopped for its disk budget: the attempt ends as `disk` (disk.rs).
+    let disk = super::disk::take_disk_stop(&mut task.record, &mut ending);
     let exit = ending.exit;
     task.record.last_exit = Some(exit);
     task.record.remember_exit(super::record::PastExit {
@@ -224,7 +226,17 @@ fn settle_task(
         backoff: &unit_def.backoff,
         limit: &unit_def.restart_limit,
     };
+    let disk = disk.filter(|_| intent == Intent::None).map(|why| {
+        format!("{why}; not restarted: its files are still there (harvest it, free space, then keel restart)")
+    });
     let (decision, history) = match stall.filter(|s| s.kill && intent == Intent::None) {
+        // Over its disk budget: no restart into the same full budget.
+        _ if disk.is_some() => (
+            Decision::Failed {
+                reason: disk.unwrap_or_default(),
+            },
+            history,
+        ),
         // `on_stall: Kill`: no restart, whatever the policy says.
         Some(stall) => (
             Decision::Failed {

@@ -128,6 +128,9 @@ pub(crate) struct Task {
     pub kept_branches: Vec<String>,
     /// When `keel status` last had a job measure the two (at most once a minute).
     pub disk_use_asked: Option<Instant>,
+    /// What the task's directory held at the last measurement (`resources.disk`): the
+    /// attempt's generation it was made during, and bytes.
+    pub disk_written: Option<(u64, u64)>,
     /// While the attempt's checkout is prepared (a job): what its start needs to go on.
     pub preparing: Option<Box<PendingStart>>,
     /// An ended attempt whose harvest (a job) runs: how it ended, recorded after.
@@ -197,6 +200,7 @@ impl Task {
             checkout_bytes: None,
             kept_branches: Vec::new(),
             disk_use_asked: None,
+            disk_written: None,
             preparing: None,
             settling: None,
             cpu_samples: std::cell::Cell::new((None, None)),

@@ -57,6 +57,8 @@ pub enum Timer {
         generation: u64,
         tries: u32,
     },
+    /// Read the disk figures: enforce budgets, end the reserve's hold (`disk.rs`).
+    Disk,
 }
 
 #[derive(Default)]

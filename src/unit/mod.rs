@@ -412,6 +412,9 @@ pub const MAX_UNIT_FILE_SIZE: u64 = 1 << 20;
 /// The smallest memory request (and limit) a unit may ask for.
 pub const MIN_MEMORY: u64 = 4 << 20;
 
+/// The smallest `resources.disk`.
+pub const MIN_DISK: u64 = 16 << 20;
+
 /// Parse a unit's text and validate it. `file` is only used in error messages. On error, the
 /// first problem in file order is returned (see [`check_unit`] for all of them).
 pub fn parse_unit(file: &Path, text: &str) -> Result<Unit, UnitError> {

@@ -51,6 +51,12 @@ pub struct Resources {
     /// The enforced memory limit; `None`: [`Resources::memory_limit_bytes`]'s default.
     #[serde(default)]
     pub memory_limit: Option<Size>,
+    /// `disk: Some("20G")`: the most the task may write on the state filesystem (its task
+    /// directory: checkout, work directory, checkpoints, logs); over it, keel stops it with
+    /// last exit `disk`. Left out (or `None`): half the state filesystem's size
+    /// (`crate::daemon::disk`).
+    #[serde(default)]
+    pub disk: Option<Size>,
 }
 
 impl Resources {
@@ -82,6 +88,7 @@ impl Default for Resources {
             pids: Self::default_pids(),
             cpu_limit: None,
             memory_limit: None,
+            disk: None,
         }
     }
 }

@@ -65,6 +65,9 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
         } => remove(&dirs, unit, *attempt, *force, limits).map(|note| JobResult::Removed { note }),
         Job::Prune { finished, limits } => Ok(prune(&dirs, finished, limits)),
         Job::DiskUse { unit } => Ok(disk_use(&dirs, unit)),
+        Job::TaskDiskUse { unit } => Ok(JobResult::TaskDiskUse {
+            bytes: checkout::disk_bytes(&dirs.task_dir(unit)),
+        }),
         Job::Delete { path } => match std::fs::remove_dir_all(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(JobFailure {
                 message: format!("cannot delete {}: {e}", path.display()),

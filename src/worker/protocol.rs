@@ -56,6 +56,8 @@ pub enum Job {
     },
     /// `keel status`'s figures: the checkout's disk use and the kept branches.
     DiskUse { unit: String },
+    /// `resources.disk`: what the task's directory (`tasks/<unit>`) holds on disk.
+    TaskDiskUse { unit: String },
     /// Delete a tree the daemon renamed into its trash (`keel rm`'s files).
     Delete { path: PathBuf },
 }
@@ -93,6 +95,7 @@ impl Job {
             Job::Remove { .. } => "remove",
             Job::Prune { .. } => "prune",
             Job::DiskUse { .. } => "disk-use",
+            Job::TaskDiskUse { .. } => "task-disk-use",
             Job::Delete { .. } => "delete",
         }
     }
@@ -108,6 +111,7 @@ impl Job {
             Job::Remove { unit, .. } => format!("the removal of {unit}'s checkout"),
             Job::Prune { .. } => "keel prune".to_string(),
             Job::DiskUse { unit } => format!("the disk use of {unit}'s checkout"),
+            Job::TaskDiskUse { unit } => format!("the disk use of {unit}'s directory"),
             Job::Delete { path } => format!("the deletion of {}", path.display()),
         }
     }
@@ -148,6 +152,8 @@ pub enum JobResult {
         bytes: Option<u64>,
         kept_branches: Vec<String>,
     },
+    /// The task directory's disk use (allocated bytes).
+    TaskDiskUse { bytes: u64 },
     /// The tree is gone.
     Deleted,
 }

@@ -51,6 +51,7 @@ pub(super) fn render(task: &TaskInfo, d: &TaskDetail, now: u64, colour: bool) ->
     exits(&mut out, d, now, colour);
     liveness(&mut out, d, now, colour);
     cgroup(&mut out, task, d);
+    disk(&mut out, task);
     restart(&mut out, task, d, now);
     out.top(
         "logs",
@@ -309,6 +310,22 @@ fn cgroup(out: &mut Block, task: &TaskInfo, d: &TaskDetail) {
         false => format!(": {}", listed.join(" ")),
     };
     out.fit_field("pids", &format!("{pids}{of}{listed}"));
+}
+
+/// The live attempt's disk use against its budget (`resources.disk`).
+fn disk(out: &mut Block, task: &TaskInfo) {
+    let (Some(bytes), Some(budget)) = (task.disk_bytes, task.disk_budget) else {
+        return;
+    };
+    out.top(
+        "disk",
+        &format!(
+            "{} of its {} budget ({}%, resources.disk)",
+            format_bytes(bytes, true),
+            format_bytes(budget, false),
+            percent(bytes, budget)
+        ),
+    );
 }
 
 fn percent(part: u64, whole: u64) -> u64 {

@@ -56,6 +56,8 @@ fn task(task: &mut TaskInfo) {
         memory_peak_bytes: _,
         pids: _,
         checkout_bytes: _,
+        disk_bytes: _,
+        disk_budget: _,
         last_activity_ms: _,
         last_activity_kind,
         liveness,

@@ -89,6 +89,8 @@ impl Daemon {
             memory_peak_bytes: figures.and_then(|f| f.memory_peak),
             pids: figures.map(|f| f.pids),
             checkout_bytes: t.checkout_bytes,
+            disk_bytes: self.disk_figures(t).map(|f| f.0),
+            disk_budget: self.disk_figures(t).map(|f| f.1),
             last_activity_ms: live.as_ref().and_then(|l| l.last_activity.map(|a| a.0)),
             last_activity_kind: live
                 .as_ref()

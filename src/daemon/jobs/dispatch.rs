@@ -67,6 +67,7 @@ impl Daemon {
             Then::Remove => self.on_checkout_removed(finished),
             Then::Prune { reply } => self.on_prune_done(finished, reply),
             Then::DiskUse => self.on_disk_use_done(finished),
+            Then::TaskDiskUse => self.on_task_disk_use_done(finished),
             Then::Nothing => {}
         }
     }

@@ -48,6 +48,8 @@ pub(crate) enum Then {
     Prune { reply: Token },
     /// Keep the figures for `keel status`.
     DiskUse,
+    /// Judge the task's disk use against its budget (`disk.rs`).
+    TaskDiskUse,
     /// Nothing: a deletion's failure is logged by the jobs (the trash is swept at the next
     /// daemon start).
     Nothing,

@@ -87,6 +87,9 @@ struct Watch {
     started_wall: u64,
     wd: Option<WatchDescriptor>,
     progress_mtime: Option<SystemTime>,
+    /// The mtime keel's own cap of the file left (`crate::daemon::progress_cap`): an event
+    /// that finds it is keel's punch, not the agent's write.
+    capped_mtime: Option<SystemTime>,
     fingerprint: Option<(u64, u64)>,
     /// The last CPU sample: usage (µs) and when.
     cpu: Option<(u64, Ms)>,
@@ -314,6 +317,7 @@ impl Watches {
             started_wall,
             wd,
             progress_mtime,
+            capped_mtime: None,
             fingerprint: fingerprint(&progress),
             cpu: None,
             verdict: Verdict::Running,

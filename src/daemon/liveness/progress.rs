@@ -4,6 +4,7 @@
 
 use super::{fingerprint, mono_ms, mono_of_wall, unix_ms, Watches, CPU_SAMPLE_GAP};
 use crate::daemon::event_loop;
+use crate::daemon::progress_cap::{self, Capped};
 use crate::daemon::slices::Slices;
 use crate::liveness::Ms;
 use crate::sandbox::spec;
@@ -29,6 +30,26 @@ pub(crate) struct Drained {
 /// (the file is gone), `now`.
 pub(crate) fn heartbeat_at(written: Option<Ms>, after: Ms, now: Ms) -> Ms {
     written.unwrap_or(now).clamp(after.min(now), now)
+}
+
+/// Keep the progress file's disk use under its cap ([`progress_cap`]); the mtime keel's punch
+/// leaves is not taken for the agent's write.
+fn cap_progress_file(unit: &str, path: &Path, watch: &mut super::Watch) {
+    match progress_cap::cap(path) {
+        Ok(Capped::Within) => {}
+        Ok(Capped::Punched(_, mtime) | Capped::Truncated(mtime)) => {
+            if watch.capped_mtime.is_none() {
+                log::info!(
+                    "{unit}: progress file over {} KiB on disk: its head is dropped (it is a \
+                     status line, not a log; said once an attempt)",
+                    progress_cap::PROGRESS_CAP >> 10
+                );
+            }
+            watch.capped_mtime = mtime;
+            watch.progress_mtime = mtime;
+        }
+        Err(e) => log::warn!("{unit}: cannot cap its progress file: {e}"),
+    }
 }
 
 impl Watches {
@@ -120,7 +141,9 @@ impl Watches {
         let mtime = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
         let (now, now_wall) = (mono_ms(), now_ms());
         // A chown or chmod is not a write; `touch` is (it moves the mtime).
-        if !modified && mtime == watch.progress_mtime {
+        if (!modified && mtime == watch.progress_mtime)
+            || (mtime.is_some() && mtime == watch.capped_mtime)
+        {
             return false;
         }
         watch.progress_mtime = mtime;
@@ -129,6 +152,7 @@ impl Watches {
         watch.evidence.heartbeat = watch.evidence.heartbeat.max(Some(at));
         let fingerprint = fingerprint(&path);
         watch.reads += 1;
+        cap_progress_file(unit, &path, watch);
         // Empty is the instant between `>`'s truncation and its write (a rewrite with the same
         // words must not look like two changes), never a progress message: not compared.
         let emptied = fingerprint.is_some_and(|(len, _)| len == 0);

@@ -202,6 +202,8 @@ bad_inputs! {
         => 3:59, "resources.memory_limit: Some(\"1M\") is below the minimum of \"4M\"";
     memory_limit_bad_size: "Unit(\n    command: [\"agent\"],\n    resources: Resources(memory_limit: Some(\"4Q\")),\n)"
         => 3:45, "resources.memory_limit";
+    disk_below_minimum: "Unit(\n    command: [\"agent\"],\n    resources: Resources(disk: Some(\"1M\")),\n)"
+        => 3:37, "resources.disk: \"1M\" is below the minimum of \"16M\"";
     relative_workdir: "Unit(\n    command: [\"agent\"],\n    workdir: \"work\",\n)"
         => 3:14, "workdir: \"work\" is relative: write an absolute path such as \"/work\"";
     root_workdir: "Unit(\n    command: [\"agent\"],\n    workdir: \"/\",\n)"

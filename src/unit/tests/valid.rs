@@ -61,6 +61,7 @@ fn design_example_parses_every_field_as_written() {
             pids: 1024,
             cpu_limit: None,
             memory_limit: None,
+            disk: None,
         }
     );
     assert_eq!(unit.priority, 0);

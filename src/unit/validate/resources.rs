@@ -3,7 +3,7 @@
 
 use super::{FieldPath, Problem};
 use crate::unit::values::format_size;
-use crate::unit::{Resources, MIN_MEMORY};
+use crate::unit::{Resources, Size, MIN_DISK, MIN_MEMORY};
 
 /// Every problem of `resources`, in field order.
 pub(super) fn resource_problems(resources: &Resources) -> Vec<Problem> {
@@ -85,6 +85,20 @@ pub(super) fn resource_problems(resources: &Resources) -> Vec<Problem> {
                      killed before it used what it reserves; raise memory_limit or lower memory",
                     format_size(limit.0),
                     format_size(resources.memory.0)
+                ),
+            );
+        }
+    }
+    if let Some(Size(disk)) = resources.disk {
+        if disk < MIN_DISK {
+            add(
+                at.field("disk"),
+                Vec::new(),
+                format!(
+                    "\"{}\" is below the minimum of \"{}\" (a checkout alone takes more): use \
+                     e.g. \"20G\", or leave it out for half the state filesystem",
+                    format_size(disk),
+                    format_size(MIN_DISK)
                 ),
             );
         }

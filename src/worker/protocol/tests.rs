@@ -92,12 +92,20 @@ fn every_job_kind_names_itself_for_the_test_hook() {
             limits: HarvestLimits::default(),
         },
         Job::DiskUse { unit: "u".into() },
+        Job::TaskDiskUse { unit: "u".into() },
     ]
     .iter()
     .map(Job::kind)
     .collect();
     assert_eq!(
         kinds,
-        ["checkout", "harvest", "remove", "prune", "disk-use"]
+        [
+            "checkout",
+            "harvest",
+            "remove",
+            "prune",
+            "disk-use",
+            "task-disk-use"
+        ]
     );
 }

@@ -396,6 +396,7 @@ fn a_task_never_started_says_so_and_a_table_without_detail_stays_a_table() {
     assert!(render(&report(vec![t]), 0, false).contains("UNIT "));
 }
 
+mod disk;
 mod escaping;
 
 #[test]

@@ -283,6 +283,7 @@ fn ten_tenths_fit_one_cpu() {
         // Limits are the kernel's: the reservation is the requests alone.
         cpu_limit: Some(8.0),
         memory_limit: Some(crate::unit::Size(1 << 30)),
+        disk: None,
     });
     assert_eq!(tenth.cpu_millis, 100);
     let one = Capacity {
