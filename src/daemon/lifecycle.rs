@@ -120,7 +120,7 @@ impl Daemon {
             &pressure,
         );
         self.recheck_while_pressed(&decision);
-        self.preempt(&decision, &queued);
+        self.preempt(&decision, &queued, &pressure);
         for (unit, why) in decision.waiting {
             self.note_waiting(unit, why);
         }

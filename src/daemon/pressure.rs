@@ -84,13 +84,20 @@ impl Daemon {
             .waiting
             .iter()
             .any(|(_, why)| matches!(why, WaitReason::Pressure(_)));
-        let now = Instant::now();
-        let armed = self.pressure.recheck_at.is_some_and(|at| at > now);
-        if pressed && !armed {
-            self.pressure.recheck_at = Some(now + PRESSURE_RECHECK);
-            self.events
-                .timers
-                .add_after(PRESSURE_RECHECK, Timer::Schedule);
+        if pressed {
+            self.arm_pressure_recheck();
         }
+    }
+
+    /// A round in [`PRESSURE_RECHECK`], unless one is already due by then.
+    pub(crate) fn arm_pressure_recheck(&mut self) {
+        let now = Instant::now();
+        if self.pressure.recheck_at.is_some_and(|at| at > now) {
+            return;
+        }
+        self.pressure.recheck_at = Some(now + PRESSURE_RECHECK);
+        self.events
+            .timers
+            .add_after(PRESSURE_RECHECK, Timer::Schedule);
     }
 }

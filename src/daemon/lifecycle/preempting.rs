@@ -1,9 +1,10 @@
 //! Preemption carried out: the inputs of [`crate::daemon::preemption::decide`] gathered from
-//! the tasks and this round's scheduling decision, and its pauses and resumes done through
-//! the pause path (`PauseOrigin::Keel`: a person's pause is never resumed by keel).
+//! the tasks, this round's scheduling decision and the memory pressure of keel's tasks, and
+//! its pauses and resumes done through the pause path (`PauseOrigin::Keel`: a person's pause
+//! is never resumed by keel).
 
 use crate::daemon::preemption::{self, Action, Candidate, Waiter};
-use crate::daemon::queue::{Decision, QueuedTask, Reservation, WaitReason};
+use crate::daemon::queue::{Decision, PressureCheck, QueuedTask, Reservation, WaitReason};
 use crate::daemon::record::{PauseOrigin, TaskState};
 use crate::daemon::{Daemon, Task};
 
@@ -27,7 +28,12 @@ pub(super) fn held(task: &Task) -> Reservation {
 
 impl Daemon {
     /// Pause or resume `preemptible` tasks as this round's `decision` calls for.
-    pub(super) fn preempt(&mut self, decision: &Decision, queued: &[QueuedTask]) {
+    pub(super) fn preempt(
+        &mut self,
+        decision: &Decision,
+        queued: &[QueuedTask],
+        pressure: &PressureCheck,
+    ) {
         let in_play = |t: &Task| {
             t.unit.as_ref().is_some_and(|u| u.preemptible)
                 || t.record
@@ -95,7 +101,7 @@ impl Daemon {
                 })
             })
             .collect();
-        let memory = self.memory_pressure_for_preemption();
+        let memory = self.memory_pressure_for_preemption(pressure, &running, &preempted);
         for action in preemption::decide(&running, &preempted, &waiters, free_cpu, memory) {
             let done = match &action {
                 Action::Pause { unit, why } => {
@@ -114,9 +120,29 @@ impl Daemon {
         }
     }
 
-    /// The memory pressure preemption weighs, with its threshold (none yet: the pressure
-    /// readings arrive with pressure-aware admission).
-    fn memory_pressure_for_preemption(&self) -> Option<preemption::MemoryPressure> {
-        None
+    /// The memory pressure preemption weighs, with its threshold: this round's figure, or one
+    /// read now (the round reads none when nothing is queued). `None` with `pressure: Off`
+    /// or without cgroups. While a preemptible task runs or a preempted one waits, a round
+    /// runs again every [`crate::daemon::pressure::PRESSURE_RECHECK`]: a change of pressure alone changes no state.
+    fn memory_pressure_for_preemption(
+        &mut self,
+        pressure: &PressureCheck,
+        running: &[Candidate],
+        preempted: &[Candidate],
+    ) -> Option<preemption::MemoryPressure> {
+        let thresholds = pressure.thresholds?;
+        let watching = running.iter().any(|c| c.preemptible) || !preempted.is_empty();
+        if !watching {
+            return None;
+        }
+        self.arm_pressure_recheck();
+        let figure = match pressure.figures.memory {
+            Some(figure) => figure,
+            None => self.slices.as_ref().ok()?.pressure().memory?.some_avg10,
+        };
+        Some(preemption::MemoryPressure {
+            percent: f64::from(figure) / 100.0,
+            threshold: f64::from(thresholds.memory) / 100.0,
+        })
     }
 }
