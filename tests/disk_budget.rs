@@ -12,67 +12,13 @@
 //!   filesystem is its budget. A disk stop decided before a daemon crash still ends as `disk`.
 
 mod common;
+use common::tmpfs::Fixture;
 use common::wait::{wait_for, PATIENCE};
 use common::*;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// A tmpfs of `size` over `path`, unmounted (lazily) when dropped, then the scratch directory
-/// removed (as `tests/full_disk.rs` does).
-struct Tmpfs {
-    path: PathBuf,
-    scratch: PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str, scratch: &Path) -> Tmpfs {
-        std::fs::create_dir_all(path).unwrap();
-        nix::mount::mount(
-            Some("tmpfs"),
-            path,
-            Some("tmpfs"),
-            nix::mount::MsFlags::empty(),
-            Some(format!("size={size},mode=0700").as_str()),
-        )
-        .unwrap_or_else(|e| panic!("mount a tmpfs on {}: {e}", path.display()));
-        Tmpfs {
-            path: path.to_path_buf(),
-            scratch: scratch.to_path_buf(),
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
-        let _ = std::fs::remove_dir_all(&self.scratch);
-    }
-}
-
-/// The daemon is dropped (shut down, its shims and cgroups gone) before the tmpfs.
-struct Fixture {
-    daemon: Daemon,
-    _tmpfs: Tmpfs,
-}
-
-impl Fixture {
-    /// A daemon whose state directory is a tmpfs of `size`, with `config` as its keel.ron
-    /// (when given).
-    fn start(name: &str, size: &str, config: Option<&str>) -> Fixture {
-        let mut daemon = Daemon::prepare(name);
-        let tmpfs = Tmpfs::mount(&daemon.state(), size, &daemon.scratch.dir);
-        if let Some(config) = config {
-            std::fs::write(daemon.state().join("keel.ron"), config).unwrap();
-        }
-        daemon.spawn();
-        Fixture {
-            daemon,
-            _tmpfs: tmpfs,
-        }
-    }
-}
 
 const MIB: u64 = 1 << 20;
 /// `PROGRESS_CAP` (64 KiB) and `PROGRESS_KEEP` (16 KiB) of `src/daemon/progress_cap.rs`.

@@ -6,63 +6,11 @@
 //! it, its heartbeats go on, and the gap is noted in its log once space returns.
 
 mod common;
+use common::tmpfs::{Fixture, Tmpfs};
 use common::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// A tmpfs of `size` over `path` (a directory in a scratch directory), unmounted (lazily, so
-/// even a busy one goes) when dropped, whether the test passed or not; then the scratch
-/// directory, which could not be removed while this was mounted in it, is removed.
-struct Tmpfs {
-    path: PathBuf,
-    scratch: PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str, scratch: &Path) -> Tmpfs {
-        std::fs::create_dir_all(path).unwrap();
-        nix::mount::mount(
-            Some("tmpfs"),
-            path,
-            Some("tmpfs"),
-            nix::mount::MsFlags::empty(),
-            Some(format!("size={size},mode=0700").as_str()),
-        )
-        .unwrap_or_else(|e| panic!("mount a tmpfs on {}: {e}", path.display()));
-        Tmpfs {
-            path: path.to_path_buf(),
-            scratch: scratch.to_path_buf(),
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
-        // Dropped after the daemon (a Fixture's field order): nothing uses the directory now.
-        let _ = std::fs::remove_dir_all(&self.scratch);
-    }
-}
-
-/// The daemon is dropped (shut down, its shims and cgroups gone) before the tmpfs.
-struct Fixture {
-    daemon: Daemon,
-    _tmpfs: Tmpfs,
-}
-
-impl Fixture {
-    /// A daemon whose state directory is a 2 MiB tmpfs.
-    fn start(name: &str) -> Fixture {
-        let mut daemon = Daemon::prepare(name);
-        let tmpfs = Tmpfs::mount(&daemon.state(), "2m", &daemon.scratch.dir);
-        daemon.spawn();
-        Fixture {
-            daemon,
-            _tmpfs: tmpfs,
-        }
-    }
-}
 
 /// Fill the filesystem of `dir` with `dir/filler` until a write fails with ENOSPC.
 fn fill(dir: &Path) -> PathBuf {
@@ -138,7 +86,7 @@ fn a_full_state_disk_is_refused_clearly_loses_nothing_and_recovers() {
     if !require_root("a_full_state_disk_is_refused_clearly_loses_nothing_and_recovers") {
         return;
     }
-    let f = Fixture::start("full-disk");
+    let f = Fixture::start("full-disk", "2m", None);
     let d = &f.daemon;
     let state = d.state();
     let state_name = path_str(&state);
@@ -225,7 +173,7 @@ fn a_shutdown_on_a_full_disk_leaves_tasks_to_the_next_daemon() {
     if !require_root("a_shutdown_on_a_full_disk_leaves_tasks_to_the_next_daemon") {
         return;
     }
-    let mut f = Fixture::start("full-shutdown");
+    let mut f = Fixture::start("full-shutdown", "2m", None);
     f.daemon.write_unit("steady", STEADY);
     let before = f
         .daemon

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod sandbox;
+pub mod tmpfs;
 pub mod wait;
 
 use serde_json::Value;
