@@ -148,7 +148,7 @@ fn pause_all_freezes_every_running_task_and_resume_all_thaws_them() {
     if !require_root("pause --all") {
         return;
     }
-    let d = Daemon::start("pause-all");
+    let mut d = Daemon::start("pause-all");
     for unit in ["a", "b"] {
         d.write_unit(unit, &ticker());
     }
@@ -171,7 +171,11 @@ fn pause_all_freezes_every_running_task_and_resume_all_thaws_them() {
     let table = ok(&d, &["status"]);
     assert!(table.contains("2 paused"), "{table}");
     // Nothing is left to pause; a finished task cannot be paused.
-    assert!(ok(&d, &["pause", "--all"]).contains("no task paused"));
+    let again = ok(&d, &["pause", "--all"]);
+    assert!(
+        again.contains("starts held until keel resume --all; no task paused"),
+        "{again}"
+    );
     let refused = d.keel(&["pause", "done"]);
     assert!(!refused.status.success());
     assert!(
@@ -186,12 +190,32 @@ fn pause_all_freezes_every_running_task_and_resume_all_thaws_them() {
     assert_eq!(d.keel(&["pause"]).status.code(), Some(2));
     assert_eq!(d.keel(&["pause", "a", "--all"]).status.code(), Some(2));
 
+    // The window holds starts too, across a daemon kill: a unit added now stays queued.
+    d.write_unit("late", &ticker());
+    let late = wait_for(Duration::from_secs(10), "late held", || {
+        d.task("late").filter(|t| {
+            t["state"] == "queued"
+                && t["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("starts held by keel pause --all"))
+        })
+    });
+    d.crash();
+    d.spawn();
+    wait_frozen(&d, "a");
+    holds_throughout(Duration::from_millis(1500), "late stays queued", || {
+        d.task("late").is_some_and(|t| t["state"] == "queued")
+    });
+    assert_eq!(d.task("late").unwrap()["reason"], late["reason"]);
+
     let said = ok(&d, &["resume", "--all"]);
+    assert!(said.contains("the hold on starts ended"), "{said}");
     assert!(said.contains("resumed 2 tasks: a, b"), "{said}");
     for unit in ["a", "b"] {
         d.wait_state(unit, "running", Duration::from_secs(5));
         progress_moves(&d, unit, "writing again after resume --all");
     }
+    d.wait_state("late", "running", Duration::from_secs(10));
     let refused = d.keel(&["resume", "a"]);
     assert!(stderr_of(&refused).contains("a: cannot resume: not paused"));
 }

@@ -73,11 +73,26 @@ fn a_low_priority_preemptible_task_makes_room_and_gets_it_back() {
     });
     assert_ne!(progress(&d, "keep"), keep_at, "keep was touched");
 
-    // urgent ends: low is resumed, the same attempt, ticking again.
+    // A task of lower priority queued meanwhile does not take the CPU low left: it waits
+    // behind low, which resumes first.
+    d.write_unit("lesser", &ticker(-10, false));
+    let lesser = wait_for(Duration::from_secs(10), "lesser behind low", || {
+        d.task("lesser").filter(|t| {
+            t["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("behind `low` (priority 0)"))
+        })
+    });
+    assert_eq!(lesser["state"], "queued", "{lesser}");
+
+    // urgent ends: low is resumed, the same attempt, ticking again; lesser still waits.
     std::fs::write(d.task_dir("urgent").join("work/release"), "").unwrap();
     d.wait_state("urgent", "succeeded", Duration::from_secs(20));
     let low = d.wait_state("low", "running", Duration::from_secs(20));
     assert_eq!(low["attempt"], 1, "{low}");
+    holds_throughout(Duration::from_millis(800), "lesser waits for room", || {
+        d.task("lesser").is_some_and(|t| t["state"] == "queued")
+    });
     let at = progress(&d, "low");
     wait_until(Duration::from_secs(10), "low ticks again", || {
         progress(&d, "low") != at
@@ -109,7 +124,10 @@ fn keel_never_resumes_a_pause_a_person_asked_for() {
     write_config(&d, r#"Config(capacity: Capacity(cpu: 2.0))"#);
     d.spawn();
     d.write_unit("low", &ticker(0, true));
+    // Another preemptible task running: preemption's round runs every 2 s meanwhile.
+    d.write_unit("other", &ticker(0, true));
     d.wait_state("low", "running", Duration::from_secs(20));
+    d.wait_state("other", "running", Duration::from_secs(20));
     let out = d.keel(&["pause", "low"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     wait_until(Duration::from_secs(10), "low frozen", || frozen(&d, "low"));
@@ -117,7 +135,7 @@ fn keel_never_resumes_a_pause_a_person_asked_for() {
     let reason = wait_for(Duration::from_secs(5), "its reason", || {
         d.task("low")?["reason"].as_str().map(str::to_string)
     });
-    holds_throughout(Duration::from_millis(800), "low stays paused", || {
+    holds_throughout(Duration::from_millis(5000), "low stays paused", || {
         frozen(&d, "low")
     });
     assert!(!reason.contains("preempted"), "{reason}");

@@ -103,13 +103,24 @@ impl Daemon {
             .filter(|t| t.record.state.has_attempt())
             .map(preempting::held)
             .collect();
-        // keel.ron `disk_reserve`: while the state filesystem is short of it, nothing starts.
-        if let Some(why) = self.disk_reserve_hold() {
+        // `keel pause --all`, or keel.ron `disk_reserve` while the state filesystem is short
+        // of it: nothing starts (and keel resumes nothing it preempted).
+        let hold = (self.starts_held.as_deref().map(super::start_hold::reason))
+            .map(|text| (text, "pause-all"))
+            .or_else(|| self.disk_reserve_hold().map(|text| (text, "disk-reserve")));
+        if let Some((text, key)) = hold {
+            let reason = super::queue::WaitReason::Held {
+                text,
+                key: key.to_string(),
+            };
             for task in &queued {
-                self.note_waiting(&task.unit, super::queue::WaitReason::Start(why.clone()));
+                self.note_waiting(&task.unit, reason.clone());
             }
             return;
         }
+        // A task keel preempted resumes before any task of its priority or lower starts in
+        // the CPU it left (else a stream of those would keep it frozen).
+        let queued = self.behind_preempted(queued);
         let pressure = self.pressure_check(queued.is_empty());
         let decision = super::queue::decide(
             &queued,
@@ -682,6 +693,7 @@ fn user_namespace_for<'t>(
 
 pub(crate) mod blocked;
 mod preempting;
+pub(crate) use preempting::PreemptionMemory;
 mod waiting;
 
 #[cfg(test)]

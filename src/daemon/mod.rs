@@ -48,6 +48,7 @@ mod settle;
 mod shutdown;
 mod slices;
 pub mod spawn;
+mod start_hold;
 mod stopping;
 mod store;
 mod systemd;
@@ -133,6 +134,11 @@ pub struct Daemon {
     sleep_watch: host_sleep::SleepWatch,
     /// The state filesystem's free space, as last looked at (disk.rs).
     disk: disk::DiskLook,
+    /// `keel pause --all`'s hold on starts, in words (start_hold.rs).
+    starts_held: Option<String>,
+    /// Preemption: when keel last paused a task for memory pressure, and tasks whose pause
+    /// failed (not tried again before then) (lifecycle/preempting.rs).
+    preemption: lifecycle::PreemptionMemory,
     _lock: InstanceLock,
 }
 
@@ -251,6 +257,8 @@ impl Daemon {
             id_claims,
             slices,
             pressure: pressure::PressureWatch::default(),
+            starts_held: None,
+            preemption: Default::default(),
             liveness,
             jobs,
             notifier: crate::notify::Notifier::from_env(),
@@ -310,6 +318,10 @@ impl Daemon {
             "daemon-start",
             &format!("pid {}", std::process::id()),
         );
+        self.starts_held = start_hold::load(&self.store.dirs);
+        if let Some(since) = &self.starts_held {
+            log::warn!("{}", start_hold::reason(since));
+        }
         self.reconcile_all();
         self.sweep_trash();
         self.sweep_slices();

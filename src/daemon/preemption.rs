@@ -12,7 +12,8 @@
 //!   its memory resident, so its memory request stays counted, and a task that lacks memory
 //!   preempts nobody.
 //! - **Memory pressure.** Above the threshold, the lowest-priority preemptible running task is
-//!   paused, one a round (the pressure is measured again before the next).
+//!   paused — one, and no other until the figure can show what that pause changed
+//!   (`memory_pause_allowed`: the daemon allows one each 10 s, PSI's `avg10` window).
 //! - **Resume.** With no pause this round and memory pressure below half its threshold, the
 //!   highest-priority paused task (the earliest paused first) is resumed when its CPU request
 //!   fits in what is free and no queued task of higher priority waits (for anything but a
@@ -67,12 +68,17 @@ pub fn decide(
     waiters: &[Waiter],
     free_cpu: u64,
     memory: Option<MemoryPressure>,
+    memory_pause_allowed: bool,
 ) -> Vec<Action> {
     let pauses = for_capacity(running, waiters);
     if !pauses.is_empty() {
         return pauses;
     }
     if let Some(pressure) = memory.filter(|m| m.percent > m.threshold) {
+        if !memory_pause_allowed {
+            // The last memory pause does not show in the figure yet: wait, resume nothing.
+            return Vec::new();
+        }
         return lowest(running, i32::MAX)
             .into_iter()
             .take(1)

@@ -177,10 +177,12 @@ pub enum WaitReason {
     Start(String),
     /// A task ahead of it has waited past `starvation_limit` and holds the line.
     Behind { unit: Arc<str>, waited_ms: u64 },
-    /// Held back before the queue by its `after` dependencies (`waits for "build" (running)`,
-    /// `blocked: after "test": …`): the daemon's words, never [`decide`]'s. `key` is what a
-    /// change of it is judged on (the dependencies named, not their states).
-    After { text: String, key: String },
+    /// Held back before the queue — by its `after` dependencies (`waits for "build"
+    /// (running)`, `blocked: after "test": …`), the state filesystem's `disk_reserve`, `keel
+    /// pause --all`, a preempted task of its priority or higher: the daemon's words, never
+    /// [`decide`]'s. `key` is what a change of it is judged on (the dependencies named, not
+    /// their states; the hold, not its figures).
+    Held { text: String, key: String },
 }
 
 impl fmt::Display for WaitReason {
@@ -207,7 +209,7 @@ impl fmt::Display for WaitReason {
                 f.write_str(&parts.join("; "))
             }
             WaitReason::NeverFits(message) | WaitReason::Start(message) => f.write_str(message),
-            WaitReason::After { text, .. } => f.write_str(text),
+            WaitReason::Held { text, .. } => f.write_str(text),
             WaitReason::MaxRunning { running, max } => {
                 write!(f, "{running} of {max} running (max_running)")
             }
@@ -244,7 +246,7 @@ impl WaitReason {
                     waited_ms: other_waited,
                 },
             ) => unit == other_unit && format_waited(*waited_ms) == format_waited(*other_waited),
-            (WaitReason::After { key, .. }, WaitReason::After { key: other, .. }) => key == other,
+            (WaitReason::Held { key, .. }, WaitReason::Held { key: other, .. }) => key == other,
             _ => self == other,
         }
     }

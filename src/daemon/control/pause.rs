@@ -47,8 +47,35 @@ impl Daemon {
         }
     }
 
-    /// Every task with a live attempt that is not paused yet; the others are left as they are.
+    /// The hold on starts first (recorded before it acts: a restarted daemon keeps it), then
+    /// keel's own pauses become the person's (keel resumes none of them now), then every task
+    /// with a live attempt that is not paused yet; the others are left as they are.
     fn pause_all(&mut self) -> Response {
+        let since = crate::state::rfc3339(crate::state::now_ms());
+        if crate::daemon::start_hold::store(&self.store.dirs, Some(&since)).is_err() {
+            return not_persisted("--all", &self.store.dirs.root);
+        }
+        self.starts_held = Some(since);
+        let preempted: Vec<String> = (self.tasks.values())
+            .filter(|t| {
+                t.record
+                    .paused
+                    .as_ref()
+                    .is_some_and(|p| p.origin == PauseOrigin::Keel)
+            })
+            .map(|t| t.name.clone())
+            .collect();
+        for unit in preempted {
+            if let Some(task) = self.tasks.get_mut(&unit) {
+                if let Some(pause) = task.record.paused.as_mut() {
+                    pause.origin = PauseOrigin::Request;
+                    pause.reason = format!("keel pause --all (was: {})", pause.reason);
+                }
+                if self.store.persist(task).is_err() {
+                    log::error!("{unit}: its pause, now keel pause --all's, is not recorded");
+                }
+            }
+        }
         let candidates: Vec<String> = (self.tasks.values())
             .filter(|t| t.shim.is_some() && t.record.paused.is_none())
             .filter(|t| matches!(t.record.state, TaskState::Running | TaskState::Stalled))
@@ -66,12 +93,25 @@ impl Daemon {
                 }
             }
         }
-        summary("paused", done, refused)
+        prefixed(
+            "starts held until keel resume --all; ",
+            summary("paused", done, refused),
+        )
     }
 
+    /// The hold on starts ended, then every task a person paused resumed (keel's own resume
+    /// when room returns: resuming them all at once would overcommit the CPUs).
     fn resume_all(&mut self) -> Response {
+        if crate::daemon::start_hold::store(&self.store.dirs, None).is_err() {
+            return not_persisted("--all", &self.store.dirs.root);
+        }
+        if self.starts_held.take().is_some() {
+            self.store.queue_changed = true;
+        }
         let paused: Vec<String> = (self.tasks.values())
-            .filter(|t| t.record.paused.is_some())
+            .filter(|t| {
+                (t.record.paused.as_ref()).is_some_and(|p| p.origin == PauseOrigin::Request)
+            })
             .map(|t| t.name.clone())
             .collect();
         let mut done = Vec::new();
@@ -86,7 +126,10 @@ impl Daemon {
                 }
             }
         }
-        summary("resumed", done, refused)
+        prefixed(
+            "the hold on starts ended; ",
+            summary("resumed", done, refused),
+        )
     }
 
     fn refusal(&self, unit: &str, what: &str, e: PauseError) -> Response {
@@ -103,6 +146,14 @@ fn message_of(response: Response) -> String {
     match response {
         Response::Ok { message } | Response::Error { message } => message,
         _ => String::new(),
+    }
+}
+
+/// `response`'s message with `prefix` before it; a refusal of every task is no error here
+/// (the hold itself was done).
+fn prefixed(prefix: &str, response: Response) -> Response {
+    Response::Ok {
+        message: format!("{prefix}{}", message_of(response)),
     }
 }
 

@@ -30,7 +30,8 @@ impl Daemon {
             // Its shim is frozen too: the signal would wait for the resume.
             return Response::Error {
                 message: format!(
-                    "{unit}: paused: its processes are frozen and would see {} only at the                      resume; keel resume it first, or keel stop it (which thaws it)",
+                    "{unit}: paused: its processes are frozen and would see {} only at the \
+                     resume; keel resume it first, or keel stop it (which thaws it)",
                     crate::fmt::signal_name(signal)
                 ),
             };

@@ -7,16 +7,39 @@ use crate::daemon::preemption::{self, Action, Candidate, Waiter};
 use crate::daemon::queue::{Decision, PressureCheck, QueuedTask, Reservation, WaitReason};
 use crate::daemon::record::{PauseOrigin, TaskState};
 use crate::daemon::{Daemon, Task};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
-/// What a live attempt holds for the scheduler: its reservation, without CPU while it is
-/// paused (frozen, it runs nothing; its pages stay resident, so its memory stays counted).
+/// How long a task whose pause failed is left out of preemption.
+const PAUSE_FAILED_BACKOFF: Duration = Duration::from_secs(60);
+
+/// At most one pause for memory pressure this often: PSI's `avg10` takes about 10 s to show
+/// what a pause changed.
+const MEMORY_PAUSE_EVERY: Duration = Duration::from_secs(10);
+
+/// What preemption remembers between rounds.
+#[derive(Debug, Default)]
+pub(crate) struct PreemptionMemory {
+    last_memory_pause: Option<Instant>,
+    pause_failed: BTreeMap<String, Instant>,
+}
+
+/// What a live attempt holds for the scheduler: its reservation, without CPU while keel has
+/// it paused for a task of higher priority (frozen, it runs nothing; its pages stay resident,
+/// so its memory stays counted). A person's pause (`keel pause`) keeps its CPU: the task
+/// comes back to it.
 pub(super) fn held(task: &Task) -> Reservation {
     let reservation = task.reserved.unwrap_or_else(|| {
         (task.unit.as_ref())
             .map(|u| Reservation::of(&u.resources))
             .unwrap_or_default()
     });
-    if task.record.paused.is_some() {
+    let by_keel = task
+        .record
+        .paused
+        .as_ref()
+        .is_some_and(|p| p.origin == PauseOrigin::Keel);
+    if by_keel {
         Reservation {
             cpu_millis: 0,
             ..reservation
@@ -27,6 +50,36 @@ pub(super) fn held(task: &Task) -> Reservation {
 }
 
 impl Daemon {
+    /// `queued` less the tasks of a priority no higher than a task keel preempted: those wait,
+    /// saying behind which one, until it has resumed.
+    pub(super) fn behind_preempted(&mut self, queued: Vec<QueuedTask>) -> Vec<QueuedTask> {
+        let first = (self.tasks.values())
+            .filter(|t| {
+                t.record
+                    .paused
+                    .as_ref()
+                    .is_some_and(|p| p.origin == PauseOrigin::Keel)
+            })
+            .filter_map(|t| Some((t.unit.as_ref()?.priority, t.name.clone())))
+            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(&a.1)));
+        let Some((floor, paused)) = first else {
+            return queued;
+        };
+        let (behind, rest): (Vec<QueuedTask>, Vec<QueuedTask>) =
+            queued.into_iter().partition(|q| q.priority <= floor);
+        let reason = WaitReason::Held {
+            text: format!(
+                "behind `{paused}` (priority {floor}), paused for a task of higher priority: it \
+                 resumes first"
+            ),
+            key: format!("behind-preempted:{paused}"),
+        };
+        for task in &behind {
+            self.note_waiting(&task.unit, reason.clone());
+        }
+        rest
+    }
+
     /// Pause or resume `preemptible` tasks as this round's `decision` calls for.
     pub(super) fn preempt(
         &mut self,
@@ -69,10 +122,15 @@ impl Daemon {
                 Some(pause) if pause.origin == PauseOrigin::Keel => {
                     preempted.push(candidate(pause.since_ms))
                 }
-                Some(_) => {}
+                Some(_) => used_cpu = used_cpu.saturating_add(cpu_millis),
                 None => {
                     used_cpu = used_cpu.saturating_add(cpu_millis);
-                    if task.record.state == TaskState::Running && task.shim.is_some() {
+                    let failed_lately = (self.preemption.pause_failed.get(&task.name))
+                        .is_some_and(|at| at.elapsed() < PAUSE_FAILED_BACKOFF);
+                    if task.record.state == TaskState::Running
+                        && task.shim.is_some()
+                        && !failed_lately
+                    {
                         running.push(candidate(task.record.started_ms.unwrap_or(0)));
                     }
                 }
@@ -82,11 +140,22 @@ impl Daemon {
             used_cpu = used_cpu.saturating_add(started.reservation.cpu_millis);
         }
         let free_cpu = (self.settings.config.capacity.cpu_millis).saturating_sub(used_cpu);
-        let priority_of = |unit: &str| queued.iter().find(|q| &*q.unit == unit).map(|q| q.priority);
+        let priorities: BTreeMap<&str, i32> = queued
+            .iter()
+            .map(|q| (q.unit.as_str(), q.priority))
+            .collect();
+        let priority_of = |unit: &str| priorities.get(unit).copied();
+        // A task the host has refused or deferred a start of would not take the room a pause
+        // makes: it preempts nobody (else every retry of it would freeze a task for nothing).
+        let refused = |unit: &str| {
+            (self.tasks.get(unit))
+                .is_some_and(|t| t.record.blocked.is_some() || t.start_deferrals > 0)
+        };
         let waiters: Vec<Waiter> = (decision.waiting.iter())
             .filter(|(_, why)| !matches!(why, WaitReason::NeverFits(_)))
             .filter_map(|(unit, why)| {
                 let (cpu_short, memory_short) = match why {
+                    WaitReason::Resources { .. } if refused(unit) => (0, 0),
                     WaitReason::Resources { cpu, memory } => (
                         cpu.map_or(0, |s| s.needs.saturating_sub(s.free)),
                         memory.map_or(0, |s| s.needs.saturating_sub(s.free)),
@@ -102,10 +171,28 @@ impl Daemon {
             })
             .collect();
         let memory = self.memory_pressure_for_preemption(pressure, &running, &preempted);
-        for action in preemption::decide(&running, &preempted, &waiters, free_cpu, memory) {
+        let memory_pause_allowed =
+            (self.preemption.last_memory_pause).is_none_or(|at| at.elapsed() >= MEMORY_PAUSE_EVERY);
+        let actions = preemption::decide(
+            &running,
+            &preempted,
+            &waiters,
+            free_cpu,
+            memory,
+            memory_pause_allowed,
+        );
+        for action in actions {
             let done = match &action {
                 Action::Pause { unit, why } => {
-                    self.pause_task(unit, why, PauseOrigin::Keel).map(drop)
+                    let done = self.pause_task(unit, why, PauseOrigin::Keel).map(drop);
+                    if done.is_err() {
+                        self.preemption
+                            .pause_failed
+                            .insert(unit.clone(), Instant::now());
+                    } else if why.starts_with("memory pressure") {
+                        self.preemption.last_memory_pause = Some(Instant::now());
+                    }
+                    done
                 }
                 Action::Resume { unit, why } => {
                     self.resume_task(unit, why, PauseOrigin::Keel).map(drop)
@@ -118,6 +205,7 @@ impl Daemon {
                 Err(e) => log::warn!("preemption: {action:?} not done: {e:?}"),
             }
         }
+        (self.preemption.pause_failed).retain(|_, at| at.elapsed() < PAUSE_FAILED_BACKOFF);
     }
 
     /// The memory pressure preemption weighs, with its threshold: this round's figure, or one

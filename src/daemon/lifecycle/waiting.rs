@@ -56,7 +56,7 @@ impl Daemon {
                     Gate::Waits(why) => why,
                     Gate::Blocked(why) => format!("blocked: {why}"),
                 };
-                Some((t.name.clone(), WaitReason::After { text, key }))
+                Some((t.name.clone(), WaitReason::Held { text, key }))
             })
             .collect()
     }

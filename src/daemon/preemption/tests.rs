@@ -48,7 +48,7 @@ fn the_lowest_priority_newest_preemptible_tasks_go_first_until_the_need_is_cover
         task("lower", -2, true, 30, 250),
         task("equal", 5, true, 40, 4000),
     ];
-    let actions = decide(&running, &[], &[waiter("urgent", 5, 600, 0)], 0, None);
+    let actions = decide(&running, &[], &[waiter("urgent", 5, 600, 0)], 0, None, true);
     assert_eq!(paused(&actions), ["lower", "low-new"]);
     match &actions[0] {
         Action::Pause { why, .. } => assert_eq!(why, "preempted for `urgent` (priority 5 > -2)"),
@@ -60,13 +60,21 @@ fn the_lowest_priority_newest_preemptible_tasks_go_first_until_the_need_is_cover
 fn nobody_is_paused_when_it_would_not_make_room_or_memory_is_short() {
     let running = [task("a", 0, true, 0, 500), task("b", 0, false, 0, 4000)];
     // All preemptible together free 500 of the 1000 needed.
-    assert!(decide(&running, &[], &[waiter("w", 1, 1000, 0)], 0, None).is_empty());
+    assert!(decide(&running, &[], &[waiter("w", 1, 1000, 0)], 0, None, true).is_empty());
     // Memory is short: a frozen task keeps its pages.
-    assert!(decide(&running, &[], &[waiter("w", 1, 100, 1 << 30)], 0, None).is_empty());
+    assert!(decide(
+        &running,
+        &[],
+        &[waiter("w", 1, 100, 1 << 30)],
+        0,
+        None,
+        true
+    )
+    .is_empty());
     // CPU fits: the waiter waits for something else.
-    assert!(decide(&running, &[], &[waiter("w", 1, 0, 0)], 0, None).is_empty());
+    assert!(decide(&running, &[], &[waiter("w", 1, 0, 0)], 0, None, true).is_empty());
     // Nothing below its priority.
-    assert!(decide(&running, &[], &[waiter("w", 0, 100, 0)], 0, None).is_empty());
+    assert!(decide(&running, &[], &[waiter("w", 0, 100, 0)], 0, None, true).is_empty());
 }
 
 #[test]
@@ -80,7 +88,7 @@ fn memory_pressure_pauses_one_lowest_task_a_round() {
         percent: 55.0,
         threshold: 40.0,
     };
-    let actions = decide(&running, &[], &[], 0, Some(high));
+    let actions = decide(&running, &[], &[], 0, Some(high), true);
     assert_eq!(paused(&actions), ["b"]);
     match &actions[0] {
         Action::Pause { why, .. } => {
@@ -89,7 +97,7 @@ fn memory_pressure_pauses_one_lowest_task_a_round() {
         other => panic!("{other:?}"),
     }
     // Only non-preemptible tasks: nothing to do.
-    assert!(decide(&running[2..], &[], &[], 0, Some(high)).is_empty());
+    assert!(decide(&running[2..], &[], &[], 0, Some(high), true).is_empty());
 }
 
 #[test]
@@ -99,10 +107,10 @@ fn resume_the_highest_first_once_room_returns_and_pressure_has_fallen() {
         task("p-high-late", 3, true, 30, 500),
         task("p-high-early", 3, true, 20, 500),
     ];
-    let actions = decide(&[], &preempted, &[], 500, None);
+    let actions = decide(&[], &preempted, &[], 500, None, true);
     assert_eq!(resumed(&actions), ["p-high-early"]);
     // Not while a task of higher priority waits for capacity.
-    assert!(decide(&[], &preempted, &[waiter("w", 4, 100, 0)], 500, None).is_empty());
+    assert!(decide(&[], &preempted, &[waiter("w", 4, 100, 0)], 500, None, true).is_empty());
     // A waiter of lower priority does not hold it.
     assert_eq!(
         resumed(&decide(
@@ -110,20 +118,21 @@ fn resume_the_highest_first_once_room_returns_and_pressure_has_fallen() {
             &preempted,
             &[waiter("w", 2, 100, 0)],
             500,
-            None
+            None,
+            true
         )),
         ["p-high-early"]
     );
     // Not without room for its request.
-    assert!(decide(&[], &preempted, &[], 499, None).is_empty());
+    assert!(decide(&[], &preempted, &[], 499, None, true).is_empty());
     // Hysteresis: memory pressure under the threshold but not under half of it.
     let p = |percent| MemoryPressure {
         percent,
         threshold: 40.0,
     };
-    assert!(decide(&[], &preempted, &[], 500, Some(p(25.0))).is_empty());
+    assert!(decide(&[], &preempted, &[], 500, Some(p(25.0)), true).is_empty());
     assert_eq!(
-        resumed(&decide(&[], &preempted, &[], 500, Some(p(19.0)))),
+        resumed(&decide(&[], &preempted, &[], 500, Some(p(19.0)), true)),
         ["p-high-early"]
     );
 }
@@ -132,7 +141,14 @@ fn resume_the_highest_first_once_room_returns_and_pressure_has_fallen() {
 fn a_pause_round_resumes_nothing() {
     let running = [task("low", -1, true, 0, 1000)];
     let preempted = [task("other", -1, true, 0, 100)];
-    let actions = decide(&running, &preempted, &[waiter("w", 1, 500, 0)], 5000, None);
+    let actions = decide(
+        &running,
+        &preempted,
+        &[waiter("w", 1, 500, 0)],
+        5000,
+        None,
+        true,
+    );
     assert_eq!(paused(&actions), ["low"]);
     assert!(resumed(&actions).is_empty());
 }
@@ -142,9 +158,33 @@ fn the_first_waiter_short_of_capacity_is_the_one_served() {
     let running = [task("low", -1, true, 0, 1000)];
     // The first waits for max_running (nothing short): the next, short of CPU, is served.
     let waiters = [waiter("maxed", 9, 0, 0), waiter("short", 1, 500, 0)];
-    let actions = decide(&running, &[], &waiters, 0, None);
+    let actions = decide(&running, &[], &waiters, 0, None, true);
     assert_eq!(paused(&actions), ["low"]);
     // A waiter of higher priority, whatever it waits for, keeps a preempted task paused.
     let preempted = [task("p", 0, true, 0, 100)];
-    assert!(decide(&[], &preempted, &[waiter("maxed", 9, 0, 0)], 5000, None).is_empty());
+    assert!(decide(
+        &[],
+        &preempted,
+        &[waiter("maxed", 9, 0, 0)],
+        5000,
+        None,
+        true
+    )
+    .is_empty());
+}
+
+#[test]
+fn memory_pauses_wait_until_the_figure_can_show_the_last_one() {
+    let running = [task("a", 0, true, 0, 500)];
+    let preempted = [task("p", 0, true, 0, 100)];
+    let high = MemoryPressure {
+        percent: 55.0,
+        threshold: 40.0,
+    };
+    // Not allowed yet: no pause, and no resume either (the pressure is still high).
+    assert!(decide(&running, &preempted, &[], 5000, Some(high), false).is_empty());
+    assert_eq!(
+        paused(&decide(&running, &preempted, &[], 5000, Some(high), true)),
+        ["a"]
+    );
 }

@@ -73,7 +73,7 @@ fn invariants_hold_over_random_queues() {
                 WaitReason::MaxRunning { .. } => 3,
                 WaitReason::Behind { .. } => 4,
                 WaitReason::Pressure(_) => 5,
-                WaitReason::Start(_) | WaitReason::After { .. } => {
+                WaitReason::Start(_) | WaitReason::Held { .. } => {
                     panic!("decide never gives the daemon's own reasons: {reason:?}")
                 }
             }] += 1;
