@@ -270,9 +270,10 @@ fn settle_task(
             finished
         }
         Decision::Failed { reason } => {
+            // A reason that already carries the note (a disk stop's figures) is not told twice.
             let reason = match ending.note {
-                Some(note) => format!("{reason} ({note})"),
-                None => reason,
+                Some(note) if !reason.contains(&note) => format!("{reason} ({note})"),
+                _ => reason,
             };
             task.record.reason = Some(reason.clone());
             transition(task, TaskState::Failed, &reason, store);

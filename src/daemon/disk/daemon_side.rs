@@ -135,6 +135,10 @@ pub(crate) fn take_disk_stop(record: &mut TaskRecord, ending: &mut Ending) -> Op
         }
     }
     ending.exit = LastExit::Disk;
-    ending.note = Some(why.clone());
+    // What the exit already said (`shim killed by SIGKILL`) is kept after the figures.
+    ending.note = Some(match ending.note.take() {
+        Some(before) => format!("{why}; {before}"),
+        None => why.clone(),
+    });
     Some(why)
 }
