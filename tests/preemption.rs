@@ -85,6 +85,20 @@ fn a_low_priority_preemptible_task_makes_room_and_gets_it_back() {
     });
     assert_eq!(lesser["state"], "queued", "{lesser}");
 
+    // A maintenance window meanwhile: at its end the person's pauses are resumed, keel's is
+    // not (urgent still runs in the CPU low left).
+    for args in [["pause", "--all"], ["resume", "--all"]] {
+        let out = d.keel(&args);
+        assert!(out.status.success(), "keel {args:?}: {}", stderr_of(&out));
+    }
+    d.wait_state("urgent", "running", Duration::from_secs(10));
+    holds_throughout(Duration::from_millis(2500), "low stays preempted", || {
+        frozen(&d, "low")
+            && d.task("low").unwrap()["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("preempted for `urgent`"))
+    });
+
     // urgent ends: low is resumed, the same attempt, ticking again; lesser still waits.
     std::fs::write(d.task_dir("urgent").join("work/release"), "").unwrap();
     d.wait_state("urgent", "succeeded", Duration::from_secs(20));
@@ -109,8 +123,8 @@ fn a_low_priority_preemptible_task_makes_room_and_gets_it_back() {
     assert!(
         !d.events(Some("keep"))
             .iter()
-            .any(|e| e["event"] == "paused"),
-        "keep was paused"
+            .any(|e| e["event"] == "paused" && e["detail"] != "keel pause --all"),
+        "keep was paused by keel"
     );
     d.shutdown();
 }

@@ -16,8 +16,8 @@
 //!   (`memory_pause_allowed`: the daemon allows one each 10 s, PSI's `avg10` window).
 //! - **Resume.** With no pause this round and memory pressure below half its threshold, the
 //!   highest-priority paused task (the earliest paused first) is resumed when its CPU request
-//!   fits in what is free and no queued task of higher priority waits (for anything but a
-//!   capacity it can never fit); one a round.
+//!   fits in what is free and no queued task of higher priority lacks CPU alone (what the
+//!   resume would take from it); one a round.
 
 use std::cmp::Reverse;
 
@@ -150,7 +150,12 @@ fn resume_one(preempted: &[Candidate], waiters: &[Waiter], free_cpu: u64) -> Opt
     let next = preempted
         .iter()
         .min_by_key(|c| (Reverse(c.priority), c.since_ms, c.unit.clone()))?;
-    let higher_waits = waiters.iter().any(|w| w.priority > next.priority);
+    // Resuming takes CPU only: a waiter of higher priority holds it back only if CPU alone
+    // is what it lacks (one short of memory, or waiting for `max_running` — which a paused
+    // task counts toward anyway — would wait the same, and the task would stay frozen for
+    // nothing).
+    let higher_waits = (waiters.iter())
+        .any(|w| w.priority > next.priority && w.cpu_short > 0 && w.memory_short == 0);
     (!higher_waits && next.cpu_millis <= free_cpu).then(|| Action::Resume {
         unit: next.unit.clone(),
         why: "room again: no task of higher priority waits".to_string(),

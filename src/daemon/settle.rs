@@ -270,10 +270,16 @@ fn settle_task(
             finished
         }
         Decision::Failed { reason } => {
-            // A reason that already carries the note (a disk stop's figures) is not told twice.
-            let reason = match ending.note {
-                Some(note) if !reason.contains(&note) => format!("{reason} ({note})"),
-                _ => reason,
+            // What the note adds to the reason: a part the reason already carries (a disk
+            // stop's figures) is not told twice.
+            let extra: Vec<&str> = (ending.note.as_deref().unwrap_or_default())
+                .split("; ")
+                .filter(|part| !part.is_empty() && !reason.contains(part))
+                .collect();
+            let reason = if extra.is_empty() {
+                reason
+            } else {
+                format!("{reason} ({})", extra.join("; "))
             };
             task.record.reason = Some(reason.clone());
             transition(task, TaskState::Failed, &reason, store);

@@ -14,10 +14,20 @@ fn path(dirs: &StateDir) -> PathBuf {
 }
 
 /// The hold recorded in the state directory (read once, at the daemon's start): its words.
+/// A file that cannot be read keeps the hold (a window silently dropped would let every
+/// start through): the error is logged, `keel resume --all` ends it.
 pub(crate) fn load(dirs: &StateDir) -> Option<String> {
-    let text = std::fs::read_to_string(path(dirs)).ok()?;
-    let text = text.trim();
-    (!text.is_empty()).then(|| text.to_string())
+    match std::fs::read_to_string(path(dirs)) {
+        Ok(text) => {
+            let text = text.trim();
+            (!text.is_empty()).then(|| text.to_string())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            log::error!("{}: {e}: starts stay held", path(dirs).display());
+            Some(format!("since an unknown time: {e}"))
+        }
+    }
 }
 
 /// Record the hold (`Some`) or its end (`None`) durably.

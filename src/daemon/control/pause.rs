@@ -47,35 +47,16 @@ impl Daemon {
         }
     }
 
-    /// The hold on starts first (recorded before it acts: a restarted daemon keeps it), then
-    /// keel's own pauses become the person's (keel resumes none of them now), then every task
-    /// with a live attempt that is not paused yet; the others are left as they are.
+    /// The hold on starts first (recorded before it acts: a restarted daemon keeps it; while
+    /// it lasts keel preempts and resumes nothing), then every task with a live attempt that
+    /// is not paused yet; the others are left as they are (keel's own pauses stay keel's:
+    /// they resume when room returns, after the window).
     fn pause_all(&mut self) -> Response {
         let since = crate::state::rfc3339(crate::state::now_ms());
         if crate::daemon::start_hold::store(&self.store.dirs, Some(&since)).is_err() {
             return not_persisted("--all", &self.store.dirs.root);
         }
         self.starts_held = Some(since);
-        let preempted: Vec<String> = (self.tasks.values())
-            .filter(|t| {
-                t.record
-                    .paused
-                    .as_ref()
-                    .is_some_and(|p| p.origin == PauseOrigin::Keel)
-            })
-            .map(|t| t.name.clone())
-            .collect();
-        for unit in preempted {
-            if let Some(task) = self.tasks.get_mut(&unit) {
-                if let Some(pause) = task.record.paused.as_mut() {
-                    pause.origin = PauseOrigin::Request;
-                    pause.reason = format!("keel pause --all (was: {})", pause.reason);
-                }
-                if self.store.persist(task).is_err() {
-                    log::error!("{unit}: its pause, now keel pause --all's, is not recorded");
-                }
-            }
-        }
         let candidates: Vec<String> = (self.tasks.values())
             .filter(|t| t.shim.is_some() && t.record.paused.is_none())
             .filter(|t| matches!(t.record.state, TaskState::Running | TaskState::Stalled))

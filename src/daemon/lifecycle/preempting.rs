@@ -24,16 +24,22 @@ pub(crate) struct PreemptionMemory {
     pause_failed: BTreeMap<String, Instant>,
 }
 
+/// A live attempt's whole reservation: the unit it started with (an edit applies at the next
+/// start), or for an adopted attempt the unit as it is now.
+fn held_whole(task: &Task) -> Reservation {
+    task.reserved.unwrap_or_else(|| {
+        (task.unit.as_ref())
+            .map(|u| Reservation::of(&u.resources))
+            .unwrap_or_default()
+    })
+}
+
 /// What a live attempt holds for the scheduler: its reservation, without CPU while keel has
 /// it paused for a task of higher priority (frozen, it runs nothing; its pages stay resident,
 /// so its memory stays counted). A person's pause (`keel pause`) keeps its CPU: the task
 /// comes back to it.
 pub(super) fn held(task: &Task) -> Reservation {
-    let reservation = task.reserved.unwrap_or_else(|| {
-        (task.unit.as_ref())
-            .map(|u| Reservation::of(&u.resources))
-            .unwrap_or_default()
-    });
+    let reservation = held_whole(task);
     let by_keel = task
         .record
         .paused
@@ -53,6 +59,8 @@ impl Daemon {
     /// `queued` less the tasks of a priority no higher than a task keel preempted: those wait,
     /// saying behind which one, until it has resumed.
     pub(super) fn behind_preempted(&mut self, queued: Vec<QueuedTask>) -> Vec<QueuedTask> {
+        let capacity = &self.settings.config.capacity;
+        // One that can never fit again (the capacity was lowered) would hold the line forever.
         let first = (self.tasks.values())
             .filter(|t| {
                 t.record
@@ -60,6 +68,7 @@ impl Daemon {
                     .as_ref()
                     .is_some_and(|p| p.origin == PauseOrigin::Keel)
             })
+            .filter(|t| crate::daemon::queue::never_fits(&held_whole(t), capacity).is_none())
             .filter_map(|t| Some((t.unit.as_ref()?.priority, t.name.clone())))
             .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(&a.1)));
         let Some((floor, paused)) = first else {
@@ -136,7 +145,8 @@ impl Daemon {
                 }
             }
         }
-        for started in queued.iter().filter(|q| decision.start.contains(&&*q.unit)) {
+        let starting: std::collections::BTreeSet<&str> = decision.start.iter().copied().collect();
+        for started in queued.iter().filter(|q| starting.contains(q.unit.as_str())) {
             used_cpu = used_cpu.saturating_add(started.reservation.cpu_millis);
         }
         let free_cpu = (self.settings.config.capacity.cpu_millis).saturating_sub(used_cpu);
@@ -181,6 +191,9 @@ impl Daemon {
             memory,
             memory_pause_allowed,
         );
+        // The pauses of a round together make the room: one that fails leaves the others
+        // freezing tasks for nothing, so they are undone.
+        let mut paused_now: Vec<String> = Vec::new();
         for action in actions {
             let done = match &action {
                 Action::Pause { unit, why } => {
@@ -189,9 +202,20 @@ impl Daemon {
                         self.preemption
                             .pause_failed
                             .insert(unit.clone(), Instant::now());
-                    } else if why.starts_with("memory pressure") {
+                        for undo in std::mem::take(&mut paused_now) {
+                            let why = "the other pauses this room needed failed";
+                            if let Err(e) = self.resume_task(&undo, why, PauseOrigin::Keel) {
+                                log::warn!("preemption: {undo} not resumed: {e:?}");
+                            }
+                        }
+                        log::warn!("preemption: {unit} not paused: {done:?}");
+                        self.store.queue_changed = true;
+                        break;
+                    }
+                    if why.starts_with("memory pressure") {
                         self.preemption.last_memory_pause = Some(Instant::now());
                     }
+                    paused_now.push(unit.clone());
                     done
                 }
                 Action::Resume { unit, why } => {

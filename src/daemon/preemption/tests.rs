@@ -160,12 +160,20 @@ fn the_first_waiter_short_of_capacity_is_the_one_served() {
     let waiters = [waiter("maxed", 9, 0, 0), waiter("short", 1, 500, 0)];
     let actions = decide(&running, &[], &waiters, 0, None, true);
     assert_eq!(paused(&actions), ["low"]);
-    // A waiter of higher priority, whatever it waits for, keeps a preempted task paused.
+    // A waiter of higher priority keeps a preempted task paused only if CPU alone is what
+    // it lacks: one waiting for max_running, or short of memory (the frozen task's pages are
+    // counted either way), would wait the same.
     let preempted = [task("p", 0, true, 0, 100)];
+    for other in [waiter("maxed", 9, 0, 0), waiter("memory", 9, 100, 1 << 30)] {
+        assert_eq!(
+            resumed(&decide(&[], &preempted, &[other], 5000, None, true)),
+            ["p"]
+        );
+    }
     assert!(decide(
         &[],
         &preempted,
-        &[waiter("maxed", 9, 0, 0)],
+        &[waiter("cpu", 9, 100, 0)],
         5000,
         None,
         true
