@@ -254,8 +254,9 @@ fn a_paused_task_is_thawed_to_be_stopped_and_can_be_removed() {
             .unwrap_or_default()
             .trim(),
         "term",
-        "the agent did not see its stop signal: {:?}\n{}",
+        "the agent did not see its stop signal: {:?}\nshim: {}\n{}",
         d.events(Some("stopme")),
+        std::fs::read_to_string(d.task_dir("stopme").join("run/shim.log")).unwrap_or_default(),
         d.daemon_log()
     );
     assert!(
@@ -263,6 +264,9 @@ fn a_paused_task_is_thawed_to_be_stopped_and_can_be_removed() {
         "SIGKILLed: {:?}",
         d.events(Some("stopme"))
     );
+    let thawed = events_named(&d, "stopme", "resumed");
+    assert_eq!(thawed.len(), 1, "{thawed:?}");
+    assert_eq!(thawed[0]["detail"], "thawed to be stopped");
     // Started again, it is not paused.
     ok(&d, &["start", "stopme"]);
     d.wait_state("stopme", "running", Duration::from_secs(10));

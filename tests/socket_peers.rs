@@ -55,6 +55,7 @@ cat > /tmp/evil.ron <<'EOF'
 Unit(command: ["/bin/sh", "-c", "echo pwned > {proof}"], restart: Never)
 EOF
 $K --state $S add /tmp/evil.ron; echo "add-exit=$?"
+$K --state $S pause --all; echo "pause-exit=$?"
 "#,
         keel = keel.display(),
         state = state.display(),
@@ -69,9 +70,14 @@ fn assert_refused(out: &str, daemon: &Daemon, units_before: &[String], proof: &P
         "status was not refused:\n{out}"
     );
     assert!(out.contains("add-exit=1"), "add was not refused:\n{out}");
+    // Nor may it freeze its peers (or itself).
+    assert!(
+        out.contains("pause-exit=1"),
+        "pause was not refused:\n{out}"
+    );
     // The agent is told its user namespace (or PID namespace) is not the daemon's.
     let refusals = out.matches("keel: refused: ").count();
-    assert_eq!(refusals, 2, "two refusals:\n{out}");
+    assert_eq!(refusals, 3, "three refusals:\n{out}");
     assert_eq!(
         listing(&daemon.units()),
         units_before,
@@ -118,8 +124,8 @@ fn the_agent_cannot_reach_a_socket_of_roots() {
     assert_eq!(task["state"], "succeeded", "{task}\n{out}");
     assert_eq!(
         out.matches("Permission denied").count(),
-        2,
-        "both commands stopped at the socket's path:\n{out}"
+        3,
+        "every command stopped at the socket's path:\n{out}"
     );
     assert!(b.task("evil").is_none(), "the unit was installed");
     assert!(!proof.exists(), "the installed unit ran on the host");

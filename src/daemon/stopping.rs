@@ -183,6 +183,7 @@ pub(crate) fn stop(
     }
     if let Some((_, cgroup)) = pause_before {
         super::freezer::thaw_for_stop(&task.name, cgroup);
+        store.task_event(task, "resumed", "thawed to be stopped");
     }
     send_stop_signal(task, signal);
     timers.add_after(
