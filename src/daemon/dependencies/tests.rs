@@ -8,9 +8,9 @@ fn units(list: &[(&str, TaskState, &[&str])]) -> Vec<(String, TaskState, Vec<Str
         .collect()
 }
 
-fn gates_of(list: &[(&str, TaskState, &[&str])], names: &[&str]) -> Vec<Gate> {
-    let owned = units(list);
-    let nodes: BTreeMap<&str, Node> = owned
+/// The gate's view of owned `(name, state, after)` lists: nothing blocked by the host.
+fn nodes_of(owned: &[(String, TaskState, Vec<String>)]) -> BTreeMap<&str, Node<'_>> {
+    owned
         .iter()
         .map(|(n, s, a)| {
             (
@@ -22,7 +22,12 @@ fn gates_of(list: &[(&str, TaskState, &[&str])], names: &[&str]) -> Vec<Gate> {
                 },
             )
         })
-        .collect();
+        .collect()
+}
+
+fn gates_of(list: &[(&str, TaskState, &[&str])], names: &[&str]) -> Vec<Gate> {
+    let owned = units(list);
+    let nodes = nodes_of(&owned);
     let gates = Gates::new(&nodes);
     names.iter().map(|n| gates.gate(n)).collect()
 }
@@ -181,19 +186,7 @@ fn a_long_chain_is_gated_without_recursion() {
         })
         .collect();
     owned.last_mut().unwrap().1 = Failed;
-    let nodes: BTreeMap<&str, Node> = owned
-        .iter()
-        .map(|(n, s, a)| {
-            (
-                n.as_str(),
-                Node {
-                    after: a,
-                    state: *s,
-                    host_blocked: None,
-                },
-            )
-        })
-        .collect();
+    let nodes = nodes_of(&owned);
     let gates = Gates::new(&nodes);
     assert!(blocked(&gates.gate("u0")).contains("\"u9999\" failed"));
     assert!(blocked(&gates.gate("u9998")).starts_with("after \"u9999\": "));
@@ -208,19 +201,7 @@ fn every_unit_of_a_long_chain_behind_a_cycle_is_gated_in_one_pass() {
         .map(|i| (format!("u{i:05}"), Queued, vec![format!("u{:05}", i + 1)]))
         .collect();
     owned.push((format!("u{n:05}"), Queued, vec![format!("u{:05}", n - 1)]));
-    let nodes: BTreeMap<&str, Node> = owned
-        .iter()
-        .map(|(n, s, a)| {
-            (
-                n.as_str(),
-                Node {
-                    after: a,
-                    state: *s,
-                    host_blocked: None,
-                },
-            )
-        })
-        .collect();
+    let nodes = nodes_of(&owned);
     let gates = Gates::new(&nodes);
     let last = format!("u{n:05}");
     let before = format!("u{:05}", n - 1);

@@ -115,11 +115,7 @@ impl Daemon {
                 .unit
                 .as_ref()
                 .map_or((0, false), |u| (u.priority, u.preemptible));
-            let cpu_millis = task
-                .reserved
-                .or_else(|| task.unit.as_ref().map(|u| Reservation::of(&u.resources)))
-                .unwrap_or_default()
-                .cpu_millis;
+            let cpu_millis = held_whole(task).cpu_millis;
             let candidate = |since_ms: u64| Candidate {
                 unit: task.name.clone(),
                 priority,
