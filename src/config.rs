@@ -8,6 +8,7 @@
 //!     user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024),
 //!     jobs: Jobs(workers: 2, memory: "1G", deadline: "10m"),
 //!     network: Network(lists: {"anthropic": ["api.anthropic.com"]}, resolver: None, trust: []),
+//!     notify: [Notify(on: [Failed, Stalled, OomKill], command: ["ntfy", "publish", "agents"])],
 //! )
 //! ```
 //!
@@ -17,10 +18,12 @@
 //! I/O pressure ([`pressure`]), and a user namespace for every task with its ids
 //! from [`DEFAULT_FIRST_ID`] ([`UserNamespaces`]). Unknown fields are errors. The file is RON like
 //! a unit file and is read with the unit module's machinery, so its errors name `file:line:col`
-//! and read the same way.
+//! and read the same way. `notify` names commands run on chosen events ([`notify`],
+//! docs/notifications.md); a hook's `user` is looked up as the file is read.
 
 pub mod jobs;
 pub mod network;
+pub mod notify;
 pub mod pressure;
 
 use crate::fmt::format_bytes;
@@ -60,6 +63,9 @@ pub struct RawConfig {
     /// wait (`crate::daemon::disk`).
     #[serde(default, deserialize_with = "written")]
     pub disk_reserve: Option<Size>,
+    /// `notify: [Notify(on: [Failed], command: [...])]`: hooks run on chosen events.
+    #[serde(default)]
+    pub notify: Vec<notify::RawNotify>,
 }
 
 /// `user_namespaces: UserNamespaces(first_id: 1879048192, blocks: 1024)` or
@@ -115,6 +121,8 @@ pub struct Config {
     /// The free space new starts leave on the state filesystem, as written; `None`: the
     /// default, [`default_disk_reserve`] of the filesystem's size.
     pub disk_reserve: Option<u64>,
+    /// The commands run on chosen events ([`notify::Hook`]).
+    pub notify: Vec<notify::Hook>,
 }
 
 /// The default `disk_reserve`: 1 GiB, or 5% of the state filesystem when that is smaller (a
@@ -297,6 +305,7 @@ pub fn resolve(raw: &RawConfig, host: &HostCapacity) -> Config {
         harvest_limits: raw.harvest_limits.unwrap_or_default(),
         network: network::resolve(&raw.network),
         disk_reserve: raw.disk_reserve.map(|s| s.0),
+        notify: notify::resolve(&raw.notify),
     }
 }
 
@@ -326,7 +335,7 @@ pub fn parse_config(file: &Path, text: &str) -> Result<RawConfig, UnitError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let error_at = |offset: usize, message: String| UnitError::at(file, text, offset, message);
     let map = SourceMap::new(text);
-    let raw: RawConfig = match ron::from_str(text) {
+    let mut raw: RawConfig = match ron::from_str(text) {
         Ok(raw) => raw,
         Err(error) => {
             let (offset, message) = map.explain(&error);
@@ -338,10 +347,12 @@ pub fn parse_config(file: &Path, text: &str) -> Result<RawConfig, UnitError> {
         .map(|(path, message)| (map.locate(&path), format!("{path}: {message}")))
         .collect();
     problems.sort_by_key(|(offset, _)| *offset);
-    match problems.into_iter().next() {
-        Some((offset, message)) => Err(error_at(offset, message)),
-        None => Ok(raw),
+    if let Some((offset, message)) = problems.into_iter().next() {
+        return Err(error_at(offset, message));
     }
+    notify::resolve_users(&mut raw.notify)
+        .map_err(|(path, message)| error_at(map.locate(&path), format!("{path}: {message}")))?;
+    Ok(raw)
 }
 
 /// The unit module explains ron's errors in a unit's words; these few are about the file as a
@@ -420,6 +431,7 @@ fn check(raw: &RawConfig) -> Vec<(FieldPath, String)> {
     problems.extend(pressure::check(raw.pressure.as_ref()));
     problems.extend(jobs::check(&raw.jobs));
     problems.extend(network::check(&raw.network));
+    problems.extend(notify::check(&raw.notify));
     problems
 }
 

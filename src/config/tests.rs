@@ -63,6 +63,7 @@ fn defaults() {
         harvest_limits: HarvestLimits::default(),
         network: NetworkConfig::default(),
         disk_reserve: None,
+        notify: Vec::new(),
     };
     assert_eq!(parse("Config()"), defaults);
     assert_eq!(parse("()"), defaults);
@@ -95,6 +96,7 @@ fn the_example_of_the_issue() {
             harvest_limits: HarvestLimits::default(),
             network: NetworkConfig::default(),
             disk_reserve: None,
+            notify: Vec::new(),
         }
     );
 }
