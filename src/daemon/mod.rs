@@ -32,6 +32,7 @@ mod jobs;
 mod lifecycle;
 mod liveness;
 mod network;
+mod notifications;
 mod pausing;
 pub mod policy;
 mod preemption;
@@ -122,6 +123,8 @@ pub struct Daemon {
     liveness: liveness::Watches,
     /// The slow work, in worker processes: checkouts, harvests, removals (jobs/).
     jobs: jobs::Jobs,
+    /// The hooks `keel.ron`'s `notify` names, run on chosen events (notifications/).
+    notifications: notifications::Notifications,
     /// systemd's notify socket and watchdog (no-ops elsewhere) (systemd.rs).
     notifier: crate::notify::Notifier,
     /// Who this daemon is: its start, its boot, whether it runs under `keel init`.
@@ -246,8 +249,11 @@ impl Daemon {
         nix::sys::stat::umask(umask);
         let control = control?;
 
+        let notifications =
+            notifications::Notifications::new(settings.config.notify.clone(), dirs.root.clone());
         Ok(Daemon {
             store: Store::new(dirs, journal),
+            notifications,
             events,
             control,
             units,
@@ -283,6 +289,7 @@ impl Daemon {
             // Act on what the previous round decided before sleeping again.
             self.schedule_if_changed();
             self.run_jobs();
+            self.run_notifications();
             self.answer_waiters();
             self.notify_status();
             self.store.sync();
@@ -445,8 +452,9 @@ impl Daemon {
                     if let Some(pid) = status.pid() {
                         if self.tasks.is_shim(pid.as_raw()) {
                             self.tasks.reaped.insert(pid.as_raw(), status);
-                        } else {
-                            self.jobs.on_reaped(pid.as_raw(), status, &mut self.events);
+                        } else if !self.jobs.on_reaped(pid.as_raw(), status, &mut self.events) {
+                            let (store, timers) = (&mut self.store, &mut self.events.timers);
+                            (self.notifications).on_reaped(pid.as_raw(), status, store, timers);
                         }
                     }
                 }
@@ -484,6 +492,8 @@ impl Daemon {
                 tries,
             } => self.on_freeze_check(&unit, generation, tries),
             Timer::Disk => self.on_disk_due(),
+            Timer::NotifyFlush => self.notifications.on_flush_due(),
+            Timer::NotifyTimeout { id } => self.on_notify_timeout(id),
             Timer::ReplenishSpare => self
                 .sandboxing
                 .replenish_spare(self.shutdown.is_some(), self.tasks.any_shim()),

@@ -226,6 +226,7 @@ impl Daemon {
             }
         }
         self.jobs.reconfigure(self.settings.config.jobs);
+        self.notifications.reconfigure(&self.settings.config.notify);
         Ok(())
     }
 }

@@ -13,7 +13,16 @@ pub(crate) struct Store {
     pub counts_changed: bool,
     /// A task became startable or freed what it reserved: run the scheduler before sleeping.
     pub queue_changed: bool,
+    /// Journal events a hook may be run on (`keel.ron`'s `notify`), for the notifier after
+    /// this round (`notifications/`); bounded by [`MAX_NOTICES`].
+    pub notices: Vec<Event>,
+    /// Those past [`MAX_NOTICES`] this round, counted (the notifier journals the count).
+    pub notices_dropped: u64,
 }
+
+/// The most journal events held for the notifier in one round (a round that journals more
+/// is a storm the coalescing would fold anyway; the rest are counted).
+pub(crate) const MAX_NOTICES: usize = 4096;
 
 impl Store {
     pub fn new(dirs: StateDir, journal: Journal) -> Self {
@@ -22,6 +31,8 @@ impl Store {
             journal,
             counts_changed: true,
             queue_changed: true,
+            notices: Vec::new(),
+            notices_dropped: 0,
         }
     }
 
@@ -41,6 +52,13 @@ impl Store {
         };
         if let Err(e) = self.journal.append(&entry) {
             log::error!("journal: {e}");
+        }
+        if crate::config::notify::EventKind::of_journal(event).is_some() {
+            if self.notices.len() < MAX_NOTICES {
+                self.notices.push(entry);
+            } else {
+                self.notices_dropped += 1;
+            }
         }
     }
 

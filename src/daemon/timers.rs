@@ -59,6 +59,10 @@ pub enum Timer {
     },
     /// Read the disk figures: enforce budgets, end the reserve's hold (`disk.rs`).
     Disk,
+    /// A coalescing window of the notifications may have ended (notifications/).
+    NotifyFlush,
+    /// Notification hook `id` may be past its timeout: kill it if it still runs.
+    NotifyTimeout { id: u64 },
 }
 
 #[derive(Default)]
