@@ -8,7 +8,8 @@
 //! sources and timers (`event_loop.rs`), the state directory and journal (`store.rs`), the
 //! tasks (`task.rs`), the units directory (`units_dir.rs`), the settings (`settings.rs`),
 //! sandboxing's templates and spare (`sandboxing.rs`), the cgroup slices (`slices.rs`), the
-//! liveness watches (`liveness/`), the jobs and their workers (`jobs/`) and the control
+//! liveness watches (`liveness/`), the jobs and their workers (`jobs/`), the notification
+//! hooks (`notifications/`, never waited on) and the control
 //! socket (`control/`, a file per request; `keel harvest`, `rm` and `prune` answer once their
 //! job has ended).
 //! An event is dispatched here by its token or timer; its handler looks the task up once and

@@ -166,3 +166,28 @@ fn describe_is_short() {
     hook.command = vec!["x".repeat(100)];
     assert_eq!(hook.describe().chars().count(), 61);
 }
+
+/// Every `Notify(...)` of docs/notifications.md parses and checks (users are not looked up:
+/// the examples name users of their own).
+#[test]
+fn the_examples_of_the_docs_parse() {
+    let doc = include_str!("../../../docs/notifications.md");
+    let mut examples = 0;
+    for block in doc.split("```ron\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        let list = match block.trim_start().starts_with("Config(") {
+            true => {
+                let config: crate::config::RawConfig =
+                    ron::from_str(block).unwrap_or_else(|e| panic!("{e}:\n{block}"));
+                config.notify
+            }
+            false => {
+                let text = format!("[{block}]");
+                ron::from_str::<Vec<RawNotify>>(&text).unwrap_or_else(|e| panic!("{e}:\n{block}"))
+            }
+        };
+        assert!(check(&list).is_empty(), "{:?}:\n{block}", check(&list));
+        examples += list.len();
+    }
+    assert!(examples >= 9, "{examples} examples");
+}

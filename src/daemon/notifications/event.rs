@@ -67,7 +67,10 @@ pub(crate) fn variables(told: &Told, origin: &Origin) -> Vec<(&'static str, Stri
         ("KEEL_EVENT_TIME", e.time.clone()),
         ("KEEL_EVENT_COUNT", told.count.to_string()),
         ("KEEL_EVENT_HOST", origin.host.to_string()),
-        ("KEEL_EVENT_STATE_DIR", origin.state_dir.display().to_string()),
+        (
+            "KEEL_EVENT_STATE_DIR",
+            origin.state_dir.display().to_string(),
+        ),
         ("KEEL_EVENT_JSON", line.trim_end().to_string()),
     ]
 }

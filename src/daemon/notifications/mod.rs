@@ -170,11 +170,14 @@ impl Notifications {
     }
 
     fn start(&mut self, ready: Ready, store: &mut Store, timers: &mut Timers) {
+        // Without the log, /dev/null: the hook runs all the same (its output is lost).
+        let mut null = None;
         let output = match self.output() {
             Ok(fd) => fd,
             Err(e) => {
                 log::warn!("notify: cannot open {LOG_FILE}: {e}; the hook's output is lost");
-                -1
+                let file = std::fs::OpenOptions::new().write(true).open("/dev/null");
+                null.insert(file).as_ref().map_or(-1, |f| f.as_raw_fd())
             }
         };
         let Some(hook) = self.hooks.get(ready.hook) else {
@@ -218,7 +221,10 @@ impl Notifications {
                 );
             }
             Err(err) => {
-                let detail = format!("{describe} on {}: cannot start it: {err}", ready.kind.name());
+                let detail = format!(
+                    "{describe} on {}: cannot start it: {err}",
+                    ready.kind.name()
+                );
                 log::warn!("notify: {}: {detail}", e.unit);
                 store.event(&e.unit, e.attempt, e.generation, "notify-failed", &detail);
             }

@@ -68,7 +68,8 @@ pub(crate) fn spawn(
     output: RawFd,
 ) -> std::io::Result<Started> {
     use nix::fcntl::OFlag;
-    let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
+    let invalid =
+        |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
     let program = hook.command.first().ok_or_else(|| invalid("no program"))?;
     let path = std::env::var("PATH").ok();
     let paths: Vec<CString> = candidates(program, path.as_deref())
@@ -99,7 +100,10 @@ pub(crate) fn spawn(
         nofile: crate::daemon::ORIGINAL_NOFILE.get().copied(),
         signals_blocked: true,
     };
-    let cannot_run = format!("keel: notify hook {:?}: cannot run {program}: ", hook.describe());
+    let cannot_run = format!(
+        "keel: notify hook {:?}: cannot run {program}: ",
+        hook.describe()
+    );
     let user = hook.user.as_ref();
     // The child: the standard descriptors and a new session (set_up_child), the user, every
     // signal unblocked, then each candidate path in turn. Memory is a copy of the
@@ -110,7 +114,11 @@ pub(crate) fn spawn(
         }
         if let Some(user) = user {
             if let Err(e) = become_user(user) {
-                let _ = writeln!(std::io::stderr(), "{cannot_run}cannot become user {}: {e}", user.name);
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{cannot_run}cannot become user {}: {e}",
+                    user.name
+                );
                 crate::sys::fds::exit_now(EXIT_CANNOT_SETUP);
             }
         }

@@ -8,7 +8,10 @@ use nix::unistd::Pid;
 fn exit_zero_is_success_and_everything_else_says_why() {
     let pid = Pid::from_raw(42);
     assert_eq!(failure(&WaitStatus::Exited(pid, 0)), None);
-    assert_eq!(failure(&WaitStatus::Exited(pid, 3)).as_deref(), Some("exited 3"));
+    assert_eq!(
+        failure(&WaitStatus::Exited(pid, 3)).as_deref(),
+        Some("exited 3")
+    );
     let not_found = failure(&WaitStatus::Exited(pid, 127)).unwrap();
     assert!(not_found.contains("could not be run"), "{not_found}");
     assert!(not_found.contains(LOG_FILE), "{not_found}");

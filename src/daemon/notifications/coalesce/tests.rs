@@ -34,7 +34,10 @@ fn those_within_the_window_are_held_and_the_latest_goes_at_its_end() {
     assert!(c.offer(key("a", "failed"), 2, W, at(t0, 10)).is_none());
     assert!(c.offer(key("a", "failed"), 3, W, at(t0, 19_999)).is_none());
     assert_eq!(c.next_due(), Some(t0 + W));
-    assert!(c.due(at(t0, 19_999)).is_empty(), "not before its window ends");
+    assert!(
+        c.due(at(t0, 19_999)).is_empty(),
+        "not before its window ends"
+    );
     let sends = c.due(t0 + W);
     assert_eq!(
         sends,
@@ -57,7 +60,9 @@ fn an_event_after_the_window_takes_what_was_held_if_due_did_not_run() {
     c.offer(key("a", "failed"), 1, W, t0);
     c.offer(key("a", "failed"), 2, W, at(t0, 1));
     c.offer(key("a", "failed"), 3, W, at(t0, 2));
-    let send = c.offer(key("a", "failed"), 4, W, t0 + W).expect("window over");
+    let send = c
+        .offer(key("a", "failed"), 4, W, t0 + W)
+        .expect("window over");
     assert_eq!((send.event, send.count), (4, 3));
     assert!(c.due(t0 + W + W).is_empty(), "nothing counted twice");
 }
@@ -83,8 +88,14 @@ fn keys_are_independent() {
     let mut c = Coalescer::default();
     let t0 = Instant::now();
     assert!(c.offer(key("a", "failed"), 0, W, t0).is_some());
-    assert!(c.offer(key("b", "failed"), 0, W, t0).is_some(), "another unit");
-    assert!(c.offer(key("a", "stalled"), 0, W, t0).is_some(), "another event");
+    assert!(
+        c.offer(key("b", "failed"), 0, W, t0).is_some(),
+        "another unit"
+    );
+    assert!(
+        c.offer(key("a", "stalled"), 0, W, t0).is_some(),
+        "another event"
+    );
     let other_hook = Key {
         hook: 1,
         ..key("a", "failed")

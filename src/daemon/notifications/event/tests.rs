@@ -38,7 +38,10 @@ fn the_line_is_one_line_of_json_with_every_field() {
     assert_eq!(v["journal_event"], "failed");
     assert_eq!(v["attempt"], 3);
     assert_eq!(v["generation"], 7);
-    assert_eq!(v["detail"], "restart limit: 6 restarts within 1h\nsecond line");
+    assert_eq!(
+        v["detail"],
+        "restart limit: 6 restarts within 1h\nsecond line"
+    );
     assert_eq!(v["time"], "2026-12-02T18:00:00.000Z");
     assert_eq!(v["count"], 4);
     assert_eq!(v["host"], "box");

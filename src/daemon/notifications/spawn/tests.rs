@@ -4,7 +4,10 @@ use super::*;
 
 #[test]
 fn a_path_is_tried_alone() {
-    assert_eq!(candidates("/usr/bin/ntfy", Some("/x")), vec!["/usr/bin/ntfy"]);
+    assert_eq!(
+        candidates("/usr/bin/ntfy", Some("/x")),
+        vec!["/usr/bin/ntfy"]
+    );
     assert_eq!(candidates("./hook", Some("/x")), vec!["./hook"]);
 }
 
