@@ -18,7 +18,7 @@ fn parse(text: &str) -> Config {
 }
 
 /// Parses `text`, expecting an error at exactly `line:col` whose message contains `needle`.
-fn assert_bad(text: &str, line: usize, col: usize, needle: &str) {
+pub(super) fn assert_bad(text: &str, line: usize, col: usize, needle: &str) {
     let error = match parse_config(Path::new("/var/lib/keel/keel.ron"), text) {
         Ok(raw) => panic!("parsed, expected an error: {raw:?}"),
         Err(error) => error,

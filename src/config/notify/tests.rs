@@ -2,25 +2,13 @@
 //! the file is read, and every error at its `file:line:col`.
 
 use super::*;
+use crate::config::tests::assert_bad;
 use crate::config::{parse_config, resolve as resolve_config, HostCapacity};
 use std::path::Path;
 
 fn hooks(text: &str) -> Vec<Hook> {
     let raw = parse_config(Path::new("keel.ron"), text).unwrap_or_else(|e| panic!("{e}"));
     resolve_config(&raw, &HostCapacity::new(2, None, 1 << 33, None)).notify
-}
-
-/// Expects an error at exactly `line:col` whose message contains `needle`.
-fn assert_bad(text: &str, line: usize, col: usize, needle: &str) {
-    let error = match parse_config(Path::new("/etc/keel/keel.ron"), text) {
-        Ok(raw) => panic!("parsed, expected an error: {raw:?}"),
-        Err(error) => error,
-    };
-    assert!(error.message.contains(needle), "lacks {needle:?}: {error}");
-    assert_eq!((error.line, error.col), (line, col), "{error}");
-    assert!(error
-        .to_string()
-        .starts_with(&format!("/etc/keel/keel.ron:{line}:{col}: ")));
 }
 
 #[test]
