@@ -162,6 +162,8 @@ wait"#,
     let sleep = wait_for(PATIENCE, "its child's pid", || {
         read_pid(&hooks.join("sleep.pid"))
     });
+    // The daemon answers while its hook hangs.
+    assert!(d.keel(&["health"]).status.success());
     let failed = wait_for(PATIENCE, "notify-failed in the journal", || {
         journal_events(&d, "notify-failed").into_iter().next()
     });
@@ -291,4 +293,112 @@ fn a_bad_notify_stops_the_daemon_at_start_naming_file_line_col() {
     let at = format!("{}:1:37:", path_str(&d.state().join("keel.ron")));
     assert!(stderr.contains(&at), "{at} not in:\n{stderr}");
     assert!(stderr.contains("Exploded"), "{stderr}");
+}
+
+#[test]
+fn at_most_four_hooks_run_at_once_and_the_rest_wait_their_turn() {
+    let (mut d, hooks) = daemon_with(
+        "notify-cap",
+        r#"Notify(on: [Failed], command: ["/bin/sh", "HOOKS/hook.sh", "HOOKS"], timeout: Some("2m"))"#,
+    );
+    // Each hook says it started, waits for the test's word, then says it ended.
+    write_script(
+        &hooks,
+        "hook.sh",
+        r#"echo "start $KEEL_EVENT_UNIT" >> "$1/log"
+while [ ! -e "$1/release" ]; do sleep 0.05; done
+echo "end $KEEL_EVENT_UNIT" >> "$1/log""#,
+    );
+    d.spawn();
+    for i in 0..10 {
+        d.write_unit(&format!("fails-{i}"), FAILS);
+    }
+    let count = |what: &str| {
+        std::fs::read_to_string(hooks.join("log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(what))
+            .count()
+    };
+    wait_for(PATIENCE, "four hooks running", || {
+        (count("start") == 4).then_some(())
+    });
+    wait_for(PATIENCE, "ten units failed", || {
+        (journal_events(&d, "failed").len() == 10).then_some(())
+    });
+    common::wait::holds_throughout(Duration::from_secs(1), "no fifth hook", || {
+        count("start") == 4
+    });
+    std::fs::write(hooks.join("release"), "").unwrap();
+    wait_for(PATIENCE, "all ten hooks run and ended", || {
+        (count("start") == 10 && count("end") == 10).then_some(())
+    });
+    assert!(journal_events(&d, "notify-dropped").is_empty());
+    assert!(journal_events(&d, "notify-failed").is_empty());
+    d.shutdown();
+}
+
+/// The webhook example of docs/notifications.md, against a listener of the test's on
+/// loopback: the JSON line is the request's body.
+#[test]
+fn the_webhook_example_posts_the_event() {
+    if std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(!privileged_required(), "curl is needed");
+        eprintln!("the_webhook_example_posts_the_event: skipped: no curl");
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (mut d, _) = daemon_with(
+        "notify-webhook",
+        &format!(
+            r#"Notify(on: [Failed, Succeeded], command: ["curl", "-fsS", "-m", "8", "-H", "Content-Type: application/json",
+                                          "--data-binary", "@-", "http://127.0.0.1:{port}/keel"])"#
+        ),
+    );
+    let server = std::thread::spawn(move || {
+        use std::io::{BufRead, Read, Write};
+        let (stream, _) = listener.accept().unwrap();
+        let mut reader = std::io::BufReader::new(stream);
+        let mut head = Vec::new();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            head.push(line);
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        let mut stream = reader.into_inner();
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        (head, String::from_utf8(body).unwrap())
+    });
+    d.spawn();
+    d.write_unit("fails", FAILS);
+    wait_for(PATIENCE, "the webhook's request", || {
+        server.is_finished().then_some(())
+    });
+    let (head, body) = server.join().unwrap();
+    assert!(head[0].starts_with("POST /keel "), "{head:?}");
+    let event: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(event["unit"], "fails");
+    assert_eq!(event["event"], "Failed");
+    // curl ended well (exit 0): nothing journaled against the hook.
+    wait_for(PATIENCE, "the hook's end in the log", || {
+        d.daemon_log().contains(") ended after").then_some(())
+    });
+    assert!(journal_events(&d, "notify-failed").is_empty());
+    d.shutdown();
 }

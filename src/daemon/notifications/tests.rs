@@ -22,3 +22,37 @@ fn exit_zero_is_success_and_everything_else_says_why() {
         Some("killed by SIGKILL")
     );
 }
+
+#[test]
+fn past_the_waiting_bound_notices_are_dropped_and_counted() {
+    let mut waiting = VecDeque::new();
+    let mut dropped = 0;
+    let event = Event {
+        time: String::new(),
+        ts_ms: 0,
+        unit: "a".into(),
+        attempt: 1,
+        generation: 1,
+        event: "failed".into(),
+        detail: String::new(),
+    };
+    for i in 0..MAX_WAITING + 5 {
+        let send = coalesce::Send {
+            key: Key {
+                hook: 0,
+                unit: format!("u{i}"),
+                event: "failed",
+            },
+            event: event.clone(),
+            count: 3,
+        };
+        enqueue(&mut waiting, &mut dropped, send, EventKind::Failed);
+    }
+    assert_eq!(waiting.len(), MAX_WAITING);
+    assert_eq!(
+        dropped,
+        5 * 3,
+        "each dropped notice counts the events it stood for"
+    );
+    assert_eq!(waiting[0].count, 3);
+}
