@@ -402,3 +402,23 @@ fn the_webhook_example_posts_the_event() {
     assert!(journal_events(&d, "notify-failed").is_empty());
     d.shutdown();
 }
+
+#[test]
+fn hooks_written_later_apply_at_keel_reload() {
+    let (mut d, hooks) = daemon_with("notify-reload", "");
+    d.spawn();
+    let notify = format!(
+        r#"Config(notify: [Notify(on: [Failed], command: ["/bin/sh", "-c", "cat > {dir}/out.tmp && mv {dir}/out.tmp {dir}/out"])])"#,
+        dir = path_str(&hooks)
+    );
+    std::fs::write(d.state().join("keel.ron"), notify).unwrap();
+    let reload = d.keel(&["reload"]);
+    assert!(reload.status.success(), "{}", stderr_of(&reload));
+    d.write_unit("fails", FAILS);
+    let text = wait_for(PATIENCE, "the hook's output", || {
+        std::fs::read_to_string(hooks.join("out")).ok()
+    });
+    let event: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(event["event"], "Failed");
+    d.shutdown();
+}
