@@ -24,10 +24,11 @@ fn daemon_with(name: &str, notify: &str) -> (Daemon, PathBuf) {
     (d, hooks)
 }
 
-fn write_script(dir: &Path, name: &str, body: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    path_str(&path)
+/// [`daemon_with`], and `HOOKS/hook.sh` a shell script of `body`.
+fn daemon_with_script(name: &str, notify: &str, body: &str) -> (Daemon, PathBuf) {
+    let (d, hooks) = daemon_with(name, notify);
+    std::fs::write(hooks.join("hook.sh"), format!("#!/bin/sh\n{body}\n")).unwrap();
+    (d, hooks)
 }
 
 /// A unit that fails at once and is not restarted.
@@ -56,13 +57,9 @@ fn read_pid(path: &Path) -> Option<i32> {
 
 #[test]
 fn a_hook_gets_the_failed_event_on_stdin_and_in_its_environment() {
-    let (mut d, hooks) = daemon_with(
+    let (mut d, hooks) = daemon_with_script(
         "notify-failed",
         r#"Notify(on: [Failed], command: ["/bin/sh", "HOOKS/hook.sh", "HOOKS/out"])"#,
-    );
-    write_script(
-        &hooks,
-        "hook.sh",
         r#"cat > "$1.json.tmp"; env > "$1.env"; mv "$1.json.tmp" "$1.json""#,
     );
     d.spawn();
@@ -108,18 +105,14 @@ fn a_hook_as_a_named_user_runs_as_that_user() {
     if !require_root("a_hook_as_a_named_user_runs_as_that_user") {
         return;
     }
-    let (mut d, hooks) = daemon_with(
+    let (mut d, hooks) = daemon_with_script(
         "notify-user",
         r#"Notify(on: [Failed], command: ["/bin/sh", "HOOKS/hook.sh", "HOOKS/out"], user: Some("nobody"))"#,
+        r#"id -u > "$1.tmp"; echo "$HOME $USER" >> "$1.tmp"; mv "$1.tmp" "$1""#,
     );
     // nobody may write there.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&hooks, std::fs::Permissions::from_mode(0o777)).unwrap();
-    write_script(
-        &hooks,
-        "hook.sh",
-        r#"id -u > "$1.tmp"; echo "$HOME $USER" >> "$1.tmp"; mv "$1.tmp" "$1""#,
-    );
     d.spawn();
     d.write_unit("fails", FAILS);
     let out = hooks.join("out");
@@ -142,13 +135,9 @@ fn a_hook_as_a_named_user_runs_as_that_user() {
 
 #[test]
 fn a_hung_hook_is_killed_at_its_timeout_with_its_process_group() {
-    let (mut d, hooks) = daemon_with(
+    let (mut d, hooks) = daemon_with_script(
         "notify-hung",
         r#"Notify(on: [Failed], command: ["/bin/sh", "HOOKS/hook.sh", "HOOKS"], timeout: Some("1s"))"#,
-    );
-    write_script(
-        &hooks,
-        "hook.sh",
         r#"echo $$ > "$1/sh.tmp"; mv "$1/sh.tmp" "$1/sh.pid"
 sleep 1000 &
 echo $! > "$1/sleep.tmp"; mv "$1/sleep.tmp" "$1/sleep.pid"
@@ -297,18 +286,16 @@ fn a_bad_notify_stops_the_daemon_at_start_naming_file_line_col() {
 
 #[test]
 fn at_most_four_hooks_run_at_once_and_the_rest_wait_their_turn() {
-    let (mut d, hooks) = daemon_with(
+    // Each hook says it started, waits for the test's word, then says it ended.
+    let (mut d, hooks) = daemon_with_script(
         "notify-cap",
         r#"Notify(on: [Failed], command: ["/bin/sh", "HOOKS/hook.sh", "HOOKS"], timeout: Some("2m"))"#,
-    );
-    // Each hook says it started, waits for the test's word, then says it ended.
-    write_script(
-        &hooks,
-        "hook.sh",
         r#"echo "start $KEEL_EVENT_UNIT" >> "$1/log"
 while [ ! -e "$1/release" ]; do sleep 0.05; done
 echo "end $KEEL_EVENT_UNIT" >> "$1/log""#,
     );
+    // Each hook says it started, waits for the test's word, then says it ended.
+
     d.spawn();
     for i in 0..10 {
         d.write_unit(&format!("fails-{i}"), FAILS);
