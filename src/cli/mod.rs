@@ -3,11 +3,13 @@
 
 pub mod add;
 pub mod check;
+pub mod diff;
 pub mod events;
 pub mod format;
 pub mod health;
 pub mod logs;
 pub mod rm;
+pub mod run;
 pub mod simple;
 pub mod status;
 

@@ -158,9 +158,14 @@ impl Daemon {
             Ok(JobResult::DiskUse {
                 bytes,
                 kept_branches,
+                work,
             }) => {
                 task.checkout_bytes = bytes;
                 task.kept_branches = kept_branches;
+                // A running task's work is not measured: the last stopped one's is kept.
+                if work.is_some() || bytes.is_none() {
+                    task.work = work;
+                }
             }
             Ok(_) => {}
             Err(JobError::Deadline(why)) | Err(JobError::Worker(why)) => {

@@ -236,6 +236,7 @@ fn disk_use(dirs: &StateDir, unit: &str) -> JobResult {
         return JobResult::DiskUse {
             bytes: None,
             kept_branches: Vec::new(),
+            work: None,
         };
     }
     let bytes = checkout::disk_bytes(&checkout::checkout_dir(dirs, unit));
@@ -253,5 +254,27 @@ fn disk_use(dirs: &StateDir, unit: &str) -> JobResult {
     JobResult::DiskUse {
         bytes: Some(bytes),
         kept_branches,
+        work: work_facts(dirs, unit),
     }
+}
+
+/// A stopped task's work and what was reviewed of it (`None`: it runs, or cannot be read).
+fn work_facts(dirs: &StateDir, unit: &str) -> Option<crate::worker::protocol::WorkFacts> {
+    let review = match checkout::review(dirs, unit) {
+        Ok(review) => review,
+        Err(e) => {
+            log::warn!("{unit}: cannot look at the task's work: {e}");
+            return None;
+        }
+    };
+    if review.uncommitted == checkout::Uncommitted::Running {
+        return None;
+    }
+    let reviewed: Option<checkout::Reviewed> =
+        crate::state::read_ron(&checkout::reviewed_path(dirs, unit)).unwrap_or(None);
+    Some(crate::worker::protocol::WorkFacts {
+        has_work: review.has_work(),
+        fingerprint: review.fingerprint,
+        reviewed: reviewed.map(|r| r.fingerprint),
+    })
 }

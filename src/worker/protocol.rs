@@ -151,6 +151,10 @@ pub enum JobResult {
     DiskUse {
         bytes: Option<u64>,
         kept_branches: Vec<String>,
+        /// A stopped task's work, for `keel status`'s unreviewed mark (`None`: running, or
+        /// no checkout).
+        #[serde(default)]
+        work: Option<WorkFacts>,
     },
     /// The task directory's disk use (allocated bytes).
     TaskDiskUse { bytes: u64 },
@@ -243,6 +247,21 @@ impl LineBuffer {
     /// Bytes of an unfinished line (at the worker's end: it died mid-line).
     pub fn unfinished(&self) -> usize {
         self.pending.len()
+    }
+}
+
+/// A stopped task's work as `keel diff` would show it: its fingerprint, whether there is any,
+/// and the fingerprint a person last reviewed (`tasks/<unit>/reviewed.ron`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkFacts {
+    pub fingerprint: String,
+    pub has_work: bool,
+    pub reviewed: Option<String>,
+}
+
+impl WorkFacts {
+    pub fn unreviewed(&self) -> bool {
+        self.has_work && self.reviewed.as_deref() != Some(self.fingerprint.as_str())
     }
 }
 

@@ -76,6 +76,7 @@ pub fn tone(task: &TaskInfo) -> Tone {
         || task.unit_file_missing
         || task.watch.is_some()
         || !task.kept_branches.is_empty()
+        || task.unreviewed
         || task.restarts >= RESTART_LOOP
     {
         return Tone::Warn;
@@ -193,6 +194,9 @@ pub(super) fn note(task: &TaskInfo, now: u64, colour: bool) -> String {
     if task.watch.is_some() {
         // What is polled and why: `keel status UNIT`.
         parts.push(paint("watch: polling", Tone::Warn, colour));
+    }
+    if task.unreviewed {
+        parts.push(paint("unreviewed (keel diff)", Tone::Warn, colour));
     }
     if !task.kept_branches.is_empty() {
         parts.push(paint(
