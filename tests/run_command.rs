@@ -178,5 +178,77 @@ fn a_bad_flag_value_is_refused_naming_the_flag_and_nothing_is_written() {
         "{}",
         stderr_of(&allow)
     );
+    // Refused by the daemon (no such list in its keel.ron): told as the flag all the same.
+    let list = run(&d, &["--allow", "@nosuch", "--", "true"], 30);
+    assert_eq!(list.status.code(), Some(125));
+    let err = stderr_of(&list);
+    assert!(err.starts_with("keel: --allow @nosuch: "), "{err}");
+    assert!(!err.contains(".ron:"), "{err}");
     assert!(unit_files(&d).is_empty(), "{:?}", unit_files(&d));
+}
+
+#[test]
+fn a_missing_repository_is_refused_naming_the_flag() {
+    if !require_root("run_command") {
+        return;
+    }
+    let d = Daemon::start("run-bad-repo");
+    let missing = d.scratch.dir.join("no-such-repo");
+    let spec = format!("{}@main", missing.display());
+    let out = run(&d, &["--repo", &spec, "--", "true"], 30);
+    assert_eq!(out.status.code(), Some(125), "{}", stdout_of(&out));
+    assert!(
+        stderr_of(&out).starts_with("keel: --repo: "),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(unit_files(&d).is_empty(), "{:?}", unit_files(&d));
+}
+
+#[test]
+fn ctrl_c_stops_the_task_and_the_run_exits_with_its_status() {
+    if !require_root("run_command") {
+        return;
+    }
+    let d = Daemon::start("run-ctrl-c");
+    let script = "trap 'echo got-term; exit 5' TERM; echo started; while :; do sleep 0.1; done";
+    let child = Command::new(keel_bin())
+        .arg("--state")
+        .arg(d.state())
+        .args(["run", "--name", "fg", "--", "/bin/sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let lines = common::wait::Lines::of(child.stdout.take().unwrap());
+    assert_eq!(
+        lines.next_within(Duration::from_secs(30), "the task's first line"),
+        "started"
+    );
+    // Ctrl-C: SIGINT to our own child, by its pid.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    // The shell may first say its `sleep` was terminated (the whole group gets the signal).
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some("got-term") {
+        assert!(seen.len() < 5, "no trap line: {seen:?}");
+        seen.push(lines.next_within(Duration::from_secs(30), "the trap's line"));
+    }
+    let status = wait_for(Duration::from_secs(60), "keel run to exit", || {
+        child.try_wait().unwrap()
+    });
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("fg: stopping"), "{stderr}");
+    assert_eq!(d.task("fg").unwrap()["state"], "stopped");
 }

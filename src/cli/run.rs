@@ -216,6 +216,17 @@ pub fn run(state_dir: &Path, options: &Options) -> Result<i32, CliError> {
             "no command: `keel run [OPTIONS] -- COMMAND [ARGS…]`".into(),
         ));
     }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let generated = unit_text(options, &cwd);
+    // The file's name only shows in messages, which name the flag instead.
+    let file = PathBuf::from("run.ron");
+    let unit = crate::unit::check_unit(&file, &generated.text).map_err(|errors| {
+        let lines: Vec<String> = errors
+            .iter()
+            .map(|e| flag_error(&generated, &file, &e.to_string()))
+            .collect();
+        CliError(lines.join("\n"))
+    })?;
     let tasks = known_tasks(state_dir)?;
     let name = match &options.name {
         Some(name) => {
@@ -230,15 +241,9 @@ pub fn run(state_dir: &Path, options: &Options) -> Result<i32, CliError> {
         }
         None => fresh_name(&options.command, &tasks),
     };
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let generated = unit_text(options, &cwd);
-    let file = PathBuf::from(format!("{name}.ron"));
-    if let Err(errors) = crate::unit::check_unit(&file, &generated.text) {
-        let lines: Vec<String> = errors
-            .iter()
-            .map(|e| flag_error(&generated, &file, &e.to_string()))
-            .collect();
-        return Err(CliError(lines.join("\n")));
+    if let Some(repo) = &unit.repo {
+        // The daemon checks again; here the error can name the flag.
+        crate::checkout::validate(repo, &name).map_err(|e| CliError(format!("--repo: {e}")))?;
     }
     let answer = request(
         state_dir,
@@ -248,14 +253,16 @@ pub fn run(state_dir: &Path, options: &Options) -> Result<i32, CliError> {
         },
         Some(Duration::from_secs(30)),
     )?;
-    let installed = StateDir::new(state_dir).root.join("units").join(&file);
     match answer {
         Response::Ok { .. } => {}
         Response::Error { message } => {
-            // The daemon names its own copy of the file (or the unit): told as the flag.
-            let message = message.replace(&format!("{}:", installed.display()), "");
-            let message = flag_error(&generated, &file, &format!("{}:{message}", file.display()));
-            return Err(CliError(message));
+            // `<units dir>/<name>.ron:L:C: …` (the daemon's copy of the file): told as the flag.
+            let own = format!("{name}.ron:");
+            let message = match message.find(&own) {
+                Some(at) => format!("{}:{}", file.display(), &message[at + own.len()..]),
+                None => message,
+            };
+            return Err(CliError(flag_error(&generated, &file, &message)));
         }
         other => {
             return Err(CliError(format!(
