@@ -20,6 +20,36 @@ struct Args {
     command: Command,
 }
 
+/// `keel run`'s flags (docs/commands.md, "keel run").
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The unit's name (default: `run-<first word of the command>-<6 hex>`).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Work in a checkout of this repository, at BASE (default HEAD).
+    #[arg(long, value_name = "PATH[@BASE]")]
+    repo: Option<String>,
+    /// CPU request, in cores (`resources.cpu`).
+    #[arg(long, value_name = "CORES")]
+    cpu: Option<f64>,
+    /// Memory request (`resources.memory`: "512M", "2G").
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// A host the task may reach (`sandbox.network: Allow([...])`); repeatable.
+    #[arg(long, value_name = "HOST")]
+    allow: Vec<String>,
+    /// Print the name and return once the unit is accepted.
+    #[arg(long)]
+    detach: bool,
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the supervisor in the foreground.
@@ -72,33 +102,7 @@ enum Command {
     Add { file: PathBuf },
     /// Run one command as a task (a unit made of the flags), follow its output, exit with its
     /// status; Ctrl-C stops it.
-    Run {
-        /// The unit's name (default: `run-<first word of the command>-<6 hex>`).
-        #[arg(long, value_name = "NAME")]
-        name: Option<String>,
-        /// Work in a checkout of this repository, at BASE (default HEAD).
-        #[arg(long, value_name = "PATH[@BASE]")]
-        repo: Option<String>,
-        /// CPU request, in cores (`resources.cpu`).
-        #[arg(long, value_name = "CORES")]
-        cpu: Option<f64>,
-        /// Memory request (`resources.memory`: "512M", "2G").
-        #[arg(long, value_name = "SIZE")]
-        memory: Option<String>,
-        /// A host the task may reach (`sandbox.network: Allow([...])`); repeatable.
-        #[arg(long, value_name = "HOST")]
-        allow: Vec<String>,
-        /// Print the name and return once the unit is accepted.
-        #[arg(long)]
-        detach: bool,
-        #[arg(
-            required = true,
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "COMMAND"
-        )]
-        command: Vec<String>,
-    },
+    Run(RunArgs),
     /// What a task changed against its base: its commits, then what is uncommitted.
     Diff {
         unit: String,
@@ -296,23 +300,15 @@ fn main() {
             },
         ),
         Command::Add { file } => cli::add::run(&state_dir, &file),
-        Command::Run {
-            name,
-            repo,
-            cpu,
-            memory,
-            allow,
-            detach,
-            command,
-        } => {
+        Command::Run(a) => {
             let options = cli::run::Options {
-                name,
-                repo,
-                cpu,
-                memory,
-                allow,
-                detach,
-                command,
+                name: a.name,
+                repo: a.repo,
+                cpu: a.cpu,
+                memory: a.memory,
+                allow: a.allow,
+                detach: a.detach,
+                command: a.command,
             };
             match cli::run::run(&state_dir, &options) {
                 Ok(status) => std::process::exit(status),

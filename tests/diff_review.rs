@@ -4,18 +4,15 @@
 
 mod checkout_support;
 mod common;
-use checkout_support::{git, init_repo};
 use common::wait::wait_for;
 use common::*;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// A repository on `main` with one commit of `d0/f0.txt`.
 fn make_repo(d: &Daemon) -> PathBuf {
     let repo = d.scratch.dir.join("repo");
-    init_repo(&repo);
-    std::fs::write(repo.join("base.txt"), "base\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
+    checkout_support::make_repo(&repo, 1, 1);
     repo
 }
 
@@ -44,7 +41,7 @@ fn diff_shows_commits_and_uncommitted_work_and_review_clears_the_mark() {
     let script = "echo one > committed.txt; git add committed.txt; \
         git commit -qm 'add committed'; \
         echo staged > staged.txt; git add staged.txt; \
-        echo two-$KEEL_ATTEMPT > loose.txt; echo changed >> base.txt; \
+        echo two-$KEEL_ATTEMPT > loose.txt; echo changed >> d0/f0.txt; \
         printf 'evil \\033]0;title\\007 line\\n' > esc.txt";
     let spec = format!("{}@main", repo.display());
     let out = d.keel(&[

@@ -17,7 +17,6 @@ use super::{request, CliError, CliResult};
 use crate::checkout::{Patch, Review, Uncommitted};
 use crate::fmt::printable_keeping;
 use crate::protocol::{Request, Response};
-use crate::state::StateDir;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -31,13 +30,7 @@ pub struct Options<'a> {
 }
 
 pub fn run(state_dir: &Path, unit: &str, options: &Options) -> CliResult {
-    let dirs = StateDir::new(state_dir);
-    if !dirs.task_dir(unit).exists() {
-        return Err(CliError(format!(
-            "unknown unit {unit:?}: no task directory in {}",
-            dirs.tasks_dir().display()
-        )));
-    }
+    let dirs = super::known_task(state_dir, unit)?;
     let review = crate::checkout::review(&dirs, unit).map_err(|e| CliError(e.to_string()))?;
     let stdout = std::io::stdout();
     let colour = use_colour(

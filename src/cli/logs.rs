@@ -8,7 +8,6 @@
 use super::{CliError, CliResult};
 use crate::fmt::{printable_bytes, printable_keeping};
 use crate::sandbox::spec::output_log_path;
-use crate::state::StateDir;
 use std::borrow::Cow;
 use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -27,13 +26,7 @@ pub struct Options {
 const KEPT: [char; 2] = ['\n', '\t'];
 
 pub fn run(state_dir: &Path, unit: &str, options: &Options) -> CliResult {
-    let dirs = StateDir::new(state_dir);
-    if !dirs.task_dir(unit).exists() {
-        return Err(CliError(format!(
-            "unknown unit {unit:?}: no task directory in {}",
-            dirs.tasks_dir().display()
-        )));
-    }
+    let dirs = super::known_task(state_dir, unit)?;
     let path = output_log_path(&dirs.run_dir(unit));
     let wanted = options
         .lines
