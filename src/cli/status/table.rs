@@ -195,15 +195,15 @@ pub(super) fn note(task: &TaskInfo, now: u64, colour: bool) -> String {
         // What is polled and why: `keel status UNIT`.
         parts.push(paint("watch: polling", Tone::Warn, colour));
     }
-    if task.unreviewed {
-        parts.push(paint("unreviewed (keel diff)", Tone::Warn, colour));
-    }
     if !task.kept_branches.is_empty() {
         parts.push(paint(
             &format!("kept {}", task.kept_branches.join(", ")),
             Tone::Warn,
             colour,
         ));
+    }
+    if task.unreviewed {
+        parts.push(paint("unreviewed (keel diff)", Tone::Warn, colour));
     }
     if task.network.as_ref().is_some_and(|n| n.mode == "host") {
         // Not contained: `network: Host` (`keel status UNIT` says more).
