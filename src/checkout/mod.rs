@@ -70,7 +70,7 @@ pub use inspect::{
 };
 pub use record::{checkout_dir, CheckoutRecord, Files};
 pub use resolve::{default_branch, pin_ref, validate, Resolved};
-pub use review::{review, reviewed_path, Patch, Review, ReviewCommit, Reviewed, Uncommitted};
+pub use review::{review, reviewed_path, work, Patch, Review, ReviewCommit, Reviewed, Uncommitted};
 
 use crate::state::StateDir;
 use crate::unit;

@@ -94,6 +94,16 @@ impl Review {
 
 /// The review of `unit`'s checkout (its files only when the task is stopped).
 pub fn review(dirs: &StateDir, unit: &str) -> Result<Review, CheckoutError> {
+    review_with(dirs, unit, true)
+}
+
+/// [`review`] without its patches and summaries (empty): what the daemon's job needs to tell
+/// whether there is work and which (the fingerprint hashes each changed file all the same).
+pub fn work(dirs: &StateDir, unit: &str) -> Result<Review, CheckoutError> {
+    review_with(dirs, unit, false)
+}
+
+fn review_with(dirs: &StateDir, unit: &str, patches: bool) -> Result<Review, CheckoutError> {
     let record = inspect::load(dirs, unit)?;
     let checkout = record::checkout_dir(dirs, unit);
     let git = record::git_dir(&checkout);
@@ -107,18 +117,18 @@ pub fn review(dirs: &StateDir, unit: &str) -> Result<Review, CheckoutError> {
         .ok();
     let base = Oid::from_str(&record.base_commit).map_err(reading)?;
     let commits = match head {
-        Some(head) => commits(&repo, head, base).map_err(reading)?,
+        Some(head) => commits(&repo, head, base, patches).map_err(reading)?,
         None => Vec::new(),
     };
     let committed = match head {
-        Some(head) => {
+        Some(head) if patches => {
             let (old, new) = (repo.find_commit(base), repo.find_commit(head));
             let old = old.and_then(|c| c.tree()).map_err(reading)?;
             let new = new.and_then(|c| c.tree()).map_err(reading)?;
             let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options(false)));
             patch(&diff.map_err(reading)?).map_err(reading)?
         }
-        None => Patch::default(),
+        _ => Patch::default(),
     };
     drop(repo);
     let mut hashed = Vec::new();
@@ -132,8 +142,9 @@ pub fn review(dirs: &StateDir, unit: &str) -> Result<Review, CheckoutError> {
                 count: unread.count,
             }
         } else {
-            let (shown, files) =
-                inspect::with_files(dirs, unit, &record, |view| uncommitted(&git, view, head))?;
+            let (shown, files) = inspect::with_files(dirs, unit, &record, |view| {
+                uncommitted(&git, view, head, patches)
+            })?;
             hashed = files;
             shown
         }
@@ -163,17 +174,26 @@ fn options(untracked: bool) -> DiffOptions {
     options
 }
 
-fn commits(repo: &Repository, head: Oid, base: Oid) -> Result<Vec<ReviewCommit>, git2::Error> {
+fn commits(
+    repo: &Repository,
+    head: Oid,
+    base: Oid,
+    stats: bool,
+) -> Result<Vec<ReviewCommit>, git2::Error> {
     let mut walk = repo.revwalk()?;
     walk.push(head)?;
     walk.hide(base)?;
     let mut commits = Vec::new();
     for id in walk {
         let commit = repo.find_commit(id?)?;
-        let tree = commit.tree()?;
-        let parent = commit.parent(0).and_then(|p| p.tree()).ok();
-        let diff = repo.diff_tree_to_tree(parent.as_ref(), Some(&tree), Some(&mut options(false)));
-        let stat = diff?.stats()?.to_buf(DiffStatsFormat::FULL, 80)?;
+        let mut stat = git2::Buf::new();
+        if stats {
+            let tree = commit.tree()?;
+            let parent = commit.parent(0).and_then(|p| p.tree()).ok();
+            let diff =
+                repo.diff_tree_to_tree(parent.as_ref(), Some(&tree), Some(&mut options(false)));
+            stat = diff?.stats()?.to_buf(DiffStatsFormat::FULL, 80)?;
+        }
         commits.push(ReviewCommit {
             id: commit.id().to_string(),
             author: String::from_utf8_lossy(commit.author().name_bytes()).into_owned(),
@@ -207,6 +227,7 @@ fn uncommitted(
     git: &Path,
     tree: &Path,
     head: Option<Oid>,
+    patches: bool,
 ) -> Result<(Uncommitted, Vec<String>), CheckoutError> {
     let repo =
         super::resolve::open_git_dir(git).map_err(git_err("opening the git directory", git))?;
@@ -249,9 +270,16 @@ fn uncommitted(
             path.display()
         ));
     }
+    let part = |diff: &Diff| match patches {
+        true => patch(diff),
+        false => Ok(Patch {
+            files: diff.deltas().len(),
+            ..Patch::default()
+        }),
+    };
     let shown = Uncommitted::Shown {
-        staged: patch(&staged).map_err(reading)?,
-        unstaged: patch(&unstaged).map_err(reading)?,
+        staged: part(&staged).map_err(reading)?,
+        unstaged: part(&unstaged).map_err(reading)?,
     };
     Ok((shown, hashed))
 }

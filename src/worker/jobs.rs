@@ -260,7 +260,10 @@ fn disk_use(dirs: &StateDir, unit: &str) -> JobResult {
 
 /// A stopped task's work and what was reviewed of it (`None`: it runs, or cannot be read).
 fn work_facts(dirs: &StateDir, unit: &str) -> Option<crate::worker::protocol::WorkFacts> {
-    let review = match checkout::review(dirs, unit) {
+    if crate::state::attempt_lock_held(&dirs.run_dir(unit)) {
+        return None; // its files are mounted in its sandbox only
+    }
+    let review = match checkout::work(dirs, unit) {
         Ok(review) => review,
         Err(e) => {
             log::warn!("{unit}: cannot look at the task's work: {e}");
