@@ -309,14 +309,27 @@ fn fresh_name(command: &[String], taken: &[String]) -> String {
     }
 }
 
-/// The task as the daemon has it (`None`: it is not known, or the daemon did not answer).
-fn task(state_dir: &Path, name: &str) -> Option<TaskInfo> {
+/// What the daemon says of the task.
+enum Seen {
+    Task(Box<TaskInfo>),
+    /// It answered an error (the unit was removed): following ends.
+    Gone(String),
+    /// It did not answer (restarting?): asked again.
+    Silent(String),
+}
+
+fn task(state_dir: &Path, name: &str) -> Seen {
     let asked = Request::Status {
         unit: Some(name.to_string()),
     };
     match request(state_dir, &asked, Some(Duration::from_secs(30))) {
-        Ok(Response::Status(report)) => report.tasks.into_iter().find(|t| t.unit == name),
-        _ => None,
+        Ok(Response::Status(report)) => match report.tasks.into_iter().find(|t| t.unit == name) {
+            Some(task) => Seen::Task(Box::new(task)),
+            None => Seen::Gone(format!("{name} is not in the daemon's answer")),
+        },
+        Ok(Response::Error { message }) => Seen::Gone(message),
+        Ok(other) => Seen::Gone(format!("unexpected answer from the daemon: {other:?}")),
+        Err(e) => Seen::Silent(e.0),
     }
 }
 
@@ -336,6 +349,8 @@ fn follow(state_dir: &Path, name: &str) -> Result<i32, CliError> {
     let mut last: Option<TaskInfo> = None;
     let mut told: Option<String> = None;
     let mut stopping = false;
+    let mut silent = false;
+    let mut gone = false;
     let mut done = || {
         if interrupted.swap(false, Ordering::SeqCst) {
             if stopping {
@@ -350,9 +365,29 @@ fn follow(state_dir: &Path, name: &str) -> Result<i32, CliError> {
                 let _ = request(&dir, &Request::Stop { unit }, None);
             });
         }
-        let Some(now) = task(state_dir, name) else {
-            return false;
+        let now = match task(state_dir, name) {
+            Seen::Task(task) => *task,
+            Seen::Gone(why) => {
+                eprintln!(
+                    "keel: {name}: no longer followed: {}",
+                    crate::fmt::printable(&why)
+                );
+                gone = true;
+                return true;
+            }
+            Seen::Silent(why) => {
+                // Said once until it answers again; the task goes on meanwhile.
+                if !silent {
+                    eprintln!(
+                        "keel: {name}: still following: {}",
+                        crate::fmt::printable(&why)
+                    );
+                }
+                silent = true;
+                return false;
+            }
         };
+        silent = false;
         // A start that waits (blocked, deferred): said once, on stderr.
         if now.state == "queued" && now.reason.is_some() && told != now.reason {
             told = now.reason.clone();
@@ -366,7 +401,8 @@ fn follow(state_dir: &Path, name: &str) -> Result<i32, CliError> {
     follow_until(&path, false, &mut shown, &mut out, &mut done)?;
     drop(out);
     let Some(task) = last.filter(ended) else {
-        return Ok(130);
+        // Left while it stops (a second Ctrl-C), or the unit went away.
+        return Ok(if gone { KEEL_FAILED } else { 130 });
     };
     let status = exit_status(task.last_exit.as_deref());
     let exit = task.last_exit.as_deref().unwrap_or("-");
