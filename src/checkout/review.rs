@@ -57,8 +57,10 @@ pub struct Review {
     pub base_commit: String,
     /// The branch's commit in the task's git directory (`None`: no such branch, no HEAD).
     pub head: Option<String>,
-    /// Newest first.
+    /// Newest first, at most [`LISTED_COMMITS`] (the job's look: at most one).
     pub commits: Vec<ReviewCommit>,
+    /// How many commits the branch has past its base (at least `commits.len()`).
+    pub commit_count: usize,
     /// Base → head.
     pub committed: Patch,
     pub uncommitted: Uncommitted,
@@ -92,6 +94,9 @@ impl Review {
     }
 }
 
+/// At most this many commits are read whole (all are counted).
+pub const LISTED_COMMITS: usize = 1000;
+
 /// The review of `unit`'s checkout (its files only when the task is stopped).
 pub fn review(dirs: &StateDir, unit: &str) -> Result<Review, CheckoutError> {
     review_with(dirs, unit, true)
@@ -116,9 +121,9 @@ fn review_with(dirs: &StateDir, unit: &str, patches: bool) -> Result<Review, Che
         .or_else(|_| repo.refname_to_id("HEAD"))
         .ok();
     let base = Oid::from_str(&record.base_commit).map_err(reading)?;
-    let commits = match head {
+    let (commits, commit_count) = match head {
         Some(head) => commits(&repo, head, base, patches).map_err(reading)?,
-        None => Vec::new(),
+        None => (Vec::new(), 0),
     };
     let committed = match head {
         Some(head) if patches => {
@@ -156,6 +161,7 @@ fn review_with(dirs: &StateDir, unit: &str, patches: bool) -> Result<Review, Che
         base_commit: record.base_commit.clone(),
         head: head.map(|h| h.to_string()),
         commits,
+        commit_count,
         committed,
         uncommitted,
         fingerprint,
@@ -179,13 +185,24 @@ fn commits(
     head: Oid,
     base: Oid,
     stats: bool,
-) -> Result<Vec<ReviewCommit>, git2::Error> {
+) -> Result<(Vec<ReviewCommit>, usize), git2::Error> {
+    // Without stats (the job), one commit says there is work: the walk stops there.
+    let listed = if stats { LISTED_COMMITS } else { 1 };
     let mut walk = repo.revwalk()?;
     walk.push(head)?;
     walk.hide(base)?;
     let mut commits = Vec::new();
+    let mut count = 0;
     for id in walk {
-        let commit = repo.find_commit(id?)?;
+        let id = id?;
+        count += 1;
+        if commits.len() >= listed {
+            if !stats {
+                break;
+            }
+            continue;
+        }
+        let commit = repo.find_commit(id)?;
         let mut stat = git2::Buf::new();
         if stats {
             let tree = commit.tree()?;
@@ -203,7 +220,7 @@ fn commits(
             stat: String::from_utf8_lossy(&stat).into_owned(),
         });
     }
-    Ok(commits)
+    Ok((commits, count))
 }
 
 fn patch(diff: &Diff) -> Result<Patch, git2::Error> {

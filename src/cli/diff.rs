@@ -75,7 +75,7 @@ fn shown(text: &str) -> String {
 /// The whole review as text. Pure.
 pub fn render(unit: &str, review: &Review, stat: bool, colour: bool) -> String {
     let mut out = String::new();
-    let n = review.commits.len();
+    let n = review.commit_count;
     out.push_str(&paint(
         &format!(
             "{}: branch {}, {n} commit{} past its base {} ({})",
@@ -99,6 +99,12 @@ pub fn render(unit: &str, review: &Review, stat: bool, colour: bool) -> String {
         for line in commit.stat.lines() {
             out.push_str(&format!("{}\n", shown(line)));
         }
+    }
+    if n > review.commits.len() {
+        out.push_str(&format!(
+            "\n(and {} older commits, not listed)\n",
+            n - review.commits.len()
+        ));
     }
     if !stat && review.committed.files > 0 {
         out.push('\n');

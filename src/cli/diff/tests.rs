@@ -14,6 +14,7 @@ fn review(uncommitted: Uncommitted) -> Review {
             summary: "add \u{1b}[2Jnotes".into(),
             stat: " notes.txt | 1 +\n 1 file changed, 1 insertion(+)\n".into(),
         }],
+        commit_count: 1,
         committed: Patch {
             files: 1,
             stat: String::new(),
