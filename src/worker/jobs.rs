@@ -64,7 +64,7 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
             limits,
         } => remove(&dirs, unit, *attempt, *force, limits).map(|note| JobResult::Removed { note }),
         Job::Prune { finished, limits } => Ok(prune(&dirs, finished, limits)),
-        Job::DiskUse { unit } => Ok(disk_use(&dirs, unit)),
+        Job::DiskUse { unit, work } => Ok(disk_use(&dirs, unit, *work)),
         Job::TaskDiskUse { unit } => Ok(JobResult::TaskDiskUse {
             bytes: checkout::disk_bytes(&dirs.task_dir(unit)),
         }),
@@ -231,7 +231,7 @@ fn prune(
 
 /// The checkout's own disk use (its git directory and changes; the shared base is not
 /// walked) and the task's branches kept in the main repository.
-fn disk_use(dirs: &StateDir, unit: &str) -> JobResult {
+fn disk_use(dirs: &StateDir, unit: &str, work: bool) -> JobResult {
     if !checkout::exists(dirs, unit) {
         return JobResult::DiskUse {
             bytes: None,
@@ -254,7 +254,7 @@ fn disk_use(dirs: &StateDir, unit: &str) -> JobResult {
     JobResult::DiskUse {
         bytes: Some(bytes),
         kept_branches,
-        work: work_facts(dirs, unit),
+        work: work.then(|| work_facts(dirs, unit)).flatten(),
     }
 }
 

@@ -54,8 +54,14 @@ pub enum Job {
         finished: Vec<(String, u32)>,
         limits: HarvestLimits,
     },
-    /// `keel status`'s figures: the checkout's disk use and the kept branches.
-    DiskUse { unit: String },
+    /// `keel status`'s figures: the checkout's disk use and the kept branches; with `work`
+    /// (asked only of a finished task: a start's preparation then waits behind the job, so
+    /// the checkout's files are mounted by nobody else meanwhile), its work as well.
+    DiskUse {
+        unit: String,
+        #[serde(default)]
+        work: bool,
+    },
     /// `resources.disk`: what the task's directory (`tasks/<unit>`) holds on disk.
     TaskDiskUse { unit: String },
     /// Delete a tree the daemon renamed into its trash (`keel rm`'s files).
@@ -110,7 +116,7 @@ impl Job {
             Job::Harvest { unit, .. } => format!("the harvest of {unit}'s checkout"),
             Job::Remove { unit, .. } => format!("the removal of {unit}'s checkout"),
             Job::Prune { .. } => "keel prune".to_string(),
-            Job::DiskUse { unit } => format!("the disk use of {unit}'s checkout"),
+            Job::DiskUse { unit, .. } => format!("the disk use of {unit}'s checkout"),
             Job::TaskDiskUse { unit } => format!("the disk use of {unit}'s directory"),
             Job::Delete { path } => format!("the deletion of {}", path.display()),
         }
