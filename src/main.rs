@@ -20,6 +20,36 @@ struct Args {
     command: Command,
 }
 
+/// `keel run`'s flags (docs/commands.md, "keel run").
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The unit's name (default: `run-<first word of the command>-<6 hex>`).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Work in a checkout of this repository, at BASE (default HEAD).
+    #[arg(long, value_name = "PATH[@BASE]")]
+    repo: Option<String>,
+    /// CPU request, in cores (`resources.cpu`).
+    #[arg(long, value_name = "CORES")]
+    cpu: Option<f64>,
+    /// Memory request (`resources.memory`: "512M", "2G").
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// A host the task may reach (`sandbox.network: Allow([...])`); repeatable.
+    #[arg(long, value_name = "HOST")]
+    allow: Vec<String>,
+    /// Print the name and return once the unit is accepted.
+    #[arg(long)]
+    detach: bool,
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the supervisor in the foreground.
@@ -70,6 +100,23 @@ enum Command {
     },
     /// Validate a unit file and install it into the daemon's units directory.
     Add { file: PathBuf },
+    /// Run one command as a task (a unit made of the flags), follow its output, exit with its
+    /// status; Ctrl-C stops it.
+    Run(RunArgs),
+    /// What a task changed against its base: its commits, then what is uncommitted.
+    Diff {
+        unit: String,
+        /// The summary only (commits and files), no patch.
+        #[arg(long)]
+        stat: bool,
+        /// Colours: `auto` (on a terminal, unless NO_COLOR is set), `always` or `never`.
+        #[arg(long, value_name = "WHEN", default_value = "auto",
+              value_parser = ["auto", "always", "never"])]
+        color: String,
+        /// Do not mark the work shown as reviewed.
+        #[arg(long)]
+        no_mark: bool,
+    },
     /// Stop a task and remove its unit; its checkout goes only if clean and harvested.
     Rm {
         unit: String,
@@ -253,6 +300,38 @@ fn main() {
             },
         ),
         Command::Add { file } => cli::add::run(&state_dir, &file),
+        Command::Run(a) => {
+            let options = cli::run::Options {
+                name: a.name,
+                repo: a.repo,
+                cpu: a.cpu,
+                memory: a.memory,
+                allow: a.allow,
+                detach: a.detach,
+                command: a.command,
+            };
+            match cli::run::run(&state_dir, &options) {
+                Ok(status) => std::process::exit(status),
+                Err(e) => {
+                    eprintln!("keel: {}", keel::fmt::printable_keeping(&e.0, &['\n']));
+                    std::process::exit(cli::run::KEEL_FAILED);
+                }
+            }
+        }
+        Command::Diff {
+            unit,
+            stat,
+            color,
+            no_mark,
+        } => cli::diff::run(
+            &state_dir,
+            &unit,
+            &cli::diff::Options {
+                stat,
+                colour: &color,
+                mark: !no_mark,
+            },
+        ),
         Command::Rm { unit, force } => cli::rm::run(&state_dir, &unit, force),
         Command::Harvest { unit } => cli::simple::run(&state_dir, Request::Harvest { unit }),
         Command::Prune => cli::simple::run(&state_dir, Request::Prune),

@@ -47,6 +47,14 @@ pub enum Request {
     Resume {
         unit: Option<String>,
     },
+    /// `keel diff`: the person has seen the task's work with this fingerprint
+    /// (`crate::checkout::Review::fingerprint`).
+    MarkReviewed {
+        unit: String,
+        fingerprint: String,
+        #[serde(default)]
+        head: Option<String>,
+    },
     Reload,
     Shutdown {
         keep_tasks: bool,
@@ -134,6 +142,10 @@ pub struct TaskInfo {
     /// tree it shares is not counted).
     #[serde(default)]
     pub checkout_bytes: Option<u64>,
+    /// A finished task whose branch has commits or whose checkout has changes that nobody
+    /// has looked at with `keel diff` since (measured by a job, as `checkout_bytes`).
+    #[serde(default)]
+    pub unreviewed: bool,
     /// While an attempt runs: what its directory holds on the state filesystem (bytes, the
     /// last measurement this attempt) and its budget (`resources.disk`, or the default).
     #[serde(default)]

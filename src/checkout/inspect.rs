@@ -134,13 +134,13 @@ fn usage(dirs: &StateDir, unit: &str, record: &CheckoutRecord) -> DiskUsage {
     }
 }
 
-fn load(dirs: &StateDir, unit: &str) -> Result<CheckoutRecord, CheckoutError> {
+pub(crate) fn load(dirs: &StateDir, unit: &str) -> Result<CheckoutRecord, CheckoutError> {
     record::load(dirs, unit)?.ok_or_else(|| CheckoutError::NoCheckout {
         unit: unit.to_string(),
     })
 }
 
-fn refuse_running(dirs: &StateDir, unit: &str) -> Result<(), CheckoutError> {
+pub(crate) fn refuse_running(dirs: &StateDir, unit: &str) -> Result<(), CheckoutError> {
     if crate::state::attempt_lock_held(&dirs.run_dir(unit)) {
         return Err(CheckoutError::Running {
             unit: unit.to_string(),
@@ -165,22 +165,10 @@ fn state_of(
     let git = record::git_dir(&checkout);
     super::guard::guard_git_dir(&git, &record.common_dir)?;
     // Nothing of the files goes to libgit2 before they are known to be safe to open.
-    let unread = match &record.files {
-        Files::Overlay { .. } => unread::find(&record::upper_dir(&checkout), Layer::Upper)?,
-        Files::Full { .. } => unread::find(&record::full_files_dir(&checkout), Layer::Files)?,
-    };
-    let changes = match &record.files {
-        _ if unread.count > 0 => Vec::new(),
-        Files::Overlay { base_key } => {
-            let lower = base::tree_path(&base::base_dir(dirs, base_key));
-            let point = dirs.work_dir(unit);
-            fs::create_dir_all(&point).map_err(io_err("creating", &point))?;
-            let upper = record::upper_dir(&checkout);
-            let work = record::overlay_work_dir(&checkout);
-            merged::with_overlay(&lower, &upper, &work, &point, |view| changes(&git, view))
-                .map_err(io_err("mounting the checkout to look at it", &upper))??
-        }
-        Files::Full { .. } => changes(&git, &record::full_files_dir(&checkout))?,
+    let unread = unreadable(dirs, unit, record)?;
+    let changes = match unread.count {
+        0 => with_files(dirs, unit, record, |view| changes(&git, view))?,
+        _ => Vec::new(),
     };
     Ok(CheckoutState {
         branch: record.branch.clone(),
@@ -193,6 +181,43 @@ fn state_of(
         unharvested: unharvested(&git, record)?,
         disk: usage(dirs, unit, record),
     })
+}
+
+/// `f` of the checkout's files as the agent sees them: an overlay's merged view, mounted for
+/// the moment in a private mount namespace (the task must be stopped), or a full checkout's
+/// files. The caller has checked them with [`unread::find`] first.
+pub(crate) fn with_files<T: Send>(
+    dirs: &StateDir,
+    unit: &str,
+    record: &CheckoutRecord,
+    f: impl FnOnce(&Path) -> Result<T, CheckoutError> + Send,
+) -> Result<T, CheckoutError> {
+    let checkout = record::checkout_dir(dirs, unit);
+    match &record.files {
+        Files::Overlay { base_key } => {
+            let lower = base::tree_path(&base::base_dir(dirs, base_key));
+            let point = dirs.work_dir(unit);
+            fs::create_dir_all(&point).map_err(io_err("creating", &point))?;
+            let upper = record::upper_dir(&checkout);
+            let work = record::overlay_work_dir(&checkout);
+            merged::with_overlay(&lower, &upper, &work, &point, f)
+                .map_err(io_err("mounting the checkout to look at it", &upper))?
+        }
+        Files::Full { .. } => f(&record::full_files_dir(&checkout)),
+    }
+}
+
+/// The files keel will not read in `unit`'s checkout (see [`unread`]).
+pub(crate) fn unreadable(
+    dirs: &StateDir,
+    unit: &str,
+    record: &CheckoutRecord,
+) -> Result<unread::Unreadable, CheckoutError> {
+    let checkout = record::checkout_dir(dirs, unit);
+    match &record.files {
+        Files::Overlay { .. } => unread::find(&record::upper_dir(&checkout), Layer::Upper),
+        Files::Full { .. } => unread::find(&record::full_files_dir(&checkout), Layer::Files),
+    }
 }
 
 /// `git status --porcelain` of the work tree `tree` of git directory `git`: the changed

@@ -53,6 +53,7 @@ mod limits;
 mod merged;
 mod record;
 mod resolve;
+mod review;
 #[cfg(test)]
 mod tests;
 mod unread;
@@ -69,6 +70,7 @@ pub use inspect::{
 };
 pub use record::{checkout_dir, CheckoutRecord, Files};
 pub use resolve::{default_branch, pin_ref, validate, Resolved};
+pub use review::{review, reviewed_path, work, Patch, Review, ReviewCommit, Reviewed, Uncommitted};
 
 use crate::state::StateDir;
 use crate::unit;

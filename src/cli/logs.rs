@@ -8,7 +8,6 @@
 use super::{CliError, CliResult};
 use crate::fmt::{printable_bytes, printable_keeping};
 use crate::sandbox::spec::output_log_path;
-use crate::state::StateDir;
 use std::borrow::Cow;
 use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -27,13 +26,7 @@ pub struct Options {
 const KEPT: [char; 2] = ['\n', '\t'];
 
 pub fn run(state_dir: &Path, unit: &str, options: &Options) -> CliResult {
-    let dirs = StateDir::new(state_dir);
-    if !dirs.task_dir(unit).exists() {
-        return Err(CliError(format!(
-            "unknown unit {unit:?}: no task directory in {}",
-            dirs.tasks_dir().display()
-        )));
-    }
+    let dirs = super::known_task(state_dir, unit)?;
     let path = output_log_path(&dirs.run_dir(unit));
     let wanted = options
         .lines
@@ -104,16 +97,35 @@ fn incomplete_tail(bytes: &[u8]) -> usize {
 /// Print what is appended to `path`, following it across rotations (a new inode or a
 /// shorter file means it was rotated: start again from the top of the new one).
 pub fn follow_file(path: &Path, shown: &mut Shown, out: &mut impl Write) -> CliResult {
+    follow_until(path, true, shown, out, &mut || false)
+}
+
+/// [`follow_file`] from the end of the file (`from_end`) or its start, until `done` says so
+/// (asked between reads; what was written before it said so is printed first). A file not
+/// there yet is read from its start once it is.
+pub fn follow_until(
+    path: &Path,
+    from_end: bool,
+    shown: &mut Shown,
+    out: &mut impl Write,
+    done: &mut dyn FnMut() -> bool,
+) -> CliResult {
     let open = |p: &Path| std::fs::File::open(p).ok();
     let mut file = open(path);
-    let mut position = file
-        .as_mut()
-        .and_then(|f| f.seek(SeekFrom::End(0)).ok())
-        .unwrap_or(0);
+    let mut position = match from_end {
+        true => file.as_mut().and_then(|f| f.seek(SeekFrom::End(0)).ok()),
+        false => None,
+    }
+    .unwrap_or(0);
     let mut inode = std::fs::metadata(path).map(|m| m.ino()).unwrap_or(0);
     let mut buf = vec![0u8; 64 * 1024];
     let closed = |_| CliError("output closed".into());
     loop {
+        let last = done();
+        if file.is_none() {
+            file = open(path);
+            inode = std::fs::metadata(path).map(|m| m.ino()).unwrap_or(0);
+        }
         if let Some(f) = file.as_mut() {
             loop {
                 match f.read(&mut buf) {
@@ -126,6 +138,10 @@ pub fn follow_file(path: &Path, shown: &mut Shown, out: &mut impl Write) -> CliR
                     }
                 }
             }
+        }
+        if last {
+            out.write_all(&shown.restart()).map_err(closed)?;
+            return out.flush().map_err(closed);
         }
         std::thread::sleep(Duration::from_millis(200));
         if let Ok(meta) = std::fs::metadata(path) {

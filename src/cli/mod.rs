@@ -3,11 +3,13 @@
 
 pub mod add;
 pub mod check;
+pub mod diff;
 pub mod events;
 pub mod format;
 pub mod health;
 pub mod logs;
 pub mod rm;
+pub mod run;
 pub mod simple;
 pub mod status;
 
@@ -50,6 +52,18 @@ pub fn resolve_state_dir(flag: Option<&Path>) -> PathBuf {
 
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The state directory, if it has a task directory for `unit` (else the error naming it).
+pub fn known_task(state_dir: &Path, unit: &str) -> Result<crate::state::StateDir, CliError> {
+    let dirs = crate::state::StateDir::new(state_dir);
+    if !dirs.task_dir(unit).exists() {
+        return Err(CliError(format!(
+            "unknown unit {unit:?}: no task directory in {}",
+            dirs.tasks_dir().display()
+        )));
+    }
+    Ok(dirs)
 }
 
 /// Send one request to the daemon of `state_dir` and read its answer. `timeout` bounds the

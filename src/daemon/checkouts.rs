@@ -134,12 +134,18 @@ impl Daemon {
             {
                 continue;
             }
+            let mut work = false;
             if let Some(task) = self.tasks.get_mut(&unit) {
                 task.disk_use_asked = Some(now);
+                // Its files are looked at only while no attempt can mount them: no shim, and
+                // a start's preparation (then queued behind this job) not begun.
+                work = task.shim.is_none()
+                    && task.preparing.is_none()
+                    && task.record.state != crate::daemon::record::TaskState::Starting;
             }
             let pending = Pending {
                 generation: 0,
-                job: Job::DiskUse { unit },
+                job: Job::DiskUse { unit, work },
                 then: Then::DiskUse,
             };
             self.jobs.submit(owner, pending);
@@ -158,9 +164,14 @@ impl Daemon {
             Ok(JobResult::DiskUse {
                 bytes,
                 kept_branches,
+                work,
             }) => {
                 task.checkout_bytes = bytes;
                 task.kept_branches = kept_branches;
+                // A running task's work is not measured: the last stopped one's is kept.
+                if work.is_some() || bytes.is_none() {
+                    task.work = work;
+                }
             }
             Ok(_) => {}
             Err(JobError::Deadline(why)) | Err(JobError::Worker(why)) => {

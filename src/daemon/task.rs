@@ -126,6 +126,8 @@ pub(crate) struct Task {
     pub checkout_bytes: Option<u64>,
     /// The branches kept in the main repository, as a job last listed them.
     pub kept_branches: Vec<String>,
+    /// A stopped task's work, as the last disk-use job saw it (`keel status`'s unreviewed).
+    pub work: Option<crate::worker::protocol::WorkFacts>,
     /// When `keel status` last had a job measure the two (at most once a minute).
     pub disk_use_asked: Option<Instant>,
     /// What the task's directory held at the last measurement (`resources.disk`): the
@@ -199,6 +201,7 @@ impl Task {
             force_remove: false,
             checkout_bytes: None,
             kept_branches: Vec::new(),
+            work: None,
             disk_use_asked: None,
             disk_written: None,
             preparing: None,

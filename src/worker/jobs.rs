@@ -64,7 +64,7 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
             limits,
         } => remove(&dirs, unit, *attempt, *force, limits).map(|note| JobResult::Removed { note }),
         Job::Prune { finished, limits } => Ok(prune(&dirs, finished, limits)),
-        Job::DiskUse { unit } => Ok(disk_use(&dirs, unit)),
+        Job::DiskUse { unit, work } => Ok(disk_use(&dirs, unit, *work)),
         Job::TaskDiskUse { unit } => Ok(JobResult::TaskDiskUse {
             bytes: checkout::disk_bytes(&dirs.task_dir(unit)),
         }),
@@ -231,11 +231,12 @@ fn prune(
 
 /// The checkout's own disk use (its git directory and changes; the shared base is not
 /// walked) and the task's branches kept in the main repository.
-fn disk_use(dirs: &StateDir, unit: &str) -> JobResult {
+fn disk_use(dirs: &StateDir, unit: &str, work: bool) -> JobResult {
     if !checkout::exists(dirs, unit) {
         return JobResult::DiskUse {
             bytes: None,
             kept_branches: Vec::new(),
+            work: None,
         };
     }
     let bytes = checkout::disk_bytes(&checkout::checkout_dir(dirs, unit));
@@ -253,5 +254,30 @@ fn disk_use(dirs: &StateDir, unit: &str) -> JobResult {
     JobResult::DiskUse {
         bytes: Some(bytes),
         kept_branches,
+        work: work.then(|| work_facts(dirs, unit)).flatten(),
     }
+}
+
+/// A stopped task's work and what was reviewed of it (`None`: it runs, or cannot be read).
+fn work_facts(dirs: &StateDir, unit: &str) -> Option<crate::worker::protocol::WorkFacts> {
+    if crate::state::attempt_lock_held(&dirs.run_dir(unit)) {
+        return None; // its files are mounted in its sandbox only
+    }
+    let review = match checkout::work(dirs, unit) {
+        Ok(review) => review,
+        Err(e) => {
+            log::warn!("{unit}: cannot look at the task's work: {e}");
+            return None;
+        }
+    };
+    if review.uncommitted == checkout::Uncommitted::Running {
+        return None;
+    }
+    let reviewed: Option<checkout::Reviewed> =
+        crate::state::read_ron(&checkout::reviewed_path(dirs, unit)).unwrap_or(None);
+    Some(crate::worker::protocol::WorkFacts {
+        has_work: review.has_work(),
+        fingerprint: review.fingerprint,
+        reviewed: reviewed.map(|r| r.fingerprint),
+    })
 }

@@ -54,8 +54,14 @@ pub enum Job {
         finished: Vec<(String, u32)>,
         limits: HarvestLimits,
     },
-    /// `keel status`'s figures: the checkout's disk use and the kept branches.
-    DiskUse { unit: String },
+    /// `keel status`'s figures: the checkout's disk use and the kept branches; with `work`
+    /// (asked only of a finished task: a start's preparation then waits behind the job, so
+    /// the checkout's files are mounted by nobody else meanwhile), its work as well.
+    DiskUse {
+        unit: String,
+        #[serde(default)]
+        work: bool,
+    },
     /// `resources.disk`: what the task's directory (`tasks/<unit>`) holds on disk.
     TaskDiskUse { unit: String },
     /// Delete a tree the daemon renamed into its trash (`keel rm`'s files).
@@ -110,7 +116,7 @@ impl Job {
             Job::Harvest { unit, .. } => format!("the harvest of {unit}'s checkout"),
             Job::Remove { unit, .. } => format!("the removal of {unit}'s checkout"),
             Job::Prune { .. } => "keel prune".to_string(),
-            Job::DiskUse { unit } => format!("the disk use of {unit}'s checkout"),
+            Job::DiskUse { unit, .. } => format!("the disk use of {unit}'s checkout"),
             Job::TaskDiskUse { unit } => format!("the disk use of {unit}'s directory"),
             Job::Delete { path } => format!("the deletion of {}", path.display()),
         }
@@ -151,6 +157,10 @@ pub enum JobResult {
     DiskUse {
         bytes: Option<u64>,
         kept_branches: Vec<String>,
+        /// A stopped task's work, for `keel status`'s unreviewed mark (`None`: running, or
+        /// no checkout).
+        #[serde(default)]
+        work: Option<WorkFacts>,
     },
     /// The task directory's disk use (allocated bytes).
     TaskDiskUse { bytes: u64 },
@@ -243,6 +253,21 @@ impl LineBuffer {
     /// Bytes of an unfinished line (at the worker's end: it died mid-line).
     pub fn unfinished(&self) -> usize {
         self.pending.len()
+    }
+}
+
+/// A stopped task's work as `keel diff` would show it: its fingerprint, whether there is any,
+/// and the fingerprint a person last reviewed (`tasks/<unit>/reviewed.ron`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkFacts {
+    pub fingerprint: String,
+    pub has_work: bool,
+    pub reviewed: Option<String>,
+}
+
+impl WorkFacts {
+    pub fn unreviewed(&self) -> bool {
+        self.has_work && self.reviewed.as_deref() != Some(self.fingerprint.as_str())
     }
 }
 

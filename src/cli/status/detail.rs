@@ -135,6 +135,13 @@ fn checkout(out: &mut Block, task: &TaskInfo, d: &TaskDetail, colour: bool) {
             ),
         );
     }
+    if task.unreviewed {
+        let note = paint("unreviewed", Tone::Warn, colour);
+        out.field(
+            "review",
+            &format!("{note}: commits or changes not yet seen (keel diff)"),
+        );
+    }
     if !task.kept_branches.is_empty() {
         let note = paint(
             "a harvest could not fast-forward: merge by hand",

@@ -56,6 +56,7 @@ fn task(task: &mut TaskInfo) {
         memory_peak_bytes: _,
         pids: _,
         checkout_bytes: _,
+        unreviewed: _,
         disk_bytes: _,
         disk_budget: _,
         last_activity_ms: _,

@@ -76,6 +76,7 @@ pub fn tone(task: &TaskInfo) -> Tone {
         || task.unit_file_missing
         || task.watch.is_some()
         || !task.kept_branches.is_empty()
+        || task.unreviewed
         || task.restarts >= RESTART_LOOP
     {
         return Tone::Warn;
@@ -200,6 +201,9 @@ pub(super) fn note(task: &TaskInfo, now: u64, colour: bool) -> String {
             Tone::Warn,
             colour,
         ));
+    }
+    if task.unreviewed {
+        parts.push(paint("unreviewed (keel diff)", Tone::Warn, colour));
     }
     if task.network.as_ref().is_some_and(|n| n.mode == "host") {
         // Not contained: `network: Host` (`keel status UNIT` says more).

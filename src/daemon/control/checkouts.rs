@@ -81,4 +81,35 @@ impl Daemon {
         };
         self.respond(reply, &response);
     }
+
+    /// `keel diff` showed the task's work with `fingerprint`: recorded in
+    /// `tasks/<unit>/reviewed.ron` (atomically), and the unreviewed mark goes if that is the
+    /// work the last job saw.
+    pub(super) fn mark_reviewed(
+        &mut self,
+        unit: &str,
+        fingerprint: String,
+        head: Option<String>,
+    ) -> Response {
+        if let Err(e) = self.known(unit) {
+            return *e;
+        }
+        let reviewed = crate::checkout::Reviewed {
+            fingerprint: fingerprint.clone(),
+            head,
+            at_ms: crate::state::now_ms(),
+        };
+        let path = crate::checkout::reviewed_path(&self.store.dirs, unit);
+        if let Err(e) = crate::state::write_ron(&path, &reviewed) {
+            return Response::Error {
+                message: format!("{unit}: cannot record the review: {e}"),
+            };
+        }
+        if let Some(work) = self.tasks.get_mut(unit).and_then(|t| t.work.as_mut()) {
+            work.reviewed = Some(fingerprint);
+        }
+        Response::Ok {
+            message: format!("{unit}: reviewed"),
+        }
+    }
 }

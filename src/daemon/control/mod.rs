@@ -423,6 +423,11 @@ impl Daemon {
             Request::Health => Some(self.health()),
             Request::Status { unit } => Some(self.status(unit.as_deref())),
             Request::Reload => Some(self.reload()),
+            Request::MarkReviewed {
+                unit,
+                fingerprint,
+                head,
+            } => Some(self.mark_reviewed(&unit, fingerprint, head)),
             Request::Add { name, text } => Some(self.add_unit(&name, &text)),
             Request::Harvest { unit } => self.harvest_request(token, &unit),
             Request::Prune => self.prune(token),

@@ -99,6 +99,7 @@ impl Daemon {
             progress_changed_ms: live.and_then(|l| l.progress_changed_ms),
             watch: self.watch_note(t),
             kept_branches: t.kept_branches.clone(),
+            unreviewed: r.state.is_final() && t.work.as_ref().is_some_and(|w| w.unreviewed()),
             preparing: t.preparing.as_ref().map(|_| self.preparing_info(&t.name)),
             network: self.network_info(t),
             paused_since_ms: paused.map(|p| p.since_ms),

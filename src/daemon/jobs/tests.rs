@@ -60,7 +60,10 @@ fn preparation_follows_its_progress_and_other_jobs_have_a_fixed_deadline() {
     let build = jobs.deadline_of(&prepare("/repo"));
     assert_eq!(build.idle, Some(jobs.settings.preparation_idle));
     assert_eq!(build.total, jobs.settings.preparation_deadline);
-    let harvest = jobs.deadline_of(&Job::DiskUse { unit: "t".into() });
+    let harvest = jobs.deadline_of(&Job::DiskUse {
+        unit: "t".into(),
+        work: false,
+    });
     assert_eq!(harvest.idle, None);
     assert_eq!(harvest.total, jobs.settings.deadline);
 }

@@ -91,7 +91,10 @@ fn every_job_kind_names_itself_for_the_test_hook() {
             finished: vec![],
             limits: HarvestLimits::default(),
         },
-        Job::DiskUse { unit: "u".into() },
+        Job::DiskUse {
+            unit: "u".into(),
+            work: true,
+        },
         Job::TaskDiskUse { unit: "u".into() },
     ]
     .iter()

@@ -400,6 +400,26 @@ mod disk;
 mod escaping;
 
 #[test]
+fn unreviewed_work_is_worth_a_look_in_the_table_in_full_and_in_json() {
+    let mut t = task("w", "succeeded");
+    assert_eq!(tone(&t), Tone::Good);
+    t.unreviewed = true;
+    assert_eq!(tone(&t), Tone::Warn);
+    assert_eq!(note(&t, 100_000, false), "unreviewed (keel diff)");
+    let mut full = detailed();
+    full.unreviewed = true;
+    let plain = render(&report(vec![full]), 100_000, false);
+    assert!(
+        plain
+            .lines()
+            .any(|l| l.starts_with("  review       unreviewed: ")),
+        "{plain}"
+    );
+    let json = serde_json::to_value(&t).unwrap();
+    assert_eq!(json["unreviewed"], true);
+}
+
+#[test]
 fn a_source_checked_on_a_timer_is_worth_a_look_and_its_note_says_why() {
     let mut t = task("worker", "running");
     assert_eq!(tone(&t), Tone::Good);
