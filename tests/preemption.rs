@@ -111,15 +111,7 @@ fn a_low_priority_preemptible_task_makes_room_and_gets_it_back() {
     wait_until(Duration::from_secs(10), "low ticks again", || {
         progress(&d, "low") != at
     });
-    let events: Vec<String> = d
-        .events(Some("low"))
-        .iter()
-        .filter_map(|e| e["event"].as_str().map(str::to_string))
-        .collect();
-    assert!(
-        events.iter().any(|e| e == "paused") && events.iter().any(|e| e == "resumed"),
-        "{events:?}"
-    );
+    assert_paused_and_resumed(&d, "low");
     assert!(
         !d.events(Some("keep"))
             .iter()
@@ -164,23 +156,42 @@ fn paused_by_keel(d: &Daemon, unit: &str) -> bool {
             .is_some_and(|p| p.origin == keel::daemon::record::PauseOrigin::Keel)
 }
 
-#[test]
-fn a_task_waiting_for_max_running_preempts_a_lower_priority_one() {
-    if !require_root("a_task_waiting_for_max_running_preempts_a_lower_priority_one") {
-        return;
-    }
-    let mut d = Daemon::prepare("preempt-maxrun");
-    // CPU for both: only the count holds `high` back.
-    write_config(
-        &d,
-        r#"Config(capacity: Capacity(cpu: 2.0, max_running: Some(1)))"#,
-    );
+/// A daemon with `config` and a preemptible ticker `low` (priority 0) running and ticking.
+fn daemon_with_low(name: &str, config: &str) -> Daemon {
+    let mut d = Daemon::prepare(name);
+    write_config(&d, config);
     d.spawn();
     d.write_unit("low", &ticker(0, true));
     d.wait_state("low", "running", Duration::from_secs(20));
     wait_until(Duration::from_secs(10), "low ticks", || {
         !progress(&d, "low").is_empty()
     });
+    d
+}
+
+/// The journal of `unit` has a `paused` and a `resumed` event.
+fn assert_paused_and_resumed(d: &Daemon, unit: &str) {
+    let events: Vec<String> = d
+        .events(Some(unit))
+        .iter()
+        .filter_map(|e| e["event"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        events.iter().any(|e| e == "paused") && events.iter().any(|e| e == "resumed"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_task_waiting_for_max_running_preempts_a_lower_priority_one() {
+    if !require_root("a_task_waiting_for_max_running_preempts_a_lower_priority_one") {
+        return;
+    }
+    // CPU for both: only the count holds `high` back.
+    let mut d = daemon_with_low(
+        "preempt-maxrun",
+        r#"Config(capacity: Capacity(cpu: 2.0, max_running: Some(1)))"#,
+    );
     d.write_unit(
         "high",
         r#"Unit(command: ["/bin/sh", "-c", "while [ ! -e /work/release ]; do sleep 0.05; done"],
@@ -212,6 +223,7 @@ fn a_task_waiting_for_max_running_preempts_a_lower_priority_one() {
     wait_until(Duration::from_secs(10), "low ticks again", || {
         progress(&d, "low") != at
     });
+    assert_paused_and_resumed(&d, "low");
     d.shutdown();
 }
 
@@ -221,12 +233,7 @@ fn memory_pressure(d: &Daemon) -> f64 {
         .into_iter()
         .find(|dir| dir.ends_with("tasks") && dir.join("memory.pressure").exists())
         .expect("keel's tasks/ in the v2 hierarchy");
-    let text = std::fs::read_to_string(tasks.join("memory.pressure")).unwrap();
-    text.lines()
-        .find(|l| l.starts_with("some "))
-        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("avg10=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("memory.pressure: {text:?}"))
+    some_avg10(&tasks.join("memory.pressure"))
 }
 
 /// Real memory pressure: a task whose 48M memory limit is smaller than the file it reads
@@ -247,15 +254,11 @@ fn memory_pressure_pauses_a_preemptible_task_and_resumes_it_once_it_falls() {
     if !require_root("memory_pressure_pauses_a_preemptible_task_and_resumes_it_once_it_falls") {
         return;
     }
-    let mut d = Daemon::prepare("preempt-memory");
     // A low threshold: one reader thrashing in 48M makes a few percent here.
-    write_config(
-        &d,
+    let mut d = daemon_with_low(
+        "preempt-memory",
         r#"Config(capacity: Capacity(cpu: 2.0), pressure: Pressure(memory: 1.0))"#,
     );
-    d.spawn();
-    d.write_unit("low", &ticker(0, true));
-    d.wait_state("low", "running", Duration::from_secs(20));
     d.write_unit("thrash", THRASHER);
     d.wait_state("thrash", "running", Duration::from_secs(20));
     // The file must be on a disk: on a tmpfs it would be memory the task cannot give back.
@@ -298,14 +301,6 @@ fn memory_pressure_pauses_a_preemptible_task_and_resumes_it_once_it_falls() {
     eprintln!("low resumed; memory pressure now {after:.2}%");
     assert!(after < 1.0, "resumed at {after}% (threshold 1%)");
     assert_eq!(low["attempt"], 1, "{low}");
-    let events: Vec<String> = d
-        .events(Some("low"))
-        .iter()
-        .filter_map(|e| e["event"].as_str().map(str::to_string))
-        .collect();
-    assert!(
-        events.iter().any(|e| e == "paused") && events.iter().any(|e| e == "resumed"),
-        "{events:?}"
-    );
+    assert_paused_and_resumed(&d, "low");
     d.shutdown();
 }

@@ -112,31 +112,25 @@ impl PressureCheck {
     /// Every resource above its threshold (strictly: at the threshold is not above), in the
     /// order cpu, memory, io; empty with `pressure: Off`.
     pub fn over(&self) -> Vec<Over> {
-        let Some(t) = self.thresholds else {
-            return Vec::new();
-        };
-        let f = self.figures;
-        [
-            ("cpu", f.cpu, t.cpu),
-            ("memory", f.memory, t.memory),
-            ("io", f.io, t.io),
-        ]
-        .into_iter()
-        .filter_map(|(resource, figure, threshold)| {
-            let figure = figure?;
-            (figure > threshold).then_some(Over {
-                resource,
-                figure,
-                threshold,
-            })
-        })
-        .collect()
+        self.select(self.thresholds, |figure, threshold| figure > threshold)
     }
 
     /// Every resource above half its threshold (strictly) but not above it: what puts the
     /// round in pacing; empty with `pressure: Off` or `settle: "0s"`.
     pub fn near(&self) -> Vec<Over> {
-        let Some(t) = self.thresholds.filter(|t| t.settle_ms > 0) else {
+        let thresholds = self.thresholds.filter(|t| t.settle_ms > 0);
+        self.select(thresholds, |figure, threshold| {
+            figure > threshold / 2 && figure <= threshold
+        })
+    }
+
+    /// The resources (cpu, memory, io, in that order) whose figure was read and `keep`s.
+    fn select(
+        &self,
+        thresholds: Option<PressureThresholds>,
+        keep: impl Fn(u32, u32) -> bool,
+    ) -> Vec<Over> {
+        let Some(t) = thresholds else {
             return Vec::new();
         };
         let f = self.figures;
@@ -148,7 +142,7 @@ impl PressureCheck {
         .into_iter()
         .filter_map(|(resource, figure, threshold)| {
             let figure = figure?;
-            (figure > threshold / 2 && figure <= threshold).then_some(Over {
+            keep(figure, threshold).then_some(Over {
                 resource,
                 figure,
                 threshold,

@@ -47,15 +47,21 @@ fn resumed(actions: &[Action]) -> Vec<&str> {
         .collect()
 }
 
-#[test]
-fn the_lowest_priority_newest_preemptible_tasks_go_first_until_the_need_is_covered() {
-    let running = [
+/// One task not preemptible, three below priority 5 (two of one priority, started one after
+/// the other), and `equal` at priority 5 with `equal_cpu`.
+fn five_running(equal_cpu: u64) -> [Candidate; 5] {
+    [
         task("keep", -5, false, 0, 1000),
         task("low-old", -1, true, 10, 500),
         task("low-new", -1, true, 20, 500),
         task("lower", -2, true, 30, 250),
-        task("equal", 5, true, 40, 4000),
-    ];
+        task("equal", 5, true, 40, equal_cpu),
+    ]
+}
+
+#[test]
+fn the_lowest_priority_newest_preemptible_tasks_go_first_until_the_need_is_covered() {
+    let running = five_running(4000);
     let actions = decide(
         &running,
         &[],
@@ -256,13 +262,7 @@ fn slot_waiter(unit: &str, priority: i32, cpu_short: u64, memory_short: u64) -> 
 
 #[test]
 fn a_waiter_held_by_max_running_pauses_the_lowest_preemptible_task_below_it() {
-    let running = [
-        task("keep", -5, false, 0, 1000),
-        task("low-old", -1, true, 10, 500),
-        task("low-new", -1, true, 20, 500),
-        task("lower", -2, true, 30, 250),
-        task("equal", 5, true, 40, 250),
-    ];
+    let running = five_running(250);
     // A slot is all it lacks: one pause, the lowest priority (not the non-preemptible one,
     // not one of its own priority).
     let actions = decide(
@@ -300,7 +300,7 @@ fn a_waiter_held_by_max_running_pauses_the_lowest_preemptible_task_below_it() {
         slot_waiter("urgent", -2, 0, 0),
     ] {
         assert!(
-            decide(&running, &[], &[w.clone()], room, None, true).is_empty(),
+            decide(&running, &[], std::slice::from_ref(&w), room, None, true).is_empty(),
             "{w:?}"
         );
     }
@@ -389,7 +389,14 @@ fn pauses_and_resumes_keep_to_their_rules_over_every_small_case() {
                             ..waiter("w", priority, cpu_short, memory_short)
                         };
                         let room = Room { cpu, slots };
-                        let actions = decide(&running, &preempted, &[w.clone()], room, None, true);
+                        let actions = decide(
+                            &running,
+                            &preempted,
+                            std::slice::from_ref(&w),
+                            room,
+                            None,
+                            true,
+                        );
                         let (p, r) = (paused(&actions), resumed(&actions));
                         assert!(p.is_empty() || r.is_empty(), "{actions:?}");
                         let mut freed = 0;
