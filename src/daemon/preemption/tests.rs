@@ -80,46 +80,15 @@ fn the_lowest_priority_newest_preemptible_tasks_go_first_until_the_need_is_cover
 #[test]
 fn nobody_is_paused_when_it_would_not_make_room_or_memory_is_short() {
     let running = [task("a", 0, true, 0, 500), task("b", 0, false, 0, 4000)];
+    let pauses = |w: Waiter| decide(&running, &[], &[w], Room::cpu(0), None, true);
     // All preemptible together free 500 of the 1000 needed.
-    assert!(decide(
-        &running,
-        &[],
-        &[waiter("w", 1, 1000, 0)],
-        Room::cpu(0),
-        None,
-        true
-    )
-    .is_empty());
+    assert!(pauses(waiter("w", 1, 1000, 0)).is_empty());
     // Memory is short: a frozen task keeps its pages.
-    assert!(decide(
-        &running,
-        &[],
-        &[waiter("w", 1, 100, 1 << 30)],
-        Room::cpu(0),
-        None,
-        true
-    )
-    .is_empty());
+    assert!(pauses(waiter("w", 1, 100, 1 << 30)).is_empty());
     // CPU fits: the waiter waits for something else.
-    assert!(decide(
-        &running,
-        &[],
-        &[waiter("w", 1, 0, 0)],
-        Room::cpu(0),
-        None,
-        true
-    )
-    .is_empty());
+    assert!(pauses(waiter("w", 1, 0, 0)).is_empty());
     // Nothing below its priority.
-    assert!(decide(
-        &running,
-        &[],
-        &[waiter("w", 0, 100, 0)],
-        Room::cpu(0),
-        None,
-        true
-    )
-    .is_empty());
+    assert!(pauses(waiter("w", 0, 100, 0)).is_empty());
 }
 
 #[test]
