@@ -95,6 +95,7 @@ fn main() {
             io: Some(100),
         },
         thresholds: Some(PressureThresholds::default()),
+        since_last_start_ms: None,
     };
     let pressed = PressureCheck {
         figures: Pressure {
@@ -143,10 +144,10 @@ fn main() {
     ];
     let mut worst: f64 = 0.0;
     for (name, queue, cap, pressure) in cases {
-        let decision = decide(queue, &running, &cap, now_ms, limit_ms, pressure);
+        let decision = decide(queue, &running, 0, &cap, now_ms, limit_ms, pressure);
         let (started, waiting) = (decision.start.len(), decision.waiting.len());
         let (median, max) = time(rounds, || {
-            decide(queue, &running, &cap, now_ms, limit_ms, pressure)
+            decide(queue, &running, 0, &cap, now_ms, limit_ms, pressure)
         });
         worst = worst.max(median);
         println!(

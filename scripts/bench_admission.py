@@ -7,11 +7,12 @@ unit with the default resources (cpu 0.25, memory 512M). Two arrival patterns
 (KEEL_BENCH_BURST_EVERY, default "0,3"): the bursts at once with the agents, and one burst
 every 3 s. For each, two runs on the real daemon (real cgroups, as root), each on a scratch
 state directory and cgroup tree of its own: pressure-aware admission with the default
-thresholds (`pressure: Pressure(cpu: 40.0, memory: 10.0, io: 40.0)`) and the baseline
+thresholds and pacing (`pressure: Pressure(cpu: 40.0, memory: 10.0, io: 40.0, settle: "5s")`:
+near a threshold, one start per 5 s) and the baseline
 `pressure: Off` (admission by requests alone). keel.ron's capacity admits all 24 by their
 requests (6 CPU, 12G requested) in both, so pressure is the only thing that differs. Sampled
 every 0.5 s until every burst succeeded (or a timeout): the tasks running and queued (those
-whose reason is a pressure wait apart), PSI `some avg10` of CPU and memory from the files keel
+whose reason is a pressure wait, and those paced, apart), PSI `some avg10` of CPU and memory from the files keel
 reads (its tree's `tasks/cpu.pressure`, `tasks/memory.pressure` in the v2 hierarchy), and the
 host's /proc/pressure/cpu beside them.
 """
@@ -19,7 +20,7 @@ import json, os, resource, shutil, subprocess, tempfile, time
 
 IDLE, BURSTS = 12, 12
 CAPACITY = 'capacity: Capacity(cpu: 6.0, memory: "12G")'
-CONFIGS = (("pressure", "pressure: Pressure(cpu: 40.0, memory: 10.0, io: 40.0)"),
+CONFIGS = (("pressure", 'pressure: Pressure(cpu: 40.0, memory: 10.0, io: 40.0, settle: "5s")'),
            ("off", "pressure: Off"))
 SAMPLE_S = 0.5
 LOOP = "i=0; while [ $i -lt {n} ]; do i=$((i+1)); done"
@@ -93,7 +94,7 @@ def one_run(keel_bin, v2_base, label, pressure, iterations, every, timeout):
             out = keel("status", "--json")
             tasks = json.loads(out.stdout)["tasks"] if out.returncode == 0 else []
             now = time.monotonic() - t0
-            row = {"t": now, "agents": 0, "bursts": 0, "queued": 0, "on_pressure": 0,
+            row = {"t": now, "agents": 0, "bursts": 0, "queued": 0, "on_pressure": 0, "paced": 0,
                    "bursts_queued": 0,
                    "done": 0, "failed": 0,
                    "cpu": some_avg10(os.path.join(tasks_dir, "cpu.pressure")),
@@ -106,7 +107,9 @@ def one_run(keel_bin, v2_base, label, pressure, iterations, every, timeout):
                     started.setdefault(unit, now)
                 elif st == "queued":
                     row["queued"] += 1
-                    row["on_pressure"] += "pressure" in (t.get("reason") or "")
+                    reason = t.get("reason") or ""
+                    row["paced"] += reason.startswith("pacing:")
+                    row["on_pressure"] += "pressure" in reason and not reason.startswith("pacing:")
                     row["bursts_queued"] += unit.startswith("burst")
                 elif unit.startswith("burst") and st == "succeeded":
                     row["done"] += 1
@@ -142,14 +145,18 @@ def summary(samples, started, finished, arrived):
     runs = [finished[u] - started[u] for u in finished if u in started]
     waits = [started[u] - arrived[u] for u in started if u in arrived]
     agents_at = next((s["t"] for s in samples if s["agents"] == IDLE), None)
+    burst_starts = [started[u] for u in started if u.startswith("burst")]
     return {
         "bursts_done": last["done"], "failed": last["failed"],
         "all_done_s": last["t"] if last["done"] == BURSTS else None,
         "peak_cpu": max(cpu, default=0.0), "mean_cpu": sum(cpu) / max(1, len(cpu)),
         "peak_memory": max(mem, default=0.0),
         "peak_bursts": max(s["bursts"] for s in samples),
+        # Bursts first seen running in the same 0.5 s sample: the largest batch released.
+        "burst_batch": max((burst_starts.count(t) for t in burst_starts), default=0),
         "peak_running": max(s["agents"] + s["bursts"] for s in samples),
         "held_s": SAMPLE_S * sum(1 for s in samples if s["on_pressure"]),
+        "paced_s": SAMPLE_S * sum(1 for s in samples if s["paced"]),
         "idle_gap_s": SAMPLE_S * sum(1 for s in samples
                                      if s["bursts"] == 0 and s["bursts_queued"]),
         "burst_run_mean": sum(runs) / max(1, len(runs)), "burst_run_max": max(runs, default=0),
@@ -192,11 +199,12 @@ def scenario(keel_bin, v2_base, every, iterations, timeout):
         results[label] = summary(samples, started, finished, arrived)
         step = int(round(4 / SAMPLE_S))
         print(f"\n  {label} ({pressure}), every {step}th sample:")
-        print("      t  agents bursts queued (pressure) done   cpu%   mem%  host cpu%")
+        print("      t  agents bursts queued (pressure) (paced) done   cpu%   mem%  host cpu%")
         fmt = lambda v: "   -  " if v is None else f"{v:6.2f}"
         for s in samples[::step] + ([samples[-1]] if (len(samples) - 1) % step else []):
             print(f"  {s['t']:5.1f}  {s['agents']:6d} {s['bursts']:6d} {s['queued']:6d} "
-                  f"{s['on_pressure']:10d} {s['done']:4d} {fmt(s['cpu'])} {fmt(s['memory'])} "
+                  f"{s['on_pressure']:10d} {s['paced']:7d} {s['done']:4d} {fmt(s['cpu'])} "
+                  f"{fmt(s['memory'])} "
                   f"{fmt(s['host_cpu'])}")
         print(f"\n  {label}: the tree's cpu pressure `*` (% left), tasks running `o` (right):")
         for line in plot(samples):
@@ -204,8 +212,10 @@ def scenario(keel_bin, v2_base, every, iterations, timeout):
     print(f"\n  {'':44} pressure        off")
     rows = (("all bursts done (s)", "all_done_s"), ("peak cpu pressure %", "peak_cpu"),
             ("mean cpu pressure %", "mean_cpu"), ("peak memory pressure %", "peak_memory"),
-            ("peak bursts running", "peak_bursts"), ("peak tasks running", "peak_running"),
+            ("peak bursts running", "peak_bursts"),
+            ("most bursts started in one 0.5 s sample", "burst_batch"), ("peak tasks running", "peak_running"),
             ("time with a task waiting on pressure (s)", "held_s"),
+            ("time with a task paced (s)", "paced_s"),
             ("time with bursts queued, none running (s)", "idle_gap_s"),
             ("burst arrival → running, mean (s)", "burst_wait_mean"),
             ("burst arrival → running, max (s)", "burst_wait_max"),

@@ -18,12 +18,7 @@ fn tasks_dir(d: &Daemon) -> PathBuf {
 
 /// `some avg10` of `tasks/cpu.pressure`, in percent.
 fn cpu_pressure(tasks: &std::path::Path) -> f64 {
-    let text = std::fs::read_to_string(tasks.join("cpu.pressure")).unwrap();
-    text.lines()
-        .find(|l| l.starts_with("some "))
-        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("avg10=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("cpu.pressure: {text:?}"))
+    some_avg10(&tasks.join("cpu.pressure"))
 }
 
 /// The percentage a "cpu pressure 63% > 30%" reason gives, if it is one.

@@ -54,6 +54,7 @@ fn defaults() {
             cpu: 4000,
             memory: 1000,
             io: 4000,
+            settle_ms: 5000,
         }),
         user_namespaces: UserNamespaces::On(IdRange {
             first_id: 0x7000_0000,

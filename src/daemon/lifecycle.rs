@@ -125,6 +125,7 @@ impl Daemon {
         let decision = super::queue::decide(
             &queued,
             &running,
+            preempting::slotless(self.tasks.values()),
             &self.settings.config.capacity,
             now_ms(),
             self.settings.config.starvation_limit_ms(),
@@ -272,6 +273,7 @@ impl Daemon {
         self.store
             .task_event(task, "starting", &format!("attempt {attempt}"));
         log::info!("{unit}: starting (attempt {attempt})");
+        self.pressure.note_start();
         state::crash_point("after-persist-starting");
         task.started_at = Some(Instant::now());
         task.accepted_text = Some(text.clone());

@@ -11,13 +11,17 @@
 //!   together would not: a pause that frees too little only stops work. A frozen task keeps
 //!   its memory resident, so its memory request stays counted, and a task that lacks memory
 //!   preempts nobody.
+//! - **`max_running`.** A task keel paused holds no `max_running` slot (a person's pause
+//!   keeps its slot, as it keeps its CPU). When the first such waiter is held back by the
+//!   count, the lowest-priority preemptible task below it is paused — and more, lowest first,
+//!   if it also lacks CPU, until their requests cover that too (none, if they cannot).
 //! - **Memory pressure.** Above the threshold, the lowest-priority preemptible running task is
 //!   paused — one, and no other until the figure can show what that pause changed
 //!   (`memory_pause_allowed`: the daemon allows one each 10 s, PSI's `avg10` window).
 //! - **Resume.** With no pause this round and memory pressure below half its threshold, the
 //!   highest-priority paused task (the earliest paused first) is resumed when its CPU request
-//!   fits in what is free and no queued task of higher priority lacks CPU alone (what the
-//!   resume would take from it); one a round.
+//!   fits in what is free, a `max_running` slot is free, and no queued task of higher priority
+//!   lacks CPU or a slot, and not memory (what the resume would take from it); one a round.
 
 use std::cmp::Reverse;
 
@@ -41,6 +45,17 @@ pub struct Waiter {
     /// What it lacks (0: that resource fits).
     pub cpu_short: u64,
     pub memory_short: u64,
+    /// `max_running` tasks run: it needs a slot as well.
+    pub needs_slot: bool,
+}
+
+/// What is free once this round's starts are counted: CPU (millicores; a paused task's
+/// request is not held) and `max_running` slots (`None`: no count limit; a task keel paused
+/// holds none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    pub cpu: u64,
+    pub slots: Option<usize>,
 }
 
 /// The memory pressure of keel's tree (PSI `some avg10`, percent) and its threshold.
@@ -60,13 +75,13 @@ pub enum Action {
 /// This round's actions. `running`: the tasks running now (paused ones excluded);
 /// `preempted`: the tasks this module paused and has not resumed; `waiters`: every queued
 /// task the scheduler keeps waiting (but those that can never fit), in its order, with what
-/// each lacks (0 and 0: it waits for something else); `free_cpu`: the CPU left once this
-/// round's starts are counted (a paused task's request is not held).
+/// each lacks (nothing: it waits for something else); `room`: what is free once this round's
+/// starts are counted.
 pub fn decide(
     running: &[Candidate],
     preempted: &[Candidate],
     waiters: &[Waiter],
-    free_cpu: u64,
+    room: Room,
     memory: Option<MemoryPressure>,
     memory_pause_allowed: bool,
 ) -> Vec<Action> {
@@ -94,9 +109,7 @@ pub fn decide(
     if memory.is_some_and(|m| m.percent >= m.threshold / 2.0) {
         return Vec::new();
     }
-    resume_one(preempted, waiters, free_cpu)
-        .into_iter()
-        .collect()
+    resume_one(preempted, waiters, room).into_iter().collect()
 }
 
 /// Preemptible running tasks below `priority`, lowest priority first, the newest first within
@@ -111,27 +124,29 @@ fn lowest(running: &[Candidate], priority: i32) -> Vec<&Candidate> {
 }
 
 fn for_capacity(running: &[Candidate], waiters: &[Waiter]) -> Vec<Action> {
-    // The first in the scheduler's order that lacks CPU (one waiting for something else —
-    // `max_running`, the line held — would not start for a pause).
+    // The first in the scheduler's order that lacks CPU or a slot (one waiting for something
+    // else — pressure, the line held — would not start for a pause).
     let Some(waiter) = waiters
         .iter()
-        .find(|w| w.cpu_short > 0 || w.memory_short > 0)
+        .find(|w| w.cpu_short > 0 || w.memory_short > 0 || w.needs_slot)
     else {
         return Vec::new();
     };
-    if waiter.cpu_short == 0 || waiter.memory_short > 0 {
+    if waiter.memory_short > 0 {
         return Vec::new();
     }
+    let covered =
+        |freed: u64, count: usize| freed >= waiter.cpu_short && (count > 0 || !waiter.needs_slot);
     let mut freed = 0u64;
     let mut chosen = Vec::new();
     for candidate in lowest(running, waiter.priority) {
-        if freed >= waiter.cpu_short {
+        if covered(freed, chosen.len()) {
             break;
         }
         freed = freed.saturating_add(candidate.cpu_millis);
         chosen.push(candidate);
     }
-    if freed < waiter.cpu_short {
+    if chosen.is_empty() || !covered(freed, chosen.len()) {
         return Vec::new();
     }
     chosen
@@ -146,17 +161,18 @@ fn for_capacity(running: &[Candidate], waiters: &[Waiter]) -> Vec<Action> {
         .collect()
 }
 
-fn resume_one(preempted: &[Candidate], waiters: &[Waiter], free_cpu: u64) -> Option<Action> {
+fn resume_one(preempted: &[Candidate], waiters: &[Waiter], room: Room) -> Option<Action> {
     let next = preempted
         .iter()
         .min_by_key(|c| (Reverse(c.priority), c.since_ms, c.unit.clone()))?;
-    // Resuming takes CPU only: a waiter of higher priority holds it back only if CPU alone
-    // is what it lacks (one short of memory, or waiting for `max_running` — which a paused
-    // task counts toward anyway — would wait the same, and the task would stay frozen for
-    // nothing).
-    let higher_waits = (waiters.iter())
-        .any(|w| w.priority > next.priority && w.cpu_short > 0 && w.memory_short == 0);
-    (!higher_waits && next.cpu_millis <= free_cpu).then(|| Action::Resume {
+    // Resuming takes CPU and a slot, not memory (its pages stayed): a waiter of higher
+    // priority holds it back only if CPU or a slot is what it lacks, and not memory (one
+    // short of memory would wait the same, and the task would stay frozen for nothing).
+    let higher_waits = (waiters.iter()).any(|w| {
+        w.priority > next.priority && (w.cpu_short > 0 || w.needs_slot) && w.memory_short == 0
+    });
+    let fits = next.cpu_millis <= room.cpu && room.slots != Some(0);
+    (!higher_waits && fits).then(|| Action::Resume {
         unit: next.unit.clone(),
         why: "room again: no task of higher priority waits".to_string(),
     })

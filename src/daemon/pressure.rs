@@ -21,11 +21,18 @@ pub(crate) struct PressureWatch {
     /// Per resource (cpu, memory, io): where its figure came from at the last reading, so that
     /// a change of source (or no figure at all) is logged once, not every round.
     sources: [Option<Option<PressureSource>>; 3],
+    /// When keel last started a task (pacing near the thresholds).
+    last_start: Option<Instant>,
 }
 
 const RESOURCES: [&str; 3] = ["cpu", "memory", "io"];
 
 impl PressureWatch {
+    /// A start decided now: the pacing window near the thresholds begins.
+    pub(crate) fn note_start(&mut self) {
+        self.last_start = Some(Instant::now());
+    }
+
     /// Log a change of where a resource's figure comes from.
     fn note_sources(&mut self, readings: [Option<PressureReading>; 3]) {
         for (n, reading) in readings.iter().enumerate() {
@@ -71,33 +78,54 @@ impl Daemon {
             }
             _ => Pressure::default(),
         };
+        let since_last_start_ms = (self.pressure.last_start)
+            .map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX));
         PressureCheck {
             figures,
             thresholds,
+            since_last_start_ms,
         }
     }
 
-    /// While a task waits on pressure, run the round again in [`PRESSURE_RECHECK`] (one timer
-    /// at a time, whatever the number of rounds meanwhile).
+    /// While a task waits on pressure, run the round again in [`PRESSURE_RECHECK`]; while one
+    /// is paced, when its window ends if that is sooner (one timer at a time, whatever the
+    /// number of rounds meanwhile).
     pub(crate) fn recheck_while_pressed(&mut self, decision: &Decision) {
-        let pressed = decision
-            .waiting
-            .iter()
-            .any(|(_, why)| matches!(why, WaitReason::Pressure(_)));
-        if pressed {
-            self.arm_pressure_recheck();
+        let mut due = None;
+        for (_, why) in &decision.waiting {
+            let after = match why {
+                WaitReason::Pressure(_) => PRESSURE_RECHECK,
+                WaitReason::Pacing {
+                    since_ms,
+                    settle_ms,
+                    ..
+                } => Duration::from_millis(settle_ms.saturating_sub(*since_ms).max(1))
+                    .min(PRESSURE_RECHECK),
+                _ => continue,
+            };
+            due = Some(due.map_or(after, |d: Duration| d.min(after)));
+        }
+        if let Some(after) = due {
+            self.arm_recheck_in(after);
         }
     }
 
     /// A round in [`PRESSURE_RECHECK`], unless one is already due by then.
     pub(crate) fn arm_pressure_recheck(&mut self) {
+        self.arm_recheck_in(PRESSURE_RECHECK);
+    }
+
+    /// A round in `after`, unless one is already due by then.
+    fn arm_recheck_in(&mut self, after: Duration) {
         let now = Instant::now();
-        if self.pressure.recheck_at.is_some_and(|at| at > now) {
+        if self
+            .pressure
+            .recheck_at
+            .is_some_and(|at| at > now && at <= now + after)
+        {
             return;
         }
-        self.pressure.recheck_at = Some(now + PRESSURE_RECHECK);
-        self.events
-            .timers
-            .add_after(PRESSURE_RECHECK, Timer::Schedule);
+        self.pressure.recheck_at = Some(now + after);
+        self.events.timers.add_after(after, Timer::Schedule);
     }
 }

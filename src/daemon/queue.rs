@@ -13,6 +13,12 @@
 //!   nothing of keel's runs, the first task in order starts whatever the pressure: the figure
 //!   is then not its tasks' doing (the host's, or a task's that ended), and no start of keel's
 //!   could make it fall.
+//! - **Pacing.** While a figure is above half its threshold (but none above it) and something
+//!   of keel's runs, at most one task starts per `settle` window (`keel.ron`
+//!   `pressure.settle`, 5 s): `avg10` lags what a start adds by seconds, so a reading just
+//!   under the threshold cannot tell how many more starts the machine takes — all of them at
+//!   once took it back to 94% in the admission benchmark. A calm machine (every figure at or
+//!   under half its threshold) still starts a batch in one round.
 //! - A smaller task may pass a blocked larger one (backfilling keeps the machine busy), but only
 //!   while the larger one has waited less than `starvation_limit`. Once it has waited that long,
 //!   it holds the line: nothing behind it starts until enough capacity frees for it. Without
@@ -28,6 +34,7 @@ use crate::unit::{cpu_millis, Resources};
 use std::cmp::Ordering;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What a task holds while it runs: the requests of the unit's `resources` (never its
 /// limits), in integer units.
@@ -83,11 +90,13 @@ pub struct Pressure {
 }
 
 /// What a round knows of pressure: the figures and `keel.ron`'s thresholds (`None`:
-/// `pressure: Off`, and the figures are not read).
+/// `pressure: Off`, and the figures are not read), and how long ago keel last started a task
+/// (pacing; `None`: none since the daemon started).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PressureCheck {
     pub figures: Pressure,
     pub thresholds: Option<PressureThresholds>,
+    pub since_last_start_ms: Option<u64>,
 }
 
 /// A resource whose pressure is above its threshold, with both figures (hundredths of a
@@ -103,7 +112,25 @@ impl PressureCheck {
     /// Every resource above its threshold (strictly: at the threshold is not above), in the
     /// order cpu, memory, io; empty with `pressure: Off`.
     pub fn over(&self) -> Vec<Over> {
-        let Some(t) = self.thresholds else {
+        self.select(self.thresholds, |figure, threshold| figure > threshold)
+    }
+
+    /// Every resource above half its threshold (strictly) but not above it: what puts the
+    /// round in pacing; empty with `pressure: Off` or `settle: "0s"`.
+    pub fn near(&self) -> Vec<Over> {
+        let thresholds = self.thresholds.filter(|t| t.settle_ms > 0);
+        self.select(thresholds, |figure, threshold| {
+            figure > threshold / 2 && figure <= threshold
+        })
+    }
+
+    /// The resources (cpu, memory, io, in that order) whose figure was read and `keep`s.
+    fn select(
+        &self,
+        thresholds: Option<PressureThresholds>,
+        keep: impl Fn(u32, u32) -> bool,
+    ) -> Vec<Over> {
+        let Some(t) = thresholds else {
             return Vec::new();
         };
         let f = self.figures;
@@ -115,7 +142,7 @@ impl PressureCheck {
         .into_iter()
         .filter_map(|(resource, figure, threshold)| {
             let figure = figure?;
-            (figure > threshold).then_some(Over {
+            keep(figure, threshold).then_some(Over {
                 resource,
                 figure,
                 threshold,
@@ -148,6 +175,23 @@ impl fmt::Display for Over {
     }
 }
 
+/// "cpu pressure 31% near 40%": a figure above half its threshold, in whole percent (rounded
+/// down: never shown at or above a threshold it is under).
+fn near_text(near: &[Over]) -> String {
+    let parts: Vec<String> = near
+        .iter()
+        .map(|o| {
+            format!(
+                "{} pressure {}% near {}%",
+                o.resource,
+                percent(o.figure / 100 * 100),
+                percent(o.threshold)
+            )
+        })
+        .collect();
+    parts.join(", ")
+}
+
 /// A quantity asked for and what is left of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Short {
@@ -172,6 +216,14 @@ pub enum WaitReason {
     /// Its requests fit, but the pressure of keel's tasks is above a threshold (the same list
     /// for every task of the round, shared).
     Pressure(Arc<[Over]>),
+    /// Its requests fit and the pressure is under the thresholds, but near one (above half):
+    /// one start per `settle_ms`, and the last was `since_ms` ago (0: in this round). `near`
+    /// is shared by every task of the round.
+    Pacing {
+        since_ms: u64,
+        settle_ms: u64,
+        near: Arc<[Over]>,
+    },
     /// Chosen, but its start waits on the host (the cgroup of its previous attempt still
     /// emptying): the daemon's words, never [`decide`]'s.
     Start(String),
@@ -217,6 +269,21 @@ impl fmt::Display for WaitReason {
                 let parts: Vec<String> = over.iter().map(Over::to_string).collect();
                 f.write_str(&parts.join("; "))
             }
+            WaitReason::Pacing {
+                since_ms,
+                settle_ms,
+                near,
+            } => {
+                let last = match since_ms {
+                    0 => "last start now".to_string(),
+                    ms => format!("last start {:.1}s ago", *ms as f64 / 1000.0),
+                };
+                let every = match settle_ms % 1000 {
+                    0 => format!("{}s", settle_ms / 1000),
+                    _ => crate::fmt::duration_precise(Duration::from_millis(*settle_ms)),
+                };
+                write!(f, "pacing: {last} (one per {every}), {}", near_text(near))
+            }
             WaitReason::Behind { unit, waited_ms } => write!(
                 f,
                 "behind `{unit}` (waiting {}, past starvation_limit)",
@@ -235,7 +302,8 @@ impl WaitReason {
     /// waiting task at every round.
     pub fn same_cause(&self, other: &WaitReason) -> bool {
         match (self, other) {
-            (WaitReason::Pressure(a), WaitReason::Pressure(b)) => {
+            (WaitReason::Pressure(a), WaitReason::Pressure(b))
+            | (WaitReason::Pacing { near: a, .. }, WaitReason::Pacing { near: b, .. }) => {
                 let key = |o: &Over| (o.resource, o.threshold);
                 a.iter().map(key).eq(b.iter().map(key))
             }
@@ -261,17 +329,24 @@ fn order(a: &QueuedTask, b: &QueuedTask) -> Ordering {
 }
 
 /// What to start now. `running` are the reservations of every task that holds one (starting,
-/// running, stopping: anything with a live attempt). Times are in milliseconds; a task has
-/// waited `now_ms - queued_since_ms`. `pressure`: the figures read for this round.
+/// running, stopping: anything with a live attempt); `slotless` of them hold no `max_running`
+/// slot (tasks keel paused to make room: frozen, they run nothing, and they get a slot back
+/// before they resume). Times are in milliseconds; a task has waited `now_ms -
+/// queued_since_ms`. `pressure`: the figures read for this round.
 pub fn decide<'a>(
     queued: &'a [QueuedTask],
     running: &[Reservation],
+    slotless: usize,
     capacity: &Capacity,
     now_ms: u64,
     starvation_limit_ms: u64,
     pressure: &PressureCheck,
 ) -> Decision<'a> {
     let over: Arc<[Over]> = pressure.over().into();
+    let near: Arc<[Over]> = pressure.near().into();
+    let settle_ms = pressure.thresholds.map_or(0, |t| t.settle_ms);
+    // When this round's pacing window began: the last start, or this round's first.
+    let mut since_start = pressure.since_last_start_ms;
     let mut sorted: Vec<&QueuedTask> = queued.iter().collect();
     // Unstable is the same order: names are unique, so no two tasks compare equal.
     sorted.sort_unstable_by(|a, b| order(a, b));
@@ -287,7 +362,7 @@ pub fn decide<'a>(
         cpu_millis: capacity.cpu_millis.saturating_sub(used.cpu_millis),
         memory: capacity.memory.saturating_sub(used.memory),
     };
-    let mut count = running.len();
+    let mut count = running.len().saturating_sub(slotless);
     let mut held_by: Option<(Arc<str>, u64)> = None;
     let mut decision = Decision {
         start: Vec::new(),
@@ -315,6 +390,17 @@ pub fn decide<'a>(
                     .push((&task.unit, WaitReason::Pressure(over.clone())));
                 continue;
             }
+            let settling = since_start.filter(|since| *since < settle_ms);
+            if let Some(since_ms) = settling.filter(|_| !near.is_empty() && count > 0) {
+                let reason = WaitReason::Pacing {
+                    since_ms,
+                    settle_ms,
+                    near: near.clone(),
+                };
+                decision.waiting.push((&task.unit, reason));
+                continue;
+            }
+            since_start = Some(0);
             free.cpu_millis -= need.cpu_millis;
             free.memory -= need.memory;
             count += 1;

@@ -559,3 +559,13 @@ pub fn peak_rss_kib(pid: &str) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
+
+/// `some avg10` of a PSI file (`cpu.pressure`, `memory.pressure`, …), in percent.
+pub fn some_avg10(file: &Path) -> f64 {
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    text.lines()
+        .find(|l| l.starts_with("some "))
+        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("avg10=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{}: {text:?}", file.display()))
+}

@@ -22,6 +22,7 @@ fn defaults_each_field_and_off() {
         cpu: 4000,
         memory: 1000,
         io: 4000,
+        settle_ms: 5000,
     };
     assert_eq!(thresholds("Config()"), Some(defaults));
     assert_eq!(thresholds("Config(pressure: Pressure())"), Some(defaults));
@@ -38,6 +39,7 @@ fn defaults_each_field_and_off() {
             cpu: 500,
             memory: 1,
             io: 10_000,
+            ..defaults
         })
     );
     // Whole numbers read as percentages too.
@@ -81,4 +83,38 @@ fn unknown_fields_and_values_are_named() {
     assert!(e.starts_with("keel.ron:1:"), "{e}");
     let e = error("Config(pressure: On)");
     assert!(e.starts_with("keel.ron:1:18:"), "{e}");
+}
+
+#[test]
+fn the_settle_window_is_a_duration_and_zero_turns_pacing_off() {
+    let defaults = PressureThresholds::default();
+    assert_eq!(defaults.settle_ms, DEFAULT_SETTLE_MS);
+    let settle = |text: &str| thresholds(text).map(|t| t.settle_ms);
+    assert_eq!(settle("Config()"), Some(5000));
+    assert_eq!(
+        settle(r#"Config(pressure: Pressure(settle: "2.5s"))"#),
+        Some(2500)
+    );
+    assert_eq!(
+        settle(r#"Config(pressure: Pressure(settle: "1m"))"#),
+        Some(60_000)
+    );
+    assert_eq!(
+        settle(r#"Config(pressure: Pressure(settle: "0s"))"#),
+        Some(0)
+    );
+    // The other fields keep their defaults.
+    assert_eq!(
+        thresholds(r#"Config(pressure: Pressure(cpu: 30.0, settle: "0s"))"#),
+        Some(PressureThresholds {
+            cpu: 3000,
+            settle_ms: 0,
+            ..defaults
+        })
+    );
+    let e = error(r#"Config(pressure: Pressure(settle: "soon"))"#);
+    assert!(e.starts_with("keel.ron:1:"), "{e}");
+    assert!(e.contains("soon"), "{e}");
+    let e = error(r#"Config(pressure: Pressure(settle: 5))"#);
+    assert!(e.starts_with("keel.ron:1:"), "{e}");
 }

@@ -24,6 +24,19 @@ pub(crate) struct PreemptionMemory {
     pause_failed: BTreeMap<String, Instant>,
 }
 
+/// Whether keel paused the task (preemption), not a person.
+fn paused_by_keel(task: &Task) -> bool {
+    (task.record.paused.as_ref()).is_some_and(|p| p.origin == PauseOrigin::Keel)
+}
+
+/// How many live attempts hold no `max_running` slot: those keel paused (a person's pause
+/// keeps its slot, as it keeps its CPU).
+pub(super) fn slotless<'t>(tasks: impl Iterator<Item = &'t Task>) -> usize {
+    tasks
+        .filter(|t| t.record.state.has_attempt() && paused_by_keel(t))
+        .count()
+}
+
 /// A live attempt's whole reservation: the unit it started with (an edit applies at the next
 /// start), or for an adopted attempt the unit as it is now.
 fn held_whole(task: &Task) -> Reservation {
@@ -40,12 +53,7 @@ fn held_whole(task: &Task) -> Reservation {
 /// comes back to it.
 pub(super) fn held(task: &Task) -> Reservation {
     let reservation = held_whole(task);
-    let by_keel = task
-        .record
-        .paused
-        .as_ref()
-        .is_some_and(|p| p.origin == PauseOrigin::Keel);
-    if by_keel {
+    if paused_by_keel(task) {
         Reservation {
             cpu_millis: 0,
             ..reservation
@@ -62,12 +70,7 @@ impl Daemon {
         let capacity = &self.settings.config.capacity;
         // One that can never fit again (the capacity was lowered) would hold the line forever.
         let first = (self.tasks.values())
-            .filter(|t| {
-                t.record
-                    .paused
-                    .as_ref()
-                    .is_some_and(|p| p.origin == PauseOrigin::Keel)
-            })
+            .filter(|t| paused_by_keel(t))
             .filter(|t| crate::daemon::queue::never_fits(&held_whole(t), capacity).is_none())
             .filter_map(|t| Some((t.unit.as_ref()?.priority, t.name.clone())))
             .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(&a.1)));
@@ -96,21 +99,19 @@ impl Daemon {
         queued: &[QueuedTask],
         pressure: &PressureCheck,
     ) {
-        let in_play = |t: &Task| {
-            t.unit.as_ref().is_some_and(|u| u.preemptible)
-                || t.record
-                    .paused
-                    .as_ref()
-                    .is_some_and(|p| p.origin == PauseOrigin::Keel)
-        };
+        let in_play =
+            |t: &Task| t.unit.as_ref().is_some_and(|u| u.preemptible) || paused_by_keel(t);
         if !self.tasks.values().any(in_play) {
             return;
         }
         let (mut running, mut preempted, mut used_cpu) = (Vec::new(), Vec::new(), 0u64);
+        let (mut used_memory, mut slots_held) = (0u64, 0usize);
         for task in self.tasks.values() {
             if !task.record.state.has_attempt() {
                 continue;
             }
+            // Frozen or not, its pages stay resident.
+            used_memory = used_memory.saturating_add(held_whole(task).memory);
             let (priority, preemptible) = task
                 .unit
                 .as_ref()
@@ -127,9 +128,13 @@ impl Daemon {
                 Some(pause) if pause.origin == PauseOrigin::Keel => {
                     preempted.push(candidate(pause.since_ms))
                 }
-                Some(_) => used_cpu = used_cpu.saturating_add(cpu_millis),
+                Some(_) => {
+                    used_cpu = used_cpu.saturating_add(cpu_millis);
+                    slots_held += 1;
+                }
                 None => {
                     used_cpu = used_cpu.saturating_add(cpu_millis);
+                    slots_held += 1;
                     let failed_lately = (self.preemption.pause_failed.get(&task.name))
                         .is_some_and(|at| at.elapsed() < PAUSE_FAILED_BACKOFF);
                     if task.record.state == TaskState::Running
@@ -144,13 +149,18 @@ impl Daemon {
         let starting: std::collections::BTreeSet<&str> = decision.start.iter().copied().collect();
         for started in queued.iter().filter(|q| starting.contains(q.unit.as_str())) {
             used_cpu = used_cpu.saturating_add(started.reservation.cpu_millis);
+            used_memory = used_memory.saturating_add(started.reservation.memory);
+            slots_held += 1;
         }
-        let free_cpu = (self.settings.config.capacity.cpu_millis).saturating_sub(used_cpu);
-        let priorities: BTreeMap<&str, i32> = queued
-            .iter()
-            .map(|q| (q.unit.as_str(), q.priority))
-            .collect();
-        let priority_of = |unit: &str| priorities.get(unit).copied();
+        let capacity = &self.settings.config.capacity;
+        let room = preemption::Room {
+            cpu: capacity.cpu_millis.saturating_sub(used_cpu),
+            slots: (capacity.max_running).map(|max| max.saturating_sub(slots_held)),
+        };
+        let free_memory = capacity.memory.saturating_sub(used_memory);
+        let queued_by_name: BTreeMap<&str, &QueuedTask> =
+            queued.iter().map(|q| (q.unit.as_str(), q)).collect();
+        let priority_of = |unit: &str| queued_by_name.get(unit).map(|q| q.priority);
         // A task the host has refused or deferred a start of would not take the room a pause
         // makes: it preempts nobody (else every retry of it would freeze a task for nothing).
         let refused = |unit: &str| {
@@ -160,19 +170,37 @@ impl Daemon {
         let waiters: Vec<Waiter> = (decision.waiting.iter())
             .filter(|(_, why)| !matches!(why, WaitReason::NeverFits(_)))
             .filter_map(|(unit, why)| {
-                let (cpu_short, memory_short) = match why {
-                    WaitReason::Resources { .. } if refused(unit) => (0, 0),
+                let ((cpu_short, memory_short), needs_slot) = match why {
+                    WaitReason::Resources { .. } | WaitReason::MaxRunning { .. }
+                        if refused(unit) =>
+                    {
+                        ((0, 0), false)
+                    }
                     WaitReason::Resources { cpu, memory } => (
-                        cpu.map_or(0, |s| s.needs.saturating_sub(s.free)),
-                        memory.map_or(0, |s| s.needs.saturating_sub(s.free)),
+                        (
+                            cpu.map_or(0, |s| s.needs.saturating_sub(s.free)),
+                            memory.map_or(0, |s| s.needs.saturating_sub(s.free)),
+                        ),
+                        false,
                     ),
-                    _ => (0, 0),
+                    // The count stopped it before its requests were weighed: what it lacks
+                    // of them too, against what is free after this round's starts.
+                    WaitReason::MaxRunning { .. } => {
+                        let need = queued_by_name.get(unit)?.reservation;
+                        let short = (
+                            need.cpu_millis.saturating_sub(room.cpu),
+                            need.memory.saturating_sub(free_memory),
+                        );
+                        (short, true)
+                    }
+                    _ => ((0, 0), false),
                 };
                 Some(Waiter {
                     unit: unit.to_string(),
                     priority: priority_of(unit)?,
                     cpu_short,
                     memory_short,
+                    needs_slot,
                 })
             })
             .collect();
@@ -183,7 +211,7 @@ impl Daemon {
             &running,
             &preempted,
             &waiters,
-            free_cpu,
+            room,
             memory,
             memory_pause_allowed,
         );

@@ -23,7 +23,7 @@ impl Rng {
 fn invariants_hold_over_random_queues() {
     let mut rng = Rng(0x6b65_656c);
     // How often each outcome occurs: the generator must exercise them all.
-    let mut seen = [0usize; 6];
+    let mut seen = [0usize; 7];
     for case in 0..5000 {
         let capacity = Capacity {
             cpu_millis: 100 * (1 + rng.below(40)),
@@ -62,9 +62,16 @@ fn invariants_hold_over_random_queues() {
                 cpu: 4000,
                 memory: 1000 + 2000 * rng.below(3) as u32,
                 io: 4000,
+                // Pacing off now and then; windows of whole seconds, as the clock below.
+                settle_ms: 1000 * rng.below(10),
             }),
+            since_last_start_ms: (rng.below(4) > 0).then(|| 1000 * rng.below(8)),
         };
-        let decision = super::super::decide(&queued, &running, &capacity, now, limit, &pressure);
+        // Some of the running tasks are paused by keel: they hold no max_running slot.
+        let slotless = rng.below(running.len() as u64 + 1) as usize;
+        let decision = super::super::decide(
+            &queued, &running, slotless, &capacity, now, limit, &pressure,
+        );
         seen[0] += decision.start.len();
         for (_, reason) in &decision.waiting {
             seen[match reason {
@@ -73,29 +80,37 @@ fn invariants_hold_over_random_queues() {
                 WaitReason::MaxRunning { .. } => 3,
                 WaitReason::Behind { .. } => 4,
                 WaitReason::Pressure(_) => 5,
+                WaitReason::Pacing { .. } => 6,
                 WaitReason::Start(_) | WaitReason::Held { .. } => {
                     panic!("decide never gives the daemon's own reasons: {reason:?}")
                 }
             }] += 1;
         }
         let round = (&capacity, now, limit, &pressure);
-        check(&queued, &running, round, &decision)
-            .unwrap_or_else(|e| panic!("case {case}: {e}\n{queued:?}\n{running:?}\n{capacity:?}\nlimit {limit}\n{pressure:?}\n{decision:?}"));
+        check(&queued, (&running, slotless), round, &decision)
+            .unwrap_or_else(|e| panic!("case {case}: {e}\n{queued:?}\n{running:?} ({slotless} slotless)\n{capacity:?}\nlimit {limit}\n{pressure:?}\n{decision:?}"));
     }
     assert!(
-        seen.iter().all(|n| *n > 500),
-        "start, resources, never fits, max_running, behind, pressure: {seen:?}"
+        seen.iter().all(|n| *n > 250),
+        "start, resources, never fits, max_running, behind, pressure, pacing: {seen:?}"
     );
 }
 
 /// Every property a decision must have, checked against a walk of the queue in order.
 fn check(
     queued: &[QueuedTask],
-    running: &[Reservation],
+    (running, slotless): (&[Reservation], usize),
     (capacity, now, limit, pressure): (&Capacity, u64, u64, &PressureCheck),
     decision: &Decision,
 ) -> Result<(), String> {
     let over = pressure.over();
+    let near = pressure.near();
+    let settle = pressure.thresholds.map_or(0, |t| t.settle_ms);
+    // Pacing off: nothing is near.
+    if !near.is_empty() && settle == 0 {
+        return Err(format!("near {near:?} with pacing off"));
+    }
+    let slots_held = running.len() - slotless;
     let mut sorted: Vec<&QueuedTask> = queued.iter().collect();
     sorted.sort_by_key(|t| {
         (
@@ -141,15 +156,16 @@ fn check(
         return Err("started reservations exceed capacity".into());
     }
     if let Some(max) = capacity.max_running {
-        if started.len() > max.saturating_sub(running.len()) {
+        if started.len() > max.saturating_sub(slots_held) {
             return Err("max_running exceeded".into());
         }
     }
     // Walk the order: every start is allowed, every wait is justified, and nothing behind a
     // starved blocked task starts.
     let (mut free_cpu, mut free_mem) = (left_cpu as u64, left_mem as u64);
-    let mut count = running.len();
+    let mut count = slots_held;
     let mut starved: Option<&str> = None;
+    let mut since = pressure.since_last_start_ms;
     for task in &sorted {
         let reason = decision.waiting.iter().find(|(u, _)| *u == task.unit);
         let reason = reason.map(|(_, reason)| reason);
@@ -159,6 +175,8 @@ fn check(
         let too_big = never_fits(&r, capacity).is_some();
         // Pressure holds a task back only while something of keel's runs.
         let pressed = !over.is_empty() && count > 0;
+        // Near a threshold, one start per settle window (while something runs).
+        let paced = !near.is_empty() && count > 0 && since.is_some_and(|s| s < settle);
         match reason {
             None => {
                 if let Some(holder) = starved {
@@ -170,6 +188,10 @@ fn check(
                 if pressed {
                     return Err(format!("{} started under pressure", task.unit));
                 }
+                if paced {
+                    return Err(format!("{} started inside the settle window", task.unit));
+                }
+                since = Some(0);
                 free_cpu -= r.cpu_millis;
                 free_mem -= r.memory;
                 count += 1;
@@ -187,6 +209,15 @@ fn check(
             {
                 if **named != *over {
                     return Err(format!("{}: wrong pressure figures", task.unit));
+                }
+            }
+            Some(WaitReason::Pacing {
+                since_ms,
+                settle_ms,
+                near: named,
+            }) if fits && paced && !pressed && !full && !too_big && starved.is_none() => {
+                if (Some(*since_ms), *settle_ms, &**named) != (since, settle, &near[..]) {
+                    return Err(format!("{}: wrong pacing figures", task.unit));
                 }
             }
             Some(WaitReason::Resources { cpu, memory })

@@ -4,6 +4,7 @@
 use super::*;
 
 mod invariants;
+mod pacing;
 mod pressure;
 
 const CPU: u64 = 1000;
@@ -50,6 +51,7 @@ fn decide<'a>(
     super::decide(
         queued,
         running,
+        0,
         capacity,
         now_ms,
         starvation_limit_ms,

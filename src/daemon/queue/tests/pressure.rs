@@ -3,11 +3,13 @@
 
 use super::*;
 
-/// 40% CPU, 10% memory, 40% I/O (the defaults), in hundredths of a percent.
+/// 40% CPU, 10% memory, 40% I/O (the defaults), in hundredths of a percent; pacing off (its
+/// rules are in `pacing.rs`).
 const THRESHOLDS: PressureThresholds = PressureThresholds {
     cpu: 4000,
     memory: 1000,
     io: 4000,
+    settle_ms: 0,
 };
 
 fn under(cpu: u32, memory: u32, io: u32) -> PressureCheck {
@@ -18,6 +20,7 @@ fn under(cpu: u32, memory: u32, io: u32) -> PressureCheck {
             io: Some(io),
         },
         thresholds: Some(THRESHOLDS),
+        since_last_start_ms: None,
     }
 }
 
@@ -36,6 +39,7 @@ fn round(pressure: &PressureCheck) -> Round {
     let decision = super::super::decide(
         &queued,
         &[res(250, G / 2)],
+        0,
         &cap(2, 64, None),
         100,
         LIMIT,
@@ -131,7 +135,7 @@ fn off_or_unread_figures_hold_nothing_back() {
 fn with_nothing_running_the_first_starts_whatever_the_pressure() {
     let queued = [small("a", 1), small("b", 2), small("c", 3)];
     let pressure = under(9000, 0, 0);
-    let decision = super::super::decide(&queued, &[], &cap(8, 64, None), 10, LIMIT, &pressure);
+    let decision = super::super::decide(&queued, &[], 0, &cap(8, 64, None), 10, LIMIT, &pressure);
     assert_eq!(decision.start, ["a"]);
     assert_eq!(
         reason_of(&decision, "b").to_string(),
@@ -149,6 +153,7 @@ fn requests_that_do_not_fit_say_so_rather_than_pressure() {
     let decision = super::super::decide(
         &queued,
         &[res(CPU, G)],
+        0,
         &cap(4, 64, None),
         LIMIT,
         LIMIT,
@@ -165,6 +170,7 @@ fn requests_that_do_not_fit_say_so_rather_than_pressure() {
     let decision = super::super::decide(
         &queued,
         &[res(CPU, G)],
+        0,
         &cap(4, 64, None),
         0,
         LIMIT,
@@ -179,6 +185,7 @@ fn requests_that_do_not_fit_say_so_rather_than_pressure() {
     let decision = super::super::decide(
         &queued,
         &[res(CPU, G)],
+        0,
         &cap(4, 64, Some(1)),
         0,
         LIMIT,
