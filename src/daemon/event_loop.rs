@@ -20,6 +20,8 @@ pub(crate) const SIGNALS: Token = Token(0);
 pub(crate) const INOTIFY: Token = Token(1);
 pub(crate) const LISTENER: Token = Token(2);
 pub(crate) const LIVENESS: Token = Token(3);
+/// `keel daemon --metrics`'s listening socket (host_sleep.rs has 4).
+pub(crate) const METRICS_LISTENER: Token = Token(5);
 const FIRST_DYNAMIC_TOKEN: usize = 16;
 /// What a shim's pidfd tells, and what a slice's OOM watch tells (the log, `keel status`).
 pub(crate) const SHIM_EXIT: &str = "shim exit";
@@ -41,6 +43,8 @@ pub(crate) enum Source {
     Client,
     /// A worker's stdout (the jobs subsystem, `jobs/`).
     Job(u64),
+    /// A scrape connection of `--metrics` (`metrics_server.rs`).
+    Scraper,
 }
 
 pub(crate) struct EventLoop {
@@ -307,7 +311,7 @@ impl super::Daemon {
                 let unit = unit.clone();
                 self.on_oom_event(&unit, true);
             }
-            Some(Source::Client) | Some(Source::Job(_)) | None => {}
+            Some(Source::Client | Source::Job(_) | Source::Scraper) | None => {}
         }
     }
 
@@ -339,7 +343,7 @@ impl super::Daemon {
                     let unit = unit.clone();
                     self.on_oom_event(&unit, false);
                 }
-                Some(Source::Client) | Some(Source::Job(_)) | None => {}
+                Some(Source::Client | Source::Job(_) | Source::Scraper) | None => {}
             }
         }
         self.look_at_polled_progress();

@@ -31,6 +31,7 @@ pub mod id_blocks;
 mod jobs;
 mod lifecycle;
 mod liveness;
+mod metrics_server;
 mod network;
 mod pausing;
 pub mod policy;
@@ -63,7 +64,7 @@ pub(crate) use task::Task;
 
 use crate::state::{now_ms, InstanceLock, Journal, StateDir, StateError};
 use control::Control;
-use event_loop::{EventLoop, Source, INOTIFY, LISTENER, LIVENESS, SIGNALS};
+use event_loop::{EventLoop, Source, INOTIFY, LISTENER, LIVENESS, METRICS_LISTENER, SIGNALS};
 use mio::Events;
 use sandboxing::Sandboxing;
 use settings::Settings;
@@ -93,6 +94,8 @@ pub struct Options {
     /// The name of keel's cgroup tree under the cgroup the daemon starts in; `None`: derived
     /// from the state directory ([`default_cgroup_name`]).
     pub cgroup_name: Option<String>,
+    /// `--metrics ADDR`: serve the metrics there (metrics_server.rs).
+    pub metrics: Option<crate::metrics::address::Address>,
 }
 
 /// The supervisor's state, by subsystem; each owns its data and its file.
@@ -103,6 +106,8 @@ pub struct Daemon {
     events: EventLoop,
     /// The control socket and its clients (control/).
     control: Control,
+    /// `--metrics`' socket and its scrape connections (metrics_server.rs).
+    metrics_server: Option<metrics_server::MetricsServer>,
     /// The units directory: its watch, invalid files, the pending rescan (units_dir.rs).
     units: UnitsDir,
     /// `keel.ron`, the host's capacity, the cgroup tree's name (settings.rs).
@@ -245,11 +250,15 @@ impl Daemon {
         let sleep_watch = host_sleep::SleepWatch::start(&events);
         nix::sys::stat::umask(umask);
         let control = control?;
+        let metrics_server = (options.metrics.as_ref())
+            .map(|address| metrics_server::MetricsServer::bind(address, &events))
+            .transpose()?;
 
         Ok(Daemon {
             store: Store::new(dirs, journal),
             events,
             control,
+            metrics_server,
             units,
             settings,
             sandboxing: Sandboxing::new(templates),
@@ -354,8 +363,10 @@ impl Daemon {
             LIVENESS => self.on_liveness_event(),
             host_sleep::WAKE_ALARM => self.on_wake_alarm(),
             LISTENER => self.control.accept(&mut self.events),
+            METRICS_LISTENER => self.on_metrics_listener(),
             token => match self.events.source(token) {
                 Some(Source::Client) => self.on_client_event(token, event),
+                Some(Source::Scraper) => self.on_scraper_event(token, event),
                 Some(Source::Job(id)) => {
                     let id = *id;
                     self.on_job_event(id);
@@ -463,6 +474,7 @@ impl Daemon {
             Timer::ClientDeadline { token } => self
                 .control
                 .on_deadline(mio::Token(token), &mut self.events),
+            Timer::ScrapeDeadline { token } => self.on_scrape_deadline(token),
             Timer::BackoffExpired { unit, generation } => {
                 self.on_backoff_expired(&unit, generation)
             }

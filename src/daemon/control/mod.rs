@@ -10,6 +10,7 @@
 mod add;
 mod checkouts;
 mod daemon;
+mod metrics;
 mod pause;
 mod peers;
 mod rm;
@@ -421,6 +422,7 @@ impl Daemon {
         log::debug!("control: {request:?}");
         match request {
             Request::Health => Some(self.health()),
+            Request::Metrics => Some(self.metrics_request()),
             Request::Status { unit } => Some(self.status(unit.as_deref())),
             Request::Reload => Some(self.reload()),
             Request::Add { name, text } => Some(self.add_unit(&name, &text)),
