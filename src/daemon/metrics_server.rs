@@ -25,6 +25,14 @@ const MAX_REQUEST_BYTES: usize = 8192;
 /// A connection has this long to send its request and read the answer.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(10);
 
+/// [`DEADLINE`], or `KEEL_TEST_SCRAPE_DEADLINE_MS` (tests of the deadline and of the cap).
+fn deadline() -> Duration {
+    std::env::var("KEEL_TEST_SCRAPE_DEADLINE_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(DEADLINE, Duration::from_millis)
+}
+
 enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
@@ -91,6 +99,8 @@ pub(crate) struct MetricsServer {
     connections: HashMap<Token, Connection>,
     /// An accept failed (descriptors, the cap): said once in the log until it works again.
     accept_trouble: bool,
+    /// How long a connection may stay open ([`deadline`]).
+    deadline: Duration,
 }
 
 impl MetricsServer {
@@ -137,6 +147,7 @@ impl MetricsServer {
             listener,
             connections: HashMap::new(),
             accept_trouble: false,
+            deadline: deadline(),
         })
     }
 
@@ -177,7 +188,7 @@ impl MetricsServer {
             };
             events
                 .timers
-                .add_after(DEADLINE, Timer::ScrapeDeadline { token: token.0 });
+                .add_after(self.deadline, Timer::ScrapeDeadline { token: token.0 });
             self.connections.insert(
                 token,
                 Connection {
