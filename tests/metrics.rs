@@ -191,7 +191,11 @@ fn keel_metrics_is_read_by_prometheus_parser_and_matches_keel_status() {
     for state in keel::metrics::TASK_STATES {
         let labels = [("unit", "sleeper"), ("state", state)];
         let expected = if state == "running" { 1.0 } else { 0.0 };
-        assert_eq!(value(&samples, "keel_task_state", &labels), Some(expected), "{state}");
+        assert_eq!(
+            value(&samples, "keel_task_state", &labels),
+            Some(expected),
+            "{state}"
+        );
     }
     let attempts = value(&samples, "keel_task_attempts", &sleeper);
     assert_eq!(attempts, status["attempt"].as_f64());
@@ -206,21 +210,35 @@ fn keel_metrics_is_read_by_prometheus_parser_and_matches_keel_status() {
     assert!(memory > 0.0);
     let cpu = value(&samples, "keel_task_cpu_seconds_total", &sleeper).expect("cpu");
     let cpu_shown = status["cpu_usec"].as_f64().unwrap() / 1e6;
-    assert!(cpu >= cpu_shown, "cpu {cpu}s after status said {cpu_shown}s");
-    let cpu_type = samples.iter().find(|s| s.name == "keel_task_cpu_seconds_total");
+    assert!(
+        cpu >= cpu_shown,
+        "cpu {cpu}s after status said {cpu_shown}s"
+    );
+    let cpu_type = samples
+        .iter()
+        .find(|s| s.name == "keel_task_cpu_seconds_total");
     assert_eq!(cpu_type.unwrap().family_type, "counter");
     // The failed task: its state and how it ended.
     let failed = [("unit", "quitter"), ("state", "failed")];
     assert_eq!(value(&samples, "keel_task_state", &failed), Some(1.0));
     let exit = [("unit", "quitter"), ("kind", "exit"), ("exit", "exit:3")];
-    assert_eq!(value(&samples, "keel_task_last_exit_info", &exit), Some(1.0));
-    assert_eq!(value(&samples, "keel_task_memory_bytes", &[("unit", "quitter")]), None);
+    assert_eq!(
+        value(&samples, "keel_task_last_exit_info", &exit),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, "keel_task_memory_bytes", &[("unit", "quitter")]),
+        None
+    );
     // The daemon's own.
     let version = [("version", env!("CARGO_PKG_VERSION"))];
     assert_eq!(value(&samples, "keel_build_info", &version), Some(1.0));
     let running = value(&samples, "keel_tasks", &[("state", "running")]);
     assert_eq!(running, Some(1.0));
-    assert_eq!(value(&samples, "keel_tasks", &[("state", "failed")]), Some(1.0));
+    assert_eq!(
+        value(&samples, "keel_tasks", &[("state", "failed")]),
+        Some(1.0)
+    );
     assert_eq!(value(&samples, "keel_queue_length", &[]), Some(0.0));
     let lag = value(&samples, "keel_daemon_loop_lag_seconds", &[]).expect("loop lag");
     assert!(lag >= 0.0);
@@ -249,7 +267,10 @@ fn the_metrics_are_served_over_loopback_tcp_and_a_unix_socket() {
     // The scrape counts itself while it is answered.
     assert_eq!(value(&samples, "keel_metrics_connections", &[]), Some(1.0));
     let missing = exchange(tcp(&address), &get("/"));
-    assert!(missing.starts_with("HTTP/1.1 404 Not Found\r\n"), "{missing}");
+    assert!(
+        missing.starts_with("HTTP/1.1 404 Not Found\r\n"),
+        "{missing}"
+    );
     let bad = exchange(tcp(&address), "hello there\r\n\r\n");
     assert!(bad.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{bad}");
     d.shutdown();
@@ -260,7 +281,10 @@ fn the_metrics_are_served_over_loopback_tcp_and_a_unix_socket() {
     let stream = UnixStream::connect(&socket).unwrap();
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     let answer = exchange(stream, &get("/metrics"));
-    assert!(body_of(&answer).contains("\nkeel_build_info{version="), "{answer}");
+    assert!(
+        body_of(&answer).contains("\nkeel_build_info{version="),
+        "{answer}"
+    );
     u.shutdown();
     assert!(!socket.exists(), "the socket file is left behind");
 }
@@ -297,7 +321,11 @@ fn silent_scrapers_never_block_the_loop_are_capped_and_closed_at_their_deadline(
     }
     let mut d = Daemon::prepare("metrics-slow");
     // A deadline no step of this test comes near: the cap is what closes connections here.
-    spawn_with_metrics(&mut d, "127.0.0.1:0", &[("KEEL_TEST_SCRAPE_DEADLINE_MS", "600000")]);
+    spawn_with_metrics(
+        &mut d,
+        "127.0.0.1:0",
+        &[("KEEL_TEST_SCRAPE_DEADLINE_MS", "600000")],
+    );
     let address = served_address(&d);
     let mut silent = tcp(&address);
     let mut partial = tcp(&address);
@@ -336,7 +364,11 @@ fn silent_scrapers_never_block_the_loop_are_capped_and_closed_at_their_deadline(
 
     // A short deadline: the silent connection is closed by the daemon.
     let mut s = Daemon::prepare("metrics-deadline");
-    spawn_with_metrics(&mut s, "127.0.0.1:0", &[("KEEL_TEST_SCRAPE_DEADLINE_MS", "300")]);
+    spawn_with_metrics(
+        &mut s,
+        "127.0.0.1:0",
+        &[("KEEL_TEST_SCRAPE_DEADLINE_MS", "300")],
+    );
     let mut silent = tcp(&served_address(&s));
     wait_until(PATIENCE, "the silent connection is closed", || {
         closed(&mut silent)
@@ -361,8 +393,14 @@ fn a_non_loopback_metrics_address_is_refused_before_the_daemon_starts() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{address}: {}", stderr_of(&out));
         let said = stderr_of(&out);
-        assert!(said.contains(address) && said.contains(says), "{address}: {said}");
-        assert!(!state.exists(), "{address}: the daemon began before refusing");
+        assert!(
+            said.contains(address) && said.contains(says),
+            "{address}: {said}"
+        );
+        assert!(
+            !state.exists(),
+            "{address}: the daemon began before refusing"
+        );
     }
 }
 
@@ -396,7 +434,10 @@ fn the_grafana_dashboard_parses_and_asks_only_for_metrics_keel_emits() {
     }
     used.extend(metric_names(&dashboard["templating"].to_string()));
     let unknown: Vec<&String> = used.difference(&emitted).collect();
-    assert!(unknown.is_empty(), "the dashboard asks for {unknown:?}, which keel does not emit");
+    assert!(
+        unknown.is_empty(),
+        "the dashboard asks for {unknown:?}, which keel does not emit"
+    );
     for wanted in [
         "keel_task_state",
         "keel_tasks",

@@ -14,7 +14,10 @@ pub enum Route {
 
 /// The length of the request's head (through the blank line), once it is complete.
 pub fn head_end(input: &[u8]) -> Option<usize> {
-    let crlf = input.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let crlf = input
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4);
     let lf = input.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
     match (crlf, lf) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -292,13 +292,18 @@ impl TaskFamilies {
         let unit: &[(&'static str, &str)] = &[("unit", &t.unit)];
         for state in TASK_STATES {
             let value = if t.state == state { 1.0 } else { 0.0 };
-            self.state.add(&[("unit", &t.unit), ("state", state)], value);
+            self.state
+                .add(&[("unit", &t.unit), ("state", state)], value);
         }
         self.attempts.add(unit, f64::from(t.attempts));
         self.restarts.add(unit, t.restarts as f64);
         self.failures.add(unit, f64::from(t.consecutive_failures));
         if let Some(exit) = &t.last_exit {
-            let labels = [("unit", t.unit.as_str()), ("kind", exit_kind(exit)), ("exit", exit)];
+            let labels = [
+                ("unit", t.unit.as_str()),
+                ("kind", exit_kind(exit)),
+                ("exit", exit),
+            ];
             self.last_exit.add(&labels, 1.0);
         }
         let seconds = t.cpu_usec.map(|usec| usec as f64 / 1e6);

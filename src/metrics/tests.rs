@@ -29,7 +29,10 @@ fn snapshot(tasks: Vec<TaskFigures>) -> Snapshot {
 fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with([' ', '{'])))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with([' ', '{']))
+        })
         .collect()
 }
 
@@ -88,7 +91,11 @@ fn every_family_has_help_and_type_once_and_before_its_samples() {
     // Counters end in _total, and only counters do.
     for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
         let words: Vec<&str> = line.split(' ').collect();
-        assert_eq!(words[2].ends_with("_total"), words[3] == "counter", "{line}");
+        assert_eq!(
+            words[2].ends_with("_total"),
+            words[3] == "counter",
+            "{line}"
+        );
     }
 }
 
@@ -186,7 +193,10 @@ fn only_loopback_and_unix_sockets_are_accepted() {
 
 #[test]
 fn get_metrics_is_served_and_anything_else_is_not_found() {
-    assert_eq!(route(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), Route::Metrics);
+    assert_eq!(
+        route(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+        Route::Metrics
+    );
     assert_eq!(route(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n"), Route::Metrics);
     assert_eq!(route(b"HEAD /metrics HTTP/1.1\r\n\r\n"), Route::MetricsHead);
     assert_eq!(route(b"GET / HTTP/1.1\r\n\r\n"), Route::NotFound);
