@@ -41,20 +41,9 @@ for family in text_string_to_metric_families(sys.stdin.read()):
         out.append({"name": s.name, "type": family.type, "labels": s.labels, "value": s.value})
 print(json.dumps(out))
 "#;
-    let mut child = Command::new("python3")
-        .args(["-c", SCRIPT])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut python = Command::new("python3");
+    python.args(["-c", SCRIPT]);
+    let out = output_with_input(&mut python, text.as_bytes(), "python3");
     if out.status.code() == Some(3) {
         let why = "python3 has no prometheus_client: python3 -m pip install \
                    prometheus-client==0.26.0 (.ci/run installs it)";
