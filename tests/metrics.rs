@@ -207,6 +207,12 @@ fn keel_metrics_is_read_by_prometheus_parser_and_matches_keel_status() {
         .iter()
         .find(|s| s.name == "keel_task_cpu_seconds_total");
     assert_eq!(cpu_type.unwrap().family_type, "counter");
+    // The liveness signal `keel status` names last has its age.
+    if let Some(kind) = status["last_activity_kind"].as_str() {
+        let labels = [("unit", "sleeper"), ("signal", kind)];
+        let age = value(&samples, "keel_task_activity_age_seconds", &labels);
+        assert!(age.is_some_and(|a| a >= 0.0), "{kind}: age {age:?}");
+    }
     // The failed task: its state and how it ended.
     let failed = [("unit", "quitter"), ("state", "failed")];
     assert_eq!(value(&samples, "keel_task_state", &failed), Some(1.0));

@@ -351,6 +351,32 @@ impl super::Daemon {
     }
 }
 
+/// Read what a non-blocking `stream` holds now, without waiting: appended to `into` until it
+/// is longer than `limit` (`None`: read and discarded). True when the peer has closed the
+/// connection (or it failed).
+pub(crate) fn read_available(
+    stream: &mut impl std::io::Read,
+    mut into: Option<&mut Vec<u8>>,
+    limit: usize,
+) -> bool {
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => {
+                if let Some(into) = into.as_deref_mut() {
+                    into.extend_from_slice(&buf[..n]);
+                    if into.len() > limit {
+                        return false;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
 /// Whether the process of `pidfd` has ended (its pidfd is readable), without waiting.
 fn ended(pidfd: &OwnedFd) -> bool {
     use std::os::fd::AsFd;

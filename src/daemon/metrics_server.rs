@@ -5,7 +5,7 @@
 //! most [`MAX_CONNECTIONS`] are open (more are closed at once). A slow or stuck scraper costs a
 //! descriptor and a buffer until its deadline, never a wait.
 
-use super::event_loop::{EventLoop, Source, METRICS_LISTENER};
+use super::event_loop::{read_available, EventLoop, Source, METRICS_LISTENER};
 use super::timers::Timer;
 use super::{Daemon, DaemonError};
 use crate::metrics::address::Address;
@@ -215,28 +215,9 @@ impl MetricsServer {
     /// long), `None` while it is not (or once answered).
     fn read(&mut self, token: Token, events: &mut EventLoop) -> Option<Route> {
         let connection = self.connections.get_mut(&token)?;
-        let mut buf = [0u8; 4096];
-        let mut closed = false;
-        loop {
-            match connection.stream.read(&mut buf) {
-                Ok(0) => {
-                    closed = true;
-                    break;
-                }
-                Ok(_) if connection.answered => {}
-                Ok(n) => {
-                    connection.input.extend_from_slice(&buf[..n]);
-                    if connection.input.len() > MAX_REQUEST_BYTES {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
+        // Once answered, what comes is read and discarded.
+        let into = (!connection.answered).then_some(&mut connection.input);
+        let closed = read_available(&mut connection.stream, into, MAX_REQUEST_BYTES);
         let route = match http::head_end(&connection.input) {
             _ if connection.answered => None,
             Some(end) => Some(http::route(&connection.input[..end])),

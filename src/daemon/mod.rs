@@ -10,7 +10,7 @@
 //! sandboxing's templates and spare (`sandboxing.rs`), the cgroup slices (`slices.rs`), the
 //! liveness watches (`liveness/`), the jobs and their workers (`jobs/`) and the control
 //! socket (`control/`, a file per request; `keel harvest`, `rm` and `prune` answer once their
-//! job has ended).
+//! job has ended), and `--metrics`' scrape connections (`metrics_server.rs`).
 //! An event is dispatched here by its token or timer; its handler looks the task up once and
 //! hands it, with the subsystems the step touches, to the lifecycle's steps: `store.rs`
 //! (`transition`: state, persist, journal), `lifecycle.rs` (scheduling, the start in two

@@ -27,7 +27,7 @@ use crate::protocol::{Request, Response};
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Token};
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
@@ -257,24 +257,9 @@ impl Control {
     /// one), `None` while it is not.
     fn read(&mut self, token: Token, events: &mut EventLoop) -> Option<Result<Request, String>> {
         let client = self.clients.get_mut(&token)?;
-        let mut buf = [0u8; 8192];
-        let mut closed = false;
-        loop {
-            match client.stream.read(&mut buf) {
-                Ok(0) => {
-                    closed = true;
-                    break;
-                }
-                // After the request line, input is read and discarded (never buffered).
-                Ok(_) if client.done_reading => {}
-                Ok(n) => client.input.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
+        // After the request line, input is read and discarded (never buffered).
+        let into = (!client.done_reading).then_some(&mut client.input);
+        let closed = super::event_loop::read_available(&mut client.stream, into, usize::MAX);
         if client.done_reading {
             if closed {
                 self.close(token, events);
