@@ -377,6 +377,22 @@ pub(crate) fn read_available(
     }
 }
 
+/// Write what of `output` a non-blocking `stream` takes now (written bytes leave `output`).
+/// False when it would block with some left (to be written once it is writable); true when
+/// all is written, or the peer is gone (`output` is then cleared).
+pub(crate) fn write_pending(stream: &mut impl std::io::Write, output: &mut Vec<u8>) -> bool {
+    while !output.is_empty() {
+        match stream.write(output) {
+            Ok(n) => {
+                output.drain(..n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => output.clear(),
+        }
+    }
+    true
+}
+
 /// Whether the process of `pidfd` has ended (its pidfd is readable), without waiting.
 fn ended(pidfd: &OwnedFd) -> bool {
     use std::os::fd::AsFd;

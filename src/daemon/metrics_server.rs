@@ -5,7 +5,7 @@
 //! most [`MAX_CONNECTIONS`] are open (more are closed at once). A slow or stuck scraper costs a
 //! descriptor and a buffer until its deadline, never a wait.
 
-use super::event_loop::{read_available, EventLoop, Source, METRICS_LISTENER};
+use super::event_loop::{read_available, write_pending, EventLoop, Source, METRICS_LISTENER};
 use super::timers::Timer;
 use super::{Daemon, DaemonError};
 use crate::metrics::address::Address;
@@ -256,18 +256,10 @@ impl MetricsServer {
         if !connection.answered {
             return;
         }
-        while !connection.output.is_empty() {
-            match connection.stream.write(&connection.output) {
-                Ok(n) => {
-                    connection.output.drain(..n);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let interest = Interest::READABLE | Interest::WRITABLE;
-                    let _ = events.rewatch(&mut connection.stream, token, interest);
-                    return;
-                }
-                Err(_) => break,
-            }
+        if !write_pending(&mut connection.stream, &mut connection.output) {
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            let _ = events.rewatch(&mut connection.stream, token, interest);
+            return;
         }
         self.close(token, events);
     }

@@ -310,24 +310,10 @@ impl Control {
         let Some(client) = self.clients.get_mut(&token) else {
             return;
         };
-        while !client.output.is_empty() {
-            match client.stream.write(&client.output) {
-                Ok(n) => {
-                    client.output.drain(..n);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let _ = events.rewatch(
-                        &mut client.stream,
-                        token,
-                        Interest::READABLE | Interest::WRITABLE,
-                    );
-                    return;
-                }
-                Err(_) => {
-                    client.output.clear();
-                    break;
-                }
-            }
+        if !super::event_loop::write_pending(&mut client.stream, &mut client.output) {
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            let _ = events.rewatch(&mut client.stream, token, interest);
+            return;
         }
         if client.waiting_for.is_none() && !client.waiting_for_job && client.done_reading {
             self.close(token, events);
