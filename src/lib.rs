@@ -14,6 +14,7 @@ pub mod fmt;
 pub mod init;
 pub mod liveness;
 pub mod logger;
+pub mod metrics;
 pub mod network;
 pub mod notify;
 pub mod protocol;

@@ -64,6 +64,10 @@ enum Command {
         /// `keel` for /var/lib/keel, else `keel-<hash of the state directory>`).
         #[arg(long, value_name = "NAME")]
         cgroup_name: Option<String>,
+        /// Serve the metrics (Prometheus text format) over HTTP at GET /metrics: a loopback
+        /// address (127.0.0.1:9464, [::1]:9464) or a Unix socket (unix:/run/keel/metrics.sock).
+        #[arg(long, value_name = "ADDR", value_parser = keel::metrics::address::parse)]
+        metrics: Option<keel::metrics::address::Address>,
     },
     /// PID-1 mode: run and respawn the daemon, reap zombies, forward signals.
     Init {
@@ -195,6 +199,8 @@ enum Command {
     },
     /// Exit 0 iff the daemon answers and its loop is live.
     Health,
+    /// Print the daemon's metrics in the Prometheus text format (docs/metrics.md).
+    Metrics,
     /// Re-read the units directory and keel.ron, and retry the cgroup setup.
     Reload,
     /// Stop every task (they resume at the next start) and end the daemon.
@@ -253,6 +259,7 @@ fn main() {
             units,
             config,
             cgroup_name,
+            metrics,
         } => {
             keel::logger::init("daemon");
             let options = keel::daemon::Options {
@@ -261,6 +268,7 @@ fn main() {
                 units_dir: units_dir(units),
                 config_path: config.map(|c| std::path::absolute(&c).unwrap_or(c)),
                 cgroup_name,
+                metrics,
             };
             match keel::daemon::Daemon::new(options) {
                 Ok(daemon) => std::process::exit(daemon.run()),
@@ -383,6 +391,7 @@ fn main() {
             units.as_deref(),
         ),
         Command::Health => cli::health::run(&state_dir),
+        Command::Metrics => cli::metrics::run(&state_dir),
         Command::Reload => cli::simple::run(&state_dir, Request::Reload),
         Command::Shutdown { keep_tasks } => {
             cli::simple::run(&state_dir, Request::Shutdown { keep_tasks })

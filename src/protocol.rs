@@ -60,6 +60,8 @@ pub enum Request {
         keep_tasks: bool,
     },
     Health,
+    /// The Prometheus text format of the daemon's figures (`keel metrics`, docs/metrics.md).
+    Metrics,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -76,6 +78,10 @@ pub enum Response {
     },
     Error {
         message: String,
+    },
+    /// The answer to [`Request::Metrics`]: the text as `--metrics` serves it.
+    Metrics {
+        text: String,
     },
 }
 

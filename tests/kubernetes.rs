@@ -219,25 +219,14 @@ fn the_statefulset_runs_keel_init_on_its_claim_with_the_documented_privileges() 
 
 /// YAML documents (a stream on stdin) as JSON, through PyYAML.
 fn parse_yaml_stream(text: &str) -> Vec<Value> {
-    use std::io::Write;
-    let mut child = Command::new("python3")
-        .args([
-            "-c",
-            "import json, sys, yaml\n\
-             print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 (with PyYAML: Debian python3-yaml)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut python = Command::new("python3");
+    python.args([
+        "-c",
+        "import json, sys, yaml\n\
+         print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))",
+    ]);
+    let what = "python3 (with PyYAML: Debian python3-yaml)";
+    let out = output_with_input(&mut python, text.as_bytes(), what);
     assert!(
         out.status.success(),
         "not YAML: {}\n{text}",

@@ -8,6 +8,7 @@ pub mod events;
 pub mod format;
 pub mod health;
 pub mod logs;
+pub mod metrics;
 pub mod rm;
 pub mod run;
 pub mod simple;

@@ -20,6 +20,8 @@ pub(crate) const SIGNALS: Token = Token(0);
 pub(crate) const INOTIFY: Token = Token(1);
 pub(crate) const LISTENER: Token = Token(2);
 pub(crate) const LIVENESS: Token = Token(3);
+/// `keel daemon --metrics`'s listening socket (host_sleep.rs has 4).
+pub(crate) const METRICS_LISTENER: Token = Token(5);
 const FIRST_DYNAMIC_TOKEN: usize = 16;
 /// What a shim's pidfd tells, and what a slice's OOM watch tells (the log, `keel status`).
 pub(crate) const SHIM_EXIT: &str = "shim exit";
@@ -41,6 +43,8 @@ pub(crate) enum Source {
     Client,
     /// A worker's stdout (the jobs subsystem, `jobs/`).
     Job(u64),
+    /// A scrape connection of `--metrics` (`metrics_server.rs`).
+    Scraper,
 }
 
 pub(crate) struct EventLoop {
@@ -307,7 +311,7 @@ impl super::Daemon {
                 let unit = unit.clone();
                 self.on_oom_event(&unit, true);
             }
-            Some(Source::Client) | Some(Source::Job(_)) | None => {}
+            Some(Source::Client | Source::Job(_) | Source::Scraper) | None => {}
         }
     }
 
@@ -339,12 +343,54 @@ impl super::Daemon {
                     let unit = unit.clone();
                     self.on_oom_event(&unit, false);
                 }
-                Some(Source::Client) | Some(Source::Job(_)) | None => {}
+                Some(Source::Client | Source::Job(_) | Source::Scraper) | None => {}
             }
         }
         self.look_at_polled_progress();
         self.arm_watch_fallback();
     }
+}
+
+/// Read what a non-blocking `stream` holds now, without waiting: appended to `into` until it
+/// is longer than `limit` (`None`: read and discarded). True when the peer has closed the
+/// connection (or it failed).
+pub(crate) fn read_available(
+    stream: &mut impl std::io::Read,
+    mut into: Option<&mut Vec<u8>>,
+    limit: usize,
+) -> bool {
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => {
+                if let Some(into) = into.as_deref_mut() {
+                    into.extend_from_slice(&buf[..n]);
+                    if into.len() > limit {
+                        return false;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Write what of `output` a non-blocking `stream` takes now (written bytes leave `output`).
+/// False when it would block with some left (to be written once it is writable); true when
+/// all is written, or the peer is gone (`output` is then cleared).
+pub(crate) fn write_pending(stream: &mut impl std::io::Write, output: &mut Vec<u8>) -> bool {
+    while !output.is_empty() {
+        match stream.write(output) {
+            Ok(n) => {
+                output.drain(..n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => output.clear(),
+        }
+    }
+    true
 }
 
 /// Whether the process of `pidfd` has ended (its pidfd is readable), without waiting.

@@ -11,7 +11,7 @@
 //! liveness watches (`liveness/`), the jobs and their workers (`jobs/`), the notification
 //! hooks (`notifications/`, never waited on) and the control
 //! socket (`control/`, a file per request; `keel harvest`, `rm` and `prune` answer once their
-//! job has ended).
+//! job has ended), and `--metrics`' scrape connections (`metrics_server.rs`).
 //! An event is dispatched here by its token or timer; its handler looks the task up once and
 //! hands it, with the subsystems the step touches, to the lifecycle's steps: `store.rs`
 //! (`transition`: state, persist, journal), `lifecycle.rs` (scheduling, the start in two
@@ -32,6 +32,7 @@ pub mod id_blocks;
 mod jobs;
 mod lifecycle;
 mod liveness;
+mod metrics_server;
 mod network;
 mod notifications;
 mod pausing;
@@ -65,7 +66,7 @@ pub(crate) use task::Task;
 
 use crate::state::{now_ms, InstanceLock, Journal, StateDir, StateError};
 use control::Control;
-use event_loop::{EventLoop, Source, INOTIFY, LISTENER, LIVENESS, SIGNALS};
+use event_loop::{EventLoop, Source, INOTIFY, LISTENER, LIVENESS, METRICS_LISTENER, SIGNALS};
 use mio::Events;
 use sandboxing::Sandboxing;
 use settings::Settings;
@@ -95,6 +96,8 @@ pub struct Options {
     /// The name of keel's cgroup tree under the cgroup the daemon starts in; `None`: derived
     /// from the state directory ([`default_cgroup_name`]).
     pub cgroup_name: Option<String>,
+    /// `--metrics ADDR`: serve the metrics there (metrics_server.rs).
+    pub metrics: Option<crate::metrics::address::Address>,
 }
 
 /// The supervisor's state, by subsystem; each owns its data and its file.
@@ -105,6 +108,8 @@ pub struct Daemon {
     events: EventLoop,
     /// The control socket and its clients (control/).
     control: Control,
+    /// `--metrics`' socket and its scrape connections (metrics_server.rs).
+    metrics_server: Option<metrics_server::MetricsServer>,
     /// The units directory: its watch, invalid files, the pending rescan (units_dir.rs).
     units: UnitsDir,
     /// `keel.ron`, the host's capacity, the cgroup tree's name (settings.rs).
@@ -249,6 +254,9 @@ impl Daemon {
         let sleep_watch = host_sleep::SleepWatch::start(&events);
         nix::sys::stat::umask(umask);
         let control = control?;
+        let metrics_server = (options.metrics.as_ref())
+            .map(|address| metrics_server::MetricsServer::bind(address, &events))
+            .transpose()?;
 
         let notifications =
             notifications::Notifications::new(settings.config.notify.clone(), dirs.root.clone());
@@ -257,6 +265,7 @@ impl Daemon {
             notifications,
             events,
             control,
+            metrics_server,
             units,
             settings,
             sandboxing: Sandboxing::new(templates),
@@ -362,8 +371,10 @@ impl Daemon {
             LIVENESS => self.on_liveness_event(),
             host_sleep::WAKE_ALARM => self.on_wake_alarm(),
             LISTENER => self.control.accept(&mut self.events),
+            METRICS_LISTENER => self.on_metrics_listener(),
             token => match self.events.source(token) {
                 Some(Source::Client) => self.on_client_event(token, event),
+                Some(Source::Scraper) => self.on_scraper_event(token, event),
                 Some(Source::Job(id)) => {
                     let id = *id;
                     self.on_job_event(id);
@@ -472,6 +483,7 @@ impl Daemon {
             Timer::ClientDeadline { token } => self
                 .control
                 .on_deadline(mio::Token(token), &mut self.events),
+            Timer::ScrapeDeadline { token } => self.on_scrape_deadline(token),
             Timer::BackoffExpired { unit, generation } => {
                 self.on_backoff_expired(&unit, generation)
             }

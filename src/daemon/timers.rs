@@ -28,6 +28,8 @@ pub enum Timer {
     ReconcileRetry { unit: String, tries: u32 },
     /// A client has had its time to send a request (or read its answer).
     ClientDeadline { token: usize },
+    /// A scrape connection of `--metrics` has had its time (`metrics_server.rs`).
+    ScrapeDeadline { token: usize },
     /// Re-run the scheduler (a task became startable).
     Schedule,
     /// The instant `unit`'s liveness verdict could change (attempt `generation`).

@@ -486,6 +486,19 @@ pub fn stdout_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Run `cmd` with `input` on its stdin; its output (`what` names it if it cannot start).
+pub fn output_with_input(cmd: &mut Command, input: &[u8], what: &str) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 pub fn path_str(path: &Path) -> String {
     path.display().to_string()
 }

@@ -10,6 +10,7 @@
 mod add;
 mod checkouts;
 mod daemon;
+mod metrics;
 mod pause;
 mod peers;
 mod rm;
@@ -26,7 +27,7 @@ use crate::protocol::{Request, Response};
 use mio::net::{UnixListener, UnixStream};
 use mio::{Interest, Token};
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
@@ -256,24 +257,9 @@ impl Control {
     /// one), `None` while it is not.
     fn read(&mut self, token: Token, events: &mut EventLoop) -> Option<Result<Request, String>> {
         let client = self.clients.get_mut(&token)?;
-        let mut buf = [0u8; 8192];
-        let mut closed = false;
-        loop {
-            match client.stream.read(&mut buf) {
-                Ok(0) => {
-                    closed = true;
-                    break;
-                }
-                // After the request line, input is read and discarded (never buffered).
-                Ok(_) if client.done_reading => {}
-                Ok(n) => client.input.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
+        // After the request line, input is read and discarded (never buffered).
+        let into = (!client.done_reading).then_some(&mut client.input);
+        let closed = super::event_loop::read_available(&mut client.stream, into, usize::MAX);
         if client.done_reading {
             if closed {
                 self.close(token, events);
@@ -324,24 +310,10 @@ impl Control {
         let Some(client) = self.clients.get_mut(&token) else {
             return;
         };
-        while !client.output.is_empty() {
-            match client.stream.write(&client.output) {
-                Ok(n) => {
-                    client.output.drain(..n);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let _ = events.rewatch(
-                        &mut client.stream,
-                        token,
-                        Interest::READABLE | Interest::WRITABLE,
-                    );
-                    return;
-                }
-                Err(_) => {
-                    client.output.clear();
-                    break;
-                }
-            }
+        if !super::event_loop::write_pending(&mut client.stream, &mut client.output) {
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            let _ = events.rewatch(&mut client.stream, token, interest);
+            return;
         }
         if client.waiting_for.is_none() && !client.waiting_for_job && client.done_reading {
             self.close(token, events);
@@ -421,6 +393,7 @@ impl Daemon {
         log::debug!("control: {request:?}");
         match request {
             Request::Health => Some(self.health()),
+            Request::Metrics => Some(self.metrics_request()),
             Request::Status { unit } => Some(self.status(unit.as_deref())),
             Request::Reload => Some(self.reload()),
             Request::MarkReviewed {
