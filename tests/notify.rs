@@ -59,9 +59,16 @@ fn read_pid(path: &Path) -> Option<i32> {
 fn a_hook_gets_the_failed_event_on_stdin_and_in_its_environment() {
     let (mut d, hooks) = daemon_with_script(
         "notify-failed",
-        r#"Notify(on: [Failed], command: ["/bin/sh", "HOOKS/hook.sh", "HOOKS/out"])"#,
-        r#"cat > "$1.json.tmp"; env > "$1.env"; mv "$1.json.tmp" "$1.json""#,
+        r#"Notify(on: [Failed], command: ["/bin/sh", "HOOKS/hook.sh", "HOOKS/out"],
+                  env: {"TOPIC": "agents"})"#,
+        r#"grep SigIgn /proc/self/status > "$1.signals"
+cat > "$1.json.tmp"; env > "$1.env"; mv "$1.json.tmp" "$1.json""#,
     );
+    // The daemon's secrets and switches are its own: none reaches a hook.
+    d.env
+        .push(("KEEL_SECRET_TEST_TOKEN".into(), "sk-daemon-secret".into()));
+    d.env
+        .push(("ANTHROPIC_API_KEY".into(), "sk-ant-daemon-secret".into()));
     d.spawn();
     d.write_unit("fails", FAILS);
     d.wait_state("fails", "failed", PATIENCE);
@@ -96,6 +103,13 @@ fn a_hook_gets_the_failed_event_on_stdin_and_in_its_environment() {
         env.lines().any(|l| l.starts_with("KEEL_EVENT_JSON={")),
         "{env}"
     );
+    assert!(env.lines().any(|l| l == "TOPIC=agents"), "{env}");
+    assert!(env.lines().any(|l| l.starts_with("PATH=/")), "{env}");
+    assert!(!env.contains("daemon-secret"), "{env}");
+    assert!(!env.contains("KEEL_ID_CLAIMS_DIR"), "{env}");
+    // The daemon ignores SIGPIPE; its hooks (and what they start) do not.
+    let signals = std::fs::read_to_string(hooks.join("out.signals")).unwrap();
+    assert_eq!(signals.trim(), "SigIgn:\t0000000000000000", "{signals}");
     assert!(journal_events(&d, "notify-failed").is_empty());
     d.shutdown();
 }

@@ -9,11 +9,16 @@
 //! ]
 //! ```
 //!
+//! A hook's environment is its own: `PATH`, `HOME`, `USER`, `LOGNAME`, `LANG`, `LC_ALL`, `TZ`
+//! (the daemon's, or the named user's), what `env: {...}` sets, and `KEEL_EVENT_*` — never the
+//! rest of the daemon's (its secrets, its test switches).
+//!
 //! A named user is looked up when the file is read: a user this host does not have is an
 //! error at its `file:line:col`, like any other.
 
 use crate::unit::{Dur, FieldPath};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The default `timeout` of a hook.
@@ -141,7 +146,7 @@ impl EventKind {
 }
 
 /// `Notify(on: [...], command: [...], user: Some("alerts"), timeout: Some("30s"),
-/// coalesce: Some("20s"), units: Some(["agent-1"]))` as written.
+/// coalesce: Some("20s"), units: Some(["agent-1"]), env: {"TOPIC": "agents"})` as written.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename = "Notify")]
 pub struct RawNotify {
@@ -156,6 +161,10 @@ pub struct RawNotify {
     /// Only the events of these units; `None`: every unit's (and the daemon's own).
     #[serde(default)]
     pub units: Option<Vec<String>>,
+    /// Variables set for the hook, beside the few it always has (`PATH`, `HOME`, ...) and
+    /// `KEEL_EVENT_*`: nothing else of the daemon's environment reaches it.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
     /// The user as looked up when the file was read (`resolve_users`).
     #[serde(skip)]
     pub resolved_user: Option<HookUser>,
@@ -167,7 +176,7 @@ pub struct HookUser {
     pub name: String,
     pub uid: u32,
     pub gid: u32,
-    /// Its supplementary groups (`getgrouplist`).
+    /// Its groups: the primary one, then each `/etc/group` lists it in.
     pub groups: Vec<u32>,
     pub home: std::path::PathBuf,
 }
@@ -182,6 +191,8 @@ pub struct Hook {
     pub timeout: Duration,
     pub coalesce: Duration,
     pub units: Option<Vec<String>>,
+    /// `env: {...}` as written.
+    pub env: BTreeMap<String, String>,
 }
 
 impl Hook {
@@ -213,6 +224,7 @@ pub fn resolve(raw: &[RawNotify]) -> Vec<Hook> {
             timeout: r.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
             coalesce: r.coalesce.map_or(DEFAULT_COALESCE, |d| d.0),
             units: r.units.clone(),
+            env: r.env.clone(),
         })
         .collect()
 }
@@ -269,6 +281,17 @@ pub(super) fn check(raw: &[RawNotify]) -> Vec<(FieldPath, String)> {
                 ),
             ));
         }
+        for (key, value) in &hook.env {
+            if let Err(message) = crate::unit::check_env_key(key) {
+                problems.push((at.field("env").key(key), message));
+            }
+            if value.contains('\0') {
+                problems.push((
+                    at.field("env").key(key),
+                    "the value contains a NUL byte".to_string(),
+                ));
+            }
+        }
         if hook.user.as_ref().is_some_and(|u| u.is_empty()) {
             problems.push((
                 at.field("user"),
@@ -279,35 +302,44 @@ pub(super) fn check(raw: &[RawNotify]) -> Vec<(FieldPath, String)> {
     problems
 }
 
-/// Look each hook's user up in the host's user database; the first that is missing is an
-/// error at its `user` field.
+/// Look each hook's user up in `/etc/passwd` and `/etc/group` (read as text, as the sandbox
+/// does: no NSS, nothing that can wait on a directory service); the first that is missing is
+/// an error at its `user` field.
 pub(super) fn resolve_users(raw: &mut [RawNotify]) -> Result<(), (FieldPath, String)> {
+    if raw.iter().all(|hook| hook.user.is_none()) {
+        return Ok(());
+    }
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    resolve_users_in(raw, &read("/etc/passwd"), &read("/etc/group"))
+}
+
+/// [`resolve_users`] against the given texts.
+pub(super) fn resolve_users_in(
+    raw: &mut [RawNotify],
+    passwd: &str,
+    group: &str,
+) -> Result<(), (FieldPath, String)> {
     for (i, hook) in raw.iter_mut().enumerate() {
         let Some(name) = hook.user.clone() else {
             continue;
         };
         let at = FieldPath::default().field("notify").index(i).field("user");
-        match nix::unistd::User::from_name(&name) {
-            Ok(Some(user)) => {
-                let cname = std::ffi::CString::new(name.clone())
-                    .map_err(|_| (at.clone(), "holds a NUL byte".to_string()))?;
-                let groups = nix::unistd::getgrouplist(&cname, user.gid)
-                    .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
-                    .unwrap_or_else(|_| vec![user.gid.as_raw()]);
+        match crate::sandbox::privileges::account(passwd, group, &name) {
+            Ok(Some(account)) => {
                 hook.resolved_user = Some(HookUser {
                     name,
-                    uid: user.uid.as_raw(),
-                    gid: user.gid.as_raw(),
-                    groups,
-                    home: user.dir,
+                    uid: account.uid,
+                    gid: account.gid,
+                    groups: account.groups,
+                    home: account.home,
                 });
             }
             Ok(None) => {
                 return Err((
                     at,
                     format!(
-                        "no user {name:?} on this host: create it (useradd --system {name}), or \
-                         write user: None to run the hook as the daemon's user"
+                        "no user {name:?} in /etc/passwd: create it (useradd --system {name}), \
+                         or write user: None to run the hook as the daemon's user"
                     ),
                 ))
             }

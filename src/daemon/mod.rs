@@ -260,8 +260,10 @@ impl Daemon {
 
         let notifications =
             notifications::Notifications::new(settings.config.notify.clone(), dirs.root.clone());
+        let mut store = Store::new(dirs, journal);
+        store.notify_kinds = notifications::wanted_kinds(&settings.config.notify);
         Ok(Daemon {
-            store: Store::new(dirs, journal),
+            store,
             notifications,
             events,
             control,

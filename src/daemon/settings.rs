@@ -226,7 +226,7 @@ impl Daemon {
             }
         }
         self.jobs.reconfigure(self.settings.config.jobs);
-        self.notifications.reconfigure(&self.settings.config.notify);
+        (self.notifications).reconfigure(&self.settings.config.notify, &mut self.store);
         Ok(())
     }
 }

@@ -13,8 +13,10 @@ pub(crate) struct Store {
     pub counts_changed: bool,
     /// A task became startable or freed what it reserved: run the scheduler before sleeping.
     pub queue_changed: bool,
-    /// Journal events a hook may be run on (`keel.ron`'s `notify`), for the notifier after
-    /// this round (`notifications/`); bounded by [`MAX_NOTICES`].
+    /// The events some hook of `keel.ron`'s `notify` is run on (set by the notifier).
+    pub notify_kinds: Vec<crate::config::notify::EventKind>,
+    /// Journal events of those kinds, for the notifier after this round (`notifications/`);
+    /// bounded by [`MAX_NOTICES`].
     pub notices: Vec<Event>,
     /// Those past [`MAX_NOTICES`] this round, counted (the notifier journals the count).
     pub notices_dropped: u64,
@@ -31,6 +33,7 @@ impl Store {
             journal,
             counts_changed: true,
             queue_changed: true,
+            notify_kinds: Vec::new(),
             notices: Vec::new(),
             notices_dropped: 0,
         }
@@ -53,7 +56,8 @@ impl Store {
         if let Err(e) = self.journal.append(&entry) {
             log::error!("journal: {e}");
         }
-        if crate::config::notify::EventKind::of_journal(event).is_some() {
+        let kind = crate::config::notify::EventKind::of_journal(event);
+        if kind.is_some_and(|kind| self.notify_kinds.contains(&kind)) {
             if self.notices.len() < MAX_NOTICES {
                 self.notices.push(entry);
             } else {

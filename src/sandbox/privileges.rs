@@ -286,6 +286,46 @@ fn primary_gid(passwd: &str, uid: u32) -> Result<Option<u32>, String> {
     Ok(None)
 }
 
+/// A user as `/etc/passwd` and `/etc/group` give it: for a process run as that user outside
+/// any sandbox (a notification hook).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub uid: u32,
+    pub gid: u32,
+    pub home: std::path::PathBuf,
+    /// The primary group, then each group(5) entry that lists the user as a member.
+    pub groups: Vec<u32>,
+}
+
+/// User `name` in passwd(5) and group(5) texts, as initgroups(3) would make it (without NSS:
+/// keel is built static). `Ok(None)`: no such user.
+pub fn account(passwd: &str, group: &str, name: &str) -> Result<Option<Account>, String> {
+    let Some((line, fields)) = entries(passwd).find(|(_, fields)| fields[0] == name) else {
+        return Ok(None);
+    };
+    let uid = field(&fields, 2, "/etc/passwd", line, "uid")?;
+    let gid = field(&fields, 3, "/etc/passwd", line, "gid")?;
+    let home = std::path::PathBuf::from(fields.get(5).copied().unwrap_or("/"));
+    let mut groups = vec![gid];
+    for (_, fields) in entries(group) {
+        let member = (fields.get(3).copied().unwrap_or(""))
+            .split(',')
+            .any(|m| m.trim() == name);
+        let id = fields.get(2).and_then(|text| text.parse::<u32>().ok());
+        if let (true, Some(id)) = (member, id) {
+            if !groups.contains(&id) {
+                groups.push(id);
+            }
+        }
+    }
+    Ok(Some(Account {
+        uid,
+        gid,
+        home,
+        groups,
+    }))
+}
+
 /// The gid of group `name` in group(5) text.
 fn find_group(group: &str, name: &str) -> Result<u32, String> {
     for (line, fields) in entries(group) {

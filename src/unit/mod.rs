@@ -34,8 +34,8 @@ pub use dependencies::{dependency_problems, find_cycle};
 pub use resources::{Resources, DEFAULT_MEMORY_LIMIT};
 pub use secrets::Secret;
 pub use validate::{
-    keel_dir_problem, keel_dir_problems, network_list_problems, validate_unit, FieldPath, PathSeg,
-    Problem,
+    check_env_key, keel_dir_problem, keel_dir_problems, network_list_problems, validate_unit,
+    FieldPath, PathSeg, Problem,
 };
 pub use values::{
     cpu_millis, format_duration, format_size, parse_capability, parse_duration, parse_signal,

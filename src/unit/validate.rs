@@ -398,7 +398,7 @@ pub fn keel_dir_problem(path: &Path, dirs: &[(&str, &Path)]) -> Option<String> {
     })
 }
 
-fn check_env_key(key: &str) -> Result<(), String> {
+pub fn check_env_key(key: &str) -> Result<(), String> {
     if key.is_empty() {
         Err("the variable name is empty: write {\"NAME\": \"value\"}".to_string())
     } else if key.contains('=') {

@@ -4,6 +4,7 @@
 use super::*;
 use crate::config::tests::assert_bad;
 use crate::config::{parse_config, resolve as resolve_config, HostCapacity};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 fn hooks(text: &str) -> Vec<Hook> {
@@ -30,6 +31,7 @@ fn the_example_of_the_issue_with_its_defaults() {
             timeout: DEFAULT_TIMEOUT,
             coalesce: DEFAULT_COALESCE,
             units: None,
+            env: BTreeMap::new(),
         }]
     );
 }
@@ -94,7 +96,7 @@ fn a_missing_user_is_an_error_at_its_place() {
         "Config(notify: [\n  Notify(on: [Failed], command: [\"x\"],\n         user: Some(\"keel-no-such-user-x9\")),\n])",
         3,
         21,
-        "no user \"keel-no-such-user-x9\" on this host",
+        "no user \"keel-no-such-user-x9\" in /etc/passwd",
     );
 }
 
@@ -178,4 +180,21 @@ fn the_examples_of_the_docs_parse() {
         examples += list.len();
     }
     assert!(examples >= 9, "{examples} examples");
+}
+
+#[test]
+fn a_hook_env_is_checked_like_a_unit_env() {
+    let hooks = hooks(
+        r#"Config(notify: [Notify(on: [Failed], command: ["x"], env: {"TOPIC": "agents"})])"#,
+    );
+    assert_eq!(
+        hooks[0].env,
+        BTreeMap::from([("TOPIC".to_string(), "agents".to_string())])
+    );
+    assert_bad(
+        "Config(notify: [Notify(on: [Failed], command: [\"x\"],\n  env: {\"KEEL_EVENT_UNIT\": \"x\"})])",
+        2,
+        9,
+        "KEEL_ prefix is reserved",
+    );
 }

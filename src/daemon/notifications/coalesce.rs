@@ -119,6 +119,11 @@ impl<E> Coalescer<E> {
             .min()
     }
 
+    /// How many events are held, over every key.
+    pub fn held_count(&self) -> u64 {
+        self.entries.values().map(|e| e.held).sum()
+    }
+
     #[cfg(test)]
     /// How many keys are remembered (bounded: a key is forgotten a window after its last send).
     pub fn len(&self) -> usize {

@@ -6,8 +6,12 @@ use crate::state::Event;
 use std::path::Path;
 
 /// A journal event's detail is cut to this many bytes for the hook (the whole is in the
-/// journal): the line stays far below a pipe's capacity, so its write never waits.
+/// journal).
 pub(crate) const MAX_DETAIL: usize = 2048;
+/// The whole line is at most this long (PIPE_BUF): it fits the smallest pipe the kernel gives
+/// (one page, once a user holds too many pipe pages), so its write to the empty pipe is whole
+/// and never waits. A detail whose escapes would make it longer is cut further.
+pub(crate) const MAX_LINE: usize = 4096;
 
 /// What every event of this daemon shares.
 pub(crate) struct Origin<'a> {
@@ -24,18 +28,35 @@ pub(crate) struct Told<'a> {
 
 /// `detail` cut at [`MAX_DETAIL`] bytes, on a character boundary, marked when cut.
 pub(crate) fn cut_detail(detail: &str) -> String {
-    if detail.len() <= MAX_DETAIL {
+    cut_at(detail, MAX_DETAIL)
+}
+
+/// `detail` cut at `max` bytes, on a character boundary, marked when cut.
+fn cut_at(detail: &str, max: usize) -> String {
+    if detail.len() <= max {
         return detail.to_string();
     }
-    let mut end = MAX_DETAIL;
+    let mut end = max;
     while !detail.is_char_boundary(end) {
         end -= 1;
     }
     format!("{}…", &detail[..end])
 }
 
-/// The event as one line of JSON, newline-terminated.
+/// The event as one line of JSON, newline-terminated, at most [`MAX_LINE`] bytes when the
+/// rest of it leaves room (its detail cut further, halving, while it is longer).
 pub(crate) fn json_line(told: &Told, origin: &Origin) -> String {
+    let mut max = MAX_DETAIL;
+    loop {
+        let line = json_line_cut(told, origin, max);
+        if line.len() <= MAX_LINE || max == 0 {
+            return line;
+        }
+        max /= 2;
+    }
+}
+
+fn json_line_cut(told: &Told, origin: &Origin, max_detail: usize) -> String {
     let e = told.event;
     let value = serde_json::json!({
         "unit": e.unit,
@@ -43,7 +64,7 @@ pub(crate) fn json_line(told: &Told, origin: &Origin) -> String {
         "journal_event": e.event,
         "attempt": e.attempt,
         "generation": e.generation,
-        "detail": cut_detail(&e.detail),
+        "detail": cut_at(&e.detail, max_detail),
         "time": e.time,
         "ts_ms": e.ts_ms,
         "count": told.count,
@@ -73,21 +94,6 @@ pub(crate) fn variables(told: &Told, origin: &Origin) -> Vec<(&'static str, Stri
         ),
         ("KEEL_EVENT_JSON", line.trim_end().to_string()),
     ]
-}
-
-/// Variables of the daemon's environment a hook does not inherit: systemd's (they are the
-/// daemon's), and any `KEEL_EVENT_*` (the hook's own are set).
-pub(crate) fn not_inherited(name: &str) -> bool {
-    const SYSTEMD: [&str; 7] = [
-        "NOTIFY_SOCKET",
-        "WATCHDOG_USEC",
-        "WATCHDOG_PID",
-        "LISTEN_FDS",
-        "LISTEN_PID",
-        "LISTEN_FDNAMES",
-        "INVOCATION_ID",
-    ];
-    SYSTEMD.contains(&name) || name.starts_with("KEEL_EVENT_")
 }
 
 #[cfg(test)]

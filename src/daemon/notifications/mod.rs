@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 
 /// At most this many hooks run at once.
 pub(crate) const MAX_RUNNING: usize = 4;
+/// At most this many hook processes exist at once, counting those killed at their timeout and
+/// not yet reaped (stuck in the kernel: a hung NFS write, say): past it no hook starts until
+/// one is reaped, so stuck hooks cannot pile up.
+pub(crate) const MAX_PROCESSES: usize = 16;
 /// At most this many wait for a free slot; past it a notice is dropped (and counted).
 pub(crate) const MAX_WAITING: usize = 64;
 /// The hooks' stdout and stderr, in the state directory.
@@ -60,8 +64,8 @@ pub(crate) struct Notifications {
     next_id: u64,
     /// Hooks killed at their timeout, by pid, until they are reaped (their pidfd kept).
     killed: BTreeMap<i32, OwnedFd>,
-    /// Notices dropped since the last `notify-dropped` line.
-    dropped: u64,
+    /// Notices dropped since the last `notify-dropped` line, by why.
+    dropped: Dropped,
     /// The earliest coalescing flush in the timers.
     flush_at: Option<Instant>,
     log: Option<std::fs::File>,
@@ -82,7 +86,7 @@ impl Notifications {
             running: BTreeMap::new(),
             next_id: 0,
             killed: BTreeMap::new(),
-            dropped: 0,
+            dropped: Dropped::default(),
             flush_at: None,
             log: None,
             state_dir,
@@ -90,13 +94,20 @@ impl Notifications {
         }
     }
 
-    /// `keel.ron` was reloaded: new hooks apply to the events from now on (what was held for
-    /// the old ones is dropped, and said in the log).
-    pub fn reconfigure(&mut self, hooks: &[Hook]) {
+    /// `keel.ron` was reloaded: new hooks apply to the events from now on (what was held or
+    /// waiting for the old ones is dropped, counted, and journaled at the next round).
+    pub fn reconfigure(&mut self, hooks: &[Hook], store: &mut Store) {
+        store.notify_kinds = wanted_kinds(hooks);
         if hooks != self.hooks.as_slice() {
-            if self.coalescer.next_due().is_some() {
-                log::info!("notify: the hooks changed: events held for coalescing are dropped");
+            let held = self.coalescer.held_count();
+            let waiting: u64 = self.waiting.iter().map(|r| r.count).sum();
+            if held + waiting > 0 {
+                log::info!(
+                    "notify: the hooks changed: {} events held or waiting are dropped",
+                    held + waiting
+                );
             }
+            self.dropped.reloaded += held + waiting;
             self.hooks = hooks.to_vec();
             self.coalescer.clear();
             self.waiting.clear();
@@ -107,10 +118,7 @@ impl Notifications {
     /// allows, and set the timer of the next flush.
     pub fn run(&mut self, store: &mut Store, timers: &mut Timers) {
         let notices = std::mem::take(&mut store.notices);
-        self.dropped += std::mem::take(&mut store.notices_dropped);
-        if self.hooks.is_empty() {
-            return;
-        }
+        self.dropped.storm += std::mem::take(&mut store.notices_dropped);
         let now = Instant::now();
         for event in notices {
             let Some(kind) = EventKind::of_journal(&event.event) else {
@@ -126,13 +134,13 @@ impl Notifications {
                     event: kind.journal_name(),
                 };
                 if let Some(send) = self.coalescer.offer(key, event.clone(), hook.coalesce, now) {
-                    enqueue(&mut self.waiting, &mut self.dropped, send, kind);
+                    enqueue(&mut self.waiting, &mut self.dropped.full, send, kind);
                 }
             }
         }
         for send in self.coalescer.due(now) {
             if let Some(kind) = EventKind::of_journal(send.key.event) {
-                enqueue(&mut self.waiting, &mut self.dropped, send, kind);
+                enqueue(&mut self.waiting, &mut self.dropped.full, send, kind);
             }
         }
         self.start_ready(store, timers);
@@ -142,14 +150,9 @@ impl Notifications {
                 self.flush_at = Some(due);
             }
         }
-        if self.dropped > 0 {
-            let detail = format!(
-                "{} notices dropped: {MAX_RUNNING} hooks running and {MAX_WAITING} waiting",
-                self.dropped
-            );
+        if let Some(detail) = std::mem::take(&mut self.dropped).describe() {
             log::warn!("notify: {detail}");
             store.event("", 0, 0, "notify-dropped", &detail);
-            self.dropped = 0;
         }
     }
 
@@ -161,7 +164,9 @@ impl Notifications {
     }
 
     fn start_ready(&mut self, store: &mut Store, timers: &mut Timers) {
-        while self.running.len() < MAX_RUNNING {
+        while self.running.len() < MAX_RUNNING
+            && self.running.len() + self.killed.len() < MAX_PROCESSES
+        {
             let Some(ready) = self.waiting.pop_front() else {
                 break;
             };
@@ -170,20 +175,34 @@ impl Notifications {
     }
 
     fn start(&mut self, ready: Ready, store: &mut Store, timers: &mut Timers) {
+        let Some(hook) = self.hooks.get(ready.hook).cloned() else {
+            return;
+        };
+        let describe = format!("hook {} ({})", ready.hook + 1, hook.describe());
+        let e = &ready.event;
         // Without the log, /dev/null: the hook runs all the same (its output is lost).
         let mut null = None;
         let output = match self.output() {
             Ok(fd) => fd,
-            Err(e) => {
-                log::warn!("notify: cannot open {LOG_FILE}: {e}; the hook's output is lost");
+            Err(log_error) => {
+                log::warn!(
+                    "notify: cannot open {LOG_FILE}: {log_error}; the hook's output is lost"
+                );
                 let file = std::fs::OpenOptions::new().write(true).open("/dev/null");
-                null.insert(file).as_ref().map_or(-1, |f| f.as_raw_fd())
+                match null.insert(file) {
+                    Ok(file) => file.as_raw_fd(),
+                    Err(null_error) => {
+                        let detail = format!(
+                            "{describe} on {}: not started: cannot open {LOG_FILE} ({log_error}) nor /dev/null ({null_error}) for its output",
+                            ready.kind.name()
+                        );
+                        log::warn!("notify: {}: {detail}", e.unit);
+                        store.event(&e.unit, e.attempt, e.generation, "notify-failed", &detail);
+                        return;
+                    }
+                }
             }
         };
-        let Some(hook) = self.hooks.get(ready.hook) else {
-            return;
-        };
-        let describe = format!("hook {} ({})", ready.hook + 1, hook.describe());
         let told = event::Told {
             event: &ready.event,
             kind: ready.kind,
@@ -195,8 +214,7 @@ impl Notifications {
         };
         let line = event::json_line(&told, &origin);
         let variables = event::variables(&told, &origin);
-        let e = &ready.event;
-        match spawn::spawn(hook, &line, &variables, output) {
+        match spawn::spawn(&hook, &line, &variables, output) {
             Ok(started) => {
                 log::info!(
                     "notify: {describe} for {} {} ({}x): pid {}",
@@ -307,6 +325,53 @@ impl Notifications {
         store.event(&e.unit, e.attempt, e.generation, "notify-failed", &detail);
         self.killed.insert(hook.started.pid, hook.started.pidfd);
         self.start_ready(store, timers);
+    }
+}
+
+/// The hooks' event kinds, for [`Store::event`] to keep only what some hook is run on.
+pub(crate) fn wanted_kinds(hooks: &[Hook]) -> Vec<EventKind> {
+    let mut kinds: Vec<EventKind> = hooks.iter().flat_map(|h| h.on.iter().copied()).collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+/// Events a hook would have been run for but was not, by why (`notify-dropped`).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Dropped {
+    /// [`MAX_WAITING`] notices waited already.
+    full: u64,
+    /// Past [`super::store::MAX_NOTICES`] in one loop round.
+    storm: u64,
+    /// Held or waiting when `keel.ron`'s hooks changed.
+    reloaded: u64,
+}
+
+impl Dropped {
+    /// The `notify-dropped` detail, if anything was dropped.
+    fn describe(&self) -> Option<String> {
+        let mut why = Vec::new();
+        if self.full > 0 {
+            why.push(format!(
+                "{} as {MAX_RUNNING} hooks ran and {MAX_WAITING} notices waited",
+                self.full
+            ));
+        }
+        if self.storm > 0 {
+            why.push(format!(
+                "{} past {} events in one loop round",
+                self.storm,
+                super::store::MAX_NOTICES
+            ));
+        }
+        if self.reloaded > 0 {
+            why.push(format!(
+                "{} held for coalescing or waiting when keel.ron's hooks changed",
+                self.reloaded
+            ));
+        }
+        let total = self.full + self.storm + self.reloaded;
+        (total > 0).then(|| format!("{total} notices dropped: {}", why.join("; ")))
     }
 }
 

@@ -38,19 +38,49 @@ pub(crate) fn candidates(program: &str, path: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// The hook's environment: the daemon's, but for [`super::event::not_inherited`] and (with
-/// a user of its own) `HOME`, `USER` and `LOGNAME`, which are that user's; then `told`.
-fn environment(user: Option<&HookUser>, told: &[(&'static str, String)]) -> Vec<CString> {
-    let own_user = ["HOME", "USER", "LOGNAME"];
-    let mut vars: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| !super::event::not_inherited(k))
-        .filter(|(k, _)| user.is_none() || !own_user.contains(&k.as_str()))
-        .collect();
-    if let Some(user) = user {
-        vars.push(("HOME".into(), user.home.display().to_string()));
-        vars.push(("USER".into(), user.name.clone()));
-        vars.push(("LOGNAME".into(), user.name.clone()));
+/// What a hook takes of the daemon's environment: where programs are, the locale, the time
+/// zone. Nothing else — not the daemon's secrets (`KEEL_SECRET_*`, a provider's key), not its
+/// test switches, not systemd's descriptors (docs/notifications.md, "What a hook is given").
+const INHERITED: [&str; 4] = ["LANG", "LC_ALL", "LC_MESSAGES", "TZ"];
+
+/// The hook's environment: `PATH` (the daemon's, else [`DEFAULT_PATH`]), [`INHERITED`],
+/// `HOME`/`USER`/`LOGNAME` (the daemon's, or its user's), the hook's `env`, then `told`
+/// (set last: the hook's `env` cannot name `KEEL_*`).
+fn environment(hook: &Hook, told: &[(&'static str, String)]) -> Vec<CString> {
+    environment_from(hook, told, |name| std::env::var(name).ok())
+}
+
+/// [`environment`] with the daemon's variables from `daemon_var` (pure, for the tests).
+pub(crate) fn environment_from(
+    hook: &Hook,
+    told: &[(&'static str, String)],
+    daemon_var: impl Fn(&str) -> Option<String>,
+) -> Vec<CString> {
+    let mut vars: Vec<(String, String)> = Vec::new();
+    let path = daemon_var("PATH").unwrap_or_else(|| DEFAULT_PATH.to_string());
+    vars.push(("PATH".into(), path));
+    for name in INHERITED {
+        if let Some(value) = daemon_var(name) {
+            vars.push((name.into(), value));
+        }
+    }
+    match &hook.user {
+        Some(user) => {
+            vars.push(("HOME".into(), user.home.display().to_string()));
+            vars.push(("USER".into(), user.name.clone()));
+            vars.push(("LOGNAME".into(), user.name.clone()));
+        }
+        None => {
+            for name in ["HOME", "USER", "LOGNAME"] {
+                if let Some(value) = daemon_var(name) {
+                    vars.push((name.into(), value));
+                }
+            }
+        }
+    }
+    for (name, value) in &hook.env {
+        vars.retain(|(k, _)| k != name);
+        vars.push((name.clone(), value.clone()));
     }
     vars.extend(told.iter().map(|(k, v)| (k.to_string(), v.clone())));
     vars.into_iter()
@@ -71,7 +101,7 @@ pub(crate) fn spawn(
     let invalid =
         |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
     let program = hook.command.first().ok_or_else(|| invalid("no program"))?;
-    let path = std::env::var("PATH").ok();
+    let path = (hook.env.get("PATH").cloned()).or_else(|| std::env::var("PATH").ok());
     let paths: Vec<CString> = candidates(program, path.as_deref())
         .into_iter()
         .filter_map(|p| CString::new(p).ok())
@@ -83,7 +113,7 @@ pub(crate) fn spawn(
         .map(|a| CString::new(a.as_str()))
         .collect::<Result<_, _>>()
         .map_err(|_| invalid("a NUL in the command"))?;
-    let envp = environment(hook.user.as_ref(), told);
+    let envp = environment(hook, told);
     let (stdin_read, stdin_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
     let request = crate::sys::SpawnRequest {
         program: first,
@@ -104,14 +134,18 @@ pub(crate) fn spawn(
         "keel: notify hook {:?}: cannot run {program}: ",
         hook.describe()
     );
-    let user = hook.user.as_ref();
-    // The child: the standard descriptors and a new session (set_up_child), the user, every
-    // signal unblocked, then each candidate path in turn. Memory is a copy of the
-    // single-threaded daemon's: nothing it calls can meet a lock held elsewhere.
+    // The daemon's own user needs no change (and, unprivileged, could not setgroups).
+    let user = (hook.user.as_ref()).filter(|u| u.uid != nix::unistd::getuid().as_raw());
+    let max_signal = libc::SIGRTMAX();
+    // The child: the standard descriptors and a new session (set_up_child), every signal's
+    // disposition back to its default (the daemon ignores SIGPIPE: a hook's `curl | jq` must
+    // not), the user, every signal unblocked, then each candidate path in turn. Memory is a
+    // copy of the single-threaded daemon's: nothing it calls can meet a lock held elsewhere.
     let mut child = || -> Infallible {
         if request.set_up_child().is_err() {
             crate::sys::fds::exit_now(EXIT_CANNOT_SETUP);
         }
+        crate::sys::process::reset_signal_dispositions(max_signal, &[0; 8]);
         if let Some(user) = user {
             if let Err(e) = become_user(user) {
                 let _ = writeln!(

@@ -56,3 +56,50 @@ fn past_the_waiting_bound_notices_are_dropped_and_counted() {
     );
     assert_eq!(waiting[0].count, 3);
 }
+
+#[test]
+fn dropped_notices_say_why_they_were_dropped() {
+    assert_eq!(Dropped::default().describe(), None);
+    let full = Dropped {
+        full: 7,
+        ..Dropped::default()
+    };
+    let text = full.describe().unwrap();
+    assert!(
+        text.starts_with("7 notices dropped: 7 as 4 hooks ran"),
+        "{text}"
+    );
+    let mixed = Dropped {
+        full: 0,
+        storm: 3,
+        reloaded: 2,
+    };
+    let text = mixed.describe().unwrap();
+    assert!(
+        text.starts_with("5 notices dropped: 3 past 4096 events in one loop round; 2 held"),
+        "{text}"
+    );
+    assert!(!text.contains("hooks ran"), "{text}");
+}
+
+#[test]
+fn only_the_kinds_some_hook_is_run_on_are_kept() {
+    let hook = |on: Vec<EventKind>| Hook {
+        on,
+        command: vec!["x".into()],
+        user: None,
+        timeout: Duration::from_secs(1),
+        coalesce: Duration::from_secs(1),
+        units: None,
+        env: Default::default(),
+    };
+    let hooks = [
+        hook(vec![EventKind::Stalled, EventKind::Failed]),
+        hook(vec![EventKind::Failed]),
+    ];
+    assert_eq!(
+        wanted_kinds(&hooks),
+        vec![EventKind::Failed, EventKind::Stalled]
+    );
+    assert!(wanted_kinds(&[]).is_empty());
+}

@@ -169,3 +169,18 @@ fn cap_last_cap_is_parsed_defensively() {
     let (last, _) = last_cap();
     assert!(last >= 31, "{last}");
 }
+
+#[test]
+fn an_account_has_its_home_and_every_group_that_lists_it() {
+    let group = format!("{GROUP}\nwheel:x:10:alice,bob\ndocker:x:999: bob \nsolo:x:77:alice\n");
+    let bob = account(PASSWD, &group, "bob")
+        .unwrap()
+        .expect("bob is listed");
+    assert_eq!((bob.uid, bob.gid), (1000, 100));
+    assert_eq!(bob.home, std::path::PathBuf::from("/home/bob"));
+    // Primary first; `users` lists bob too but is his primary group: not twice.
+    assert_eq!(bob.groups, vec![100, 10, 999]);
+    assert_eq!(account(PASSWD, &group, "carol"), Ok(None));
+    let error = account(PASSWD, &group, "broken").unwrap_err();
+    assert!(error.contains("/etc/passwd line 6 is malformed"), "{error}");
+}

@@ -81,13 +81,22 @@ fn a_long_detail_is_cut_on_a_character_boundary() {
         kind: EventKind::Failed,
         count: 1,
     };
-    assert!(json_line(&told, &origin()).len() < 8192);
+    assert!(json_line(&told, &origin()).len() <= MAX_LINE);
 }
 
 #[test]
-fn systemd_variables_are_not_inherited() {
-    assert!(not_inherited("NOTIFY_SOCKET"));
-    assert!(not_inherited("KEEL_EVENT_UNIT"));
-    assert!(!not_inherited("PATH"));
-    assert!(!not_inherited("KEEL_LOG"));
+fn a_detail_of_escapes_is_cut_until_the_line_fits_a_pipe_buffer() {
+    // Each control character is six bytes in JSON (\u0001): 2048 of them would be 12 KiB.
+    let e = event(&"\u{1}".repeat(MAX_DETAIL));
+    let told = Told {
+        event: &e,
+        kind: EventKind::Failed,
+        count: 1,
+    };
+    let line = json_line(&told, &origin());
+    assert!(line.len() <= MAX_LINE, "{} bytes", line.len());
+    assert!(line.ends_with('\n'));
+    let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let detail = json["detail"].as_str().unwrap();
+    assert!(detail.ends_with('…') && detail.len() > 256, "{detail:?}");
 }
