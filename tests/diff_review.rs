@@ -130,4 +130,13 @@ fn diff_of_a_unit_without_a_checkout_says_so() {
         "{}",
         stderr_of(&unknown)
     );
+    // A path is no unit's name: nothing outside the tasks directory is read.
+    std::fs::create_dir_all(d.state().join("elsewhere")).unwrap();
+    let escape = d.keel(&["diff", "../elsewhere"]);
+    assert_eq!(escape.status.code(), Some(1));
+    assert!(
+        stderr_of(&escape).contains("is not a unit's name"),
+        "{}",
+        stderr_of(&escape)
+    );
 }

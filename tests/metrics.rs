@@ -186,7 +186,7 @@ fn keel_metrics_is_read_by_prometheus_parser_and_matches_keel_status() {
             "{state}"
         );
     }
-    let attempts = value(&samples, "keel_task_attempts", &sleeper);
+    let attempts = value(&samples, "keel_task_attempts_total", &sleeper);
     assert_eq!(attempts, status["attempt"].as_f64());
     let restarts = value(&samples, "keel_task_restarts", &sleeper);
     assert_eq!(restarts, status["restarts"].as_f64());

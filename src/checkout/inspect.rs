@@ -149,10 +149,34 @@ pub(crate) fn refuse_running(dirs: &StateDir, unit: &str) -> Result<(), Checkout
     Ok(())
 }
 
-/// Clean? Harvested? Disk? The task must be stopped.
+/// Take `unit`'s attempt lock for as long as the returned file is open, so that no attempt
+/// starts (and mounts the checkout's upper directory) while keel looks at its files: the
+/// daemon defers a start while it cannot take the lock. `Running` when a shim holds it. A
+/// task without a run directory has had no attempt: `None`, nothing to hold.
+pub(crate) fn hold_stopped(
+    dirs: &StateDir,
+    unit: &str,
+) -> Result<Option<std::fs::File>, CheckoutError> {
+    let run_dir = dirs.run_dir(unit);
+    if !run_dir.is_dir() {
+        return Ok(None);
+    }
+    match crate::state::take_attempt_lock(&run_dir) {
+        Ok(Some(lock)) => Ok(Some(lock)),
+        Ok(None) => Err(CheckoutError::Running {
+            unit: unit.to_string(),
+        }),
+        Err(e) => Err(io_err(
+            "locking",
+            &crate::state::attempt_lock_path(&run_dir),
+        )(e)),
+    }
+}
+
+/// Clean? Harvested? Disk? The task must be stopped (and stays so while it is looked at).
 pub fn state(dirs: &StateDir, unit: &str) -> Result<CheckoutState, CheckoutError> {
     let record = load(dirs, unit)?;
-    refuse_running(dirs, unit)?;
+    let _held = hold_stopped(dirs, unit)?;
     state_of(dirs, unit, &record)
 }
 

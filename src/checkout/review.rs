@@ -137,9 +137,12 @@ fn review_with(dirs: &StateDir, unit: &str, patches: bool) -> Result<Review, Che
     };
     drop(repo);
     let mut hashed = Vec::new();
-    let uncommitted = if inspect::refuse_running(dirs, unit).is_err() {
+    // Held while the files are looked at: no attempt mounts the upper directory meanwhile.
+    let held = inspect::hold_stopped(dirs, unit);
+    let uncommitted = if let Err(CheckoutError::Running { .. }) = held {
         Uncommitted::Running
     } else {
+        let _held = held?;
         let unread = inspect::unreadable(dirs, unit, &record)?;
         if unread.count > 0 {
             Uncommitted::Unreadable {

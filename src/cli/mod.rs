@@ -57,6 +57,10 @@ fn absolute(path: &Path) -> PathBuf {
 
 /// The state directory, if it has a task directory for `unit` (else the error naming it).
 pub fn known_task(state_dir: &Path, unit: &str) -> Result<crate::state::StateDir, CliError> {
+    // A name is a name, never a path: `../x` reaches nothing outside the tasks directory.
+    if let Err(why) = crate::unit::validate_name(unit) {
+        return Err(CliError(format!("{unit:?} is not a unit's name: {why}")));
+    }
     let dirs = crate::state::StateDir::new(state_dir);
     if !dirs.task_dir(unit).exists() {
         return Err(CliError(format!(

@@ -351,19 +351,32 @@ impl super::Daemon {
     }
 }
 
+/// At most this much is read *and discarded* from one connection per readiness event: a peer
+/// that writes as fast as it can after its request (and never reads its answer, so the
+/// connection stays open) gets its turn, then the loop goes back to everything else. (What is
+/// kept is bounded by `limit` instead, and read to the end: readiness is edge-triggered, and a
+/// request left half-read in the socket would wake nobody.)
+const DISCARD_BUDGET: usize = 64 * 1024;
+
 /// Read what a non-blocking `stream` holds now, without waiting: appended to `into` until it
-/// is longer than `limit` (`None`: read and discarded). True when the peer has closed the
-/// connection (or it failed).
+/// is longer than `limit`, or (`None`) read and discarded, at most [`DISCARD_BUDGET`] bytes.
+/// True when the peer has closed the connection (or it failed).
 pub(crate) fn read_available(
     stream: &mut impl std::io::Read,
     mut into: Option<&mut Vec<u8>>,
     limit: usize,
 ) -> bool {
     let mut buf = [0u8; 8192];
+    let mut read = 0usize;
     loop {
+        if into.is_none() && read >= DISCARD_BUDGET {
+            // What is left stays in the socket; more arriving (or a hang-up) wakes us again.
+            return false;
+        }
         match stream.read(&mut buf) {
             Ok(0) => return true,
             Ok(n) => {
+                read += n;
                 if let Some(into) = into.as_deref_mut() {
                     into.extend_from_slice(&buf[..n]);
                     if into.len() > limit {
@@ -398,3 +411,6 @@ fn ended(pidfd: &OwnedFd) -> bool {
     use std::os::fd::AsFd;
     crate::sys::fds::wait_readable(pidfd.as_fd(), Some(std::time::Duration::ZERO))
 }
+
+#[cfg(test)]
+mod tests;

@@ -47,6 +47,11 @@ pub struct Waiter {
     pub memory_short: u64,
     /// `max_running` tasks run: it needs a slot as well.
     pub needs_slot: bool,
+    /// It waits for the host (pressure over its threshold, or the pace of starts): a pause
+    /// would not start it, but a resume would take the room it is about to get — so a task
+    /// paused for it stays paused while it waits so (else the two would trade places every
+    /// look at the pressure).
+    pub waits_for_host: bool,
 }
 
 /// What is free once this round's starts are counted: CPU (millicores; a paused task's
@@ -169,7 +174,9 @@ fn resume_one(preempted: &[Candidate], waiters: &[Waiter], room: Room) -> Option
     // priority holds it back only if CPU or a slot is what it lacks, and not memory (one
     // short of memory would wait the same, and the task would stay frozen for nothing).
     let higher_waits = (waiters.iter()).any(|w| {
-        w.priority > next.priority && (w.cpu_short > 0 || w.needs_slot) && w.memory_short == 0
+        w.priority > next.priority
+            && (w.cpu_short > 0 || w.needs_slot || w.waits_for_host)
+            && w.memory_short == 0
     });
     let fits = next.cpu_millis <= room.cpu && room.slots != Some(0);
     (!higher_waits && fits).then(|| Action::Resume {

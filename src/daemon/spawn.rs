@@ -479,7 +479,7 @@ impl std::fmt::Display for SpawnError {
             SpawnError::NulInPath => f.write_str("state directory path contains a NUL byte"),
             SpawnError::Launch(message) | SpawnError::Refused(message) => f.write_str(message),
             SpawnError::PreviousShimAlive => f.write_str(
-                "a shim of an earlier attempt still holds run/attempt.lock: not starting a second one",
+                "run/attempt.lock is held (by a shim of an earlier attempt, or by `keel diff` looking at the checkout): not starting a second one",
             ),
             SpawnError::Clone(e) if e.raw_os_error() == Some(libc::EPERM) => write!(
                 f,

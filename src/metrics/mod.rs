@@ -196,8 +196,8 @@ impl TaskFamilies {
                 "1 for the task's current state, 0 for the others.",
             ),
             attempts: Family::new(
-                "keel_task_attempts",
-                Gauge,
+                "keel_task_attempts_total",
+                Counter,
                 "Attempts started (the attempt number of keel status).",
             ),
             restarts: Family::new(

@@ -142,7 +142,7 @@ fn task_figures_become_samples_in_their_units() {
     });
     let text = render(&snapshot(vec![a]));
     for line in [
-        "keel_task_attempts{unit=\"a\"} 4",
+        "keel_task_attempts_total{unit=\"a\"} 4",
         "keel_task_restarts{unit=\"a\"} 3",
         "keel_task_cpu_seconds_total{unit=\"a\"} 2.5",
         "keel_task_memory_bytes{unit=\"a\"} 1048576",

@@ -259,7 +259,7 @@ impl Control {
         let client = self.clients.get_mut(&token)?;
         // After the request line, input is read and discarded (never buffered).
         let into = (!client.done_reading).then_some(&mut client.input);
-        let closed = super::event_loop::read_available(&mut client.stream, into, usize::MAX);
+        let closed = super::event_loop::read_available(&mut client.stream, into, MAX_REQUEST_BYTES);
         if client.done_reading {
             if closed {
                 self.close(token, events);

@@ -195,12 +195,15 @@ impl Daemon {
                     }
                     _ => ((0, 0), false),
                 };
+                let waits_for_host =
+                    matches!(why, WaitReason::Pressure(_) | WaitReason::Pacing { .. });
                 Some(Waiter {
                     unit: unit.to_string(),
                     priority: priority_of(unit)?,
                     cpu_short,
                     memory_short,
                     needs_slot,
+                    waits_for_host,
                 })
             })
             .collect();

@@ -24,6 +24,7 @@ fn waiter(unit: &str, priority: i32, cpu_short: u64, memory_short: u64) -> Waite
         cpu_short,
         memory_short,
         needs_slot: false,
+        waits_for_host: false,
     }
 }
 
@@ -225,6 +226,7 @@ fn the_first_waiter_short_of_capacity_is_the_one_served() {
 fn slot_waiter(unit: &str, priority: i32, cpu_short: u64, memory_short: u64) -> Waiter {
     Waiter {
         needs_slot: true,
+        waits_for_host: false,
         ..waiter(unit, priority, cpu_short, memory_short)
     }
 }
@@ -318,6 +320,43 @@ fn a_preempted_task_resumes_only_into_a_free_slot() {
     }
 }
 
+#[test]
+fn a_task_paused_for_a_waiter_that_now_waits_for_pressure_stays_paused() {
+    // Round 1 paused "p" for "high" (a slot); round 2: the slot is free, but CPU pressure
+    // holds "high" back. Resuming "p" would take the slot again, "high" would be back to
+    // waiting for it, "p" paused again: a pause and a resume every look at the pressure.
+    let preempted = [task("p", 0, true, 0, 100)];
+    let room = Room {
+        cpu: 5000,
+        slots: Some(1),
+    };
+    let held = Waiter {
+        waits_for_host: true,
+        ..waiter("high", 5, 0, 0)
+    };
+    assert!(decide(
+        &[],
+        &preempted,
+        std::slice::from_ref(&held),
+        room,
+        None,
+        true
+    )
+    .is_empty());
+    // It pauses nobody either: a pause would not start it.
+    let running = five_running(250);
+    assert!(decide(&running, &[], &[held], Room::cpu(0), None, true).is_empty());
+    // A lower-priority waiter for the host does not hold it back.
+    let lesser = Waiter {
+        waits_for_host: true,
+        ..waiter("lesser", -1, 0, 0)
+    };
+    assert_eq!(
+        resumed(&decide(&[], &preempted, &[lesser], room, None, true)),
+        ["p"]
+    );
+}
+
 /// Every combination of small inputs: a pause is only ever of a preemptible running task of
 /// lower priority than the waiter served, never in a round that resumes; a resume only of a
 /// preempted task, into CPU and a slot that are free.
@@ -355,6 +394,7 @@ fn pauses_and_resumes_keep_to_their_rules_over_every_small_case() {
                     for slots in [None, Some(0), Some(1)] {
                         let w = Waiter {
                             needs_slot,
+                            waits_for_host: false,
                             ..waiter("w", priority, cpu_short, memory_short)
                         };
                         let room = Room { cpu, slots };
