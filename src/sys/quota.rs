@@ -13,7 +13,12 @@ const SYS_QUOTACTL_FD: libc::c_long = 443;
 
 /// `<linux/quota.h>`.
 const PRJQUOTA: u32 = 2;
-const Q_GETINFO: u32 = 0x80_0005;
+/// `XQM_CMD(8)`: the filesystem's quota state, every type's (`struct fs_quota_statv`).
+const Q_XGETQSTATV: u32 = 0x5808;
+const FS_QSTATV_VERSION1: i8 = 1;
+/// `fs_quota_statv.qs_flags`: project quotas accounted, and enforced.
+const FS_QUOTA_PDQ_ACCT: u16 = 1 << 4;
+const FS_QUOTA_PDQ_ENFD: u16 = 1 << 5;
 const Q_GETQUOTA: u32 = 0x80_0007;
 const Q_SETQUOTA: u32 = 0x80_0008;
 const QIF_BLIMITS: u32 = 1;
@@ -42,11 +47,41 @@ struct IfDqblk {
 
 #[repr(C)]
 #[derive(Default)]
-struct IfDqinfo {
-    bgrace: u64,
-    igrace: u64,
-    flags: u32,
-    valid: u32,
+struct FsQfilestatv {
+    ino: u64,
+    nblks: u64,
+    nextents: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct FsQuotaStatv {
+    version: i8,
+    pad1: u8,
+    flags: u16,
+    incoredqs: u32,
+    uquota: FsQfilestatv,
+    gquota: FsQfilestatv,
+    pquota: FsQfilestatv,
+    btimelimit: i32,
+    itimelimit: i32,
+    rtbtimelimit: i32,
+    bwarnlimit: u16,
+    iwarnlimit: u16,
+    rtbwarnlimit: u16,
+    pad3: u16,
+    pad4: u32,
+    pad2: [u64; 7],
+}
+
+/// Project quotas on a filesystem, as `Q_XGETQSTATV` tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProjectQuotas {
+    /// Usage is counted (ext4's `project,quota` features).
+    pub accounted: bool,
+    /// Limits are enforced (mounted with `prjquota`).
+    pub enforced: bool,
 }
 
 #[repr(C)]
@@ -77,8 +112,9 @@ fn cmd(command: u32) -> libc::c_uint {
 /// structure its command reads or writes.
 fn quotactl<T>(fs: BorrowedFd<'_>, command: u32, id: u32, arg: &mut T) -> io::Result<()> {
     // SAFETY: quotactl_fd reads a descriptor, a command and an id, and reads or writes one
-    // structure at `arg`: the command's own (`if_dqinfo` for Q_GETINFO, `if_dqblk` for
-    // Q_GETQUOTA and Q_SETQUOTA), as this module's callers pass it; `arg` lives for the call.
+    // structure at `arg`: the command's own (`if_dqblk` for
+    // Q_GETQUOTA and Q_SETQUOTA, `fs_quota_statv` for Q_XGETQSTATV), as this module's
+    // callers pass it; `arg` lives for the call.
     let rc = unsafe {
         libc::syscall(
             SYS_QUOTACTL_FD,
@@ -94,12 +130,20 @@ fn quotactl<T>(fs: BorrowedFd<'_>, command: u32, id: u32, arg: &mut T) -> io::Re
     Ok(())
 }
 
-/// Whether project quotas are on for the filesystem of `fs` (any descriptor on it): `Ok(())`,
-/// or the kernel's answer — ENOSYS (a kernel without quotas), ESRCH (quotas not on: a
-/// filesystem mounted without `prjquota`), ENOTTY/EINVAL/EOPNOTSUPP (a filesystem without
-/// quotas at all). Reads the kernel's in-memory quota info only.
-pub fn project_quotas_on(fs: BorrowedFd<'_>) -> io::Result<()> {
-    quotactl(fs, Q_GETINFO, 0, &mut IfDqinfo::default())
+/// Whether project quotas are counted and enforced on the filesystem of `fs` (any
+/// descriptor on it), or the kernel's answer: ENOSYS (a kernel, or a filesystem, without
+/// quotas), ENOTTY/EINVAL/EOPNOTSUPP. Reads the kernel's in-memory quota state only; needs
+/// no privilege.
+pub fn project_quotas(fs: BorrowedFd<'_>) -> io::Result<ProjectQuotas> {
+    let mut state = FsQuotaStatv {
+        version: FS_QSTATV_VERSION1,
+        ..FsQuotaStatv::default()
+    };
+    quotactl(fs, Q_XGETQSTATV, 0, &mut state)?;
+    Ok(ProjectQuotas {
+        accounted: state.flags & FS_QUOTA_PDQ_ACCT != 0,
+        enforced: state.flags & FS_QUOTA_PDQ_ENFD != 0,
+    })
 }
 
 /// Set `project`'s block limits on the filesystem of `fs`, in bytes (rounded up to the

@@ -8,6 +8,7 @@
 //! `Q_GETINFO` reads the kernel's in-memory quota state, like `statvfs`); setting ids and
 //! limits, and reading usage, are a worker's (`quota_side`).
 
+pub(crate) use crate::sys::quota::ProjectQuotas;
 use std::io;
 
 /// The first project id keel hands out: "KE" and a slot. Ids below are the operator's.
@@ -48,19 +49,24 @@ pub(crate) fn limits(budget: u64) -> (u64, u64) {
 /// What the loop found of the state filesystem and of itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Probe {
-    /// `Q_GETINFO` of `PRJQUOTA` answered: project quotas are on.
-    On { cap_sys_resource: bool },
-    /// `Q_GETINFO` failed with this errno.
+    /// `Q_XGETQSTATV` answered.
+    On {
+        quotas: ProjectQuotas,
+        cap_sys_resource: bool,
+    },
+    /// `Q_XGETQSTATV` failed with this errno.
     Off { errno: i32 },
     /// The state directory could not be opened (the message).
     Unreadable(String),
 }
 
 impl Probe {
-    /// From the kernel's answers: `quotas` is `Q_GETINFO`'s, `caps` the daemon's effective set.
-    pub(crate) fn of(quotas: io::Result<()>, caps: io::Result<u64>) -> Probe {
+    /// From the kernel's answers: `quotas` is `Q_XGETQSTATV`'s, `caps` the daemon's
+    /// effective set.
+    pub(crate) fn of(quotas: io::Result<ProjectQuotas>, caps: io::Result<u64>) -> Probe {
         match quotas {
-            Ok(()) => Probe::On {
+            Ok(quotas) => Probe::On {
+                quotas,
                 cap_sys_resource: caps.is_ok_and(|effective| effective & (1 << 24) != 0),
             },
             Err(e) => Probe::Off {
@@ -93,15 +99,34 @@ pub(crate) fn decide(probe: Option<&Probe>) -> Enforcement {
     let why = match probe {
         None => "the state filesystem not looked at yet".to_string(),
         Some(Probe::On {
+            quotas: ProjectQuotas { enforced: true, .. },
             cap_sys_resource: true,
         }) => return Enforcement::Kernel,
         Some(Probe::On {
-            cap_sys_resource: false,
-        }) => "the state filesystem has project quotas, but CAP_SYS_RESOURCE is missing: \
-               run the daemon as root with it"
+            quotas:
+                ProjectQuotas {
+                    enforced: false,
+                    accounted,
+                },
+            ..
+        }) => match accounted {
+            true => {
+                "the state filesystem counts project quotas but does not enforce them: \
+                     mount it with prjquota"
+            }
+            false => {
+                "the state filesystem has no project quotas: mount it with prjquota \
+                      (ext4: tune2fs -O project,quota first)"
+            }
+        }
+        .to_string(),
+        Some(Probe::On { .. }) => "the state filesystem has project quotas, but \
+                                   CAP_SYS_RESOURCE is missing: run the daemon as root with it"
             .to_string(),
         Some(Probe::Off { errno }) => match *errno {
-            libc::ENOSYS => "the kernel has no quota support (CONFIG_QUOTA)".to_string(),
+            libc::ENOSYS => "the kernel (CONFIG_QUOTA) or the state filesystem has no quota \
+                             support"
+                .to_string(),
             libc::ESRCH => "the state filesystem has no project quotas: mount it with prjquota \
                             (ext4: tune2fs -O project,quota first)"
                 .to_string(),

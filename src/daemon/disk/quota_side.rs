@@ -12,13 +12,13 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 /// Whether the filesystem of `root` has project quotas on, and the daemon CAP_SYS_RESOURCE:
-/// `Q_GETINFO` reads the kernel's in-memory quota state (no I/O), `capget` the daemon's own.
+/// `Q_XGETQSTATV` reads the kernel's in-memory quota state (no I/O), `capget` the daemon's own.
 pub(super) fn probe(root: &Path) -> Probe {
     let dir = match File::open(root) {
         Ok(dir) => dir,
         Err(e) => return Probe::Unreadable(e.to_string()),
     };
-    let quotas = crate::sys::quota::project_quotas_on(dir.as_fd());
+    let quotas = crate::sys::quota::project_quotas(dir.as_fd());
     let caps = crate::sys::caps::current_caps().map(|(effective, _, _)| effective);
     Probe::of(quotas, caps)
 }

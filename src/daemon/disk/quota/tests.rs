@@ -62,18 +62,26 @@ fn the_hard_limit_is_the_budget_the_soft_nine_tenths() {
     assert_eq!(limits(20 * M), (20 * M, 18 * M));
 }
 
+const ENFORCED: ProjectQuotas = ProjectQuotas {
+    accounted: true,
+    enforced: true,
+};
+
 #[test]
 fn kernel_quotas_need_project_quotas_and_cap_sys_resource() {
-    let on = Probe::of(Ok(()), Ok(1 << 24));
+    let on = Probe::of(Ok(ENFORCED), Ok(1 << 24));
     assert_eq!(decide(Some(&on)), Enforcement::Kernel);
     assert_eq!(decide(Some(&on)).to_string(), "kernel quotas");
-    let no_cap = Probe::of(Ok(()), Ok(!(1 << 24)));
+    let no_cap = Probe::of(Ok(ENFORCED), Ok(!(1 << 24)));
     let why = decide(Some(&no_cap)).to_string();
     assert!(
         why.starts_with("measured (") && why.contains("CAP_SYS_RESOURCE"),
         "{why}"
     );
-    let caps_unknown = Probe::of(Ok(()), Err(io::Error::from_raw_os_error(libc::EINVAL)));
+    let caps_unknown = Probe::of(
+        Ok(ENFORCED),
+        Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    );
     assert!(matches!(
         decide(Some(&caps_unknown)),
         Enforcement::Measured(_)
@@ -93,6 +101,18 @@ fn each_missing_piece_has_its_reason() {
         Enforcement::Kernel => panic!("kernel quotas without quotas"),
     };
     assert!(said(off(libc::ENOSYS)).contains("CONFIG_QUOTA"));
+    let counted = ProjectQuotas {
+        accounted: true,
+        enforced: false,
+    };
+    let counted = decide(Some(&Probe::of(Ok(counted), Ok(!0))));
+    assert!(said(counted).contains("does not enforce them: mount it with prjquota"));
+    let none = ProjectQuotas {
+        accounted: false,
+        enforced: false,
+    };
+    let none = decide(Some(&Probe::of(Ok(none), Ok(!0))));
+    assert!(said(none).contains("tune2fs -O project,quota"));
     assert!(said(off(libc::ESRCH)).contains("mount it with prjquota"));
     assert!(said(off(libc::EPERM)).contains("CAP_SYS_RESOURCE is missing"));
     assert!(said(off(libc::ENOTTY)).contains("ext4 or xfs"));
