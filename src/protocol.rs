@@ -104,6 +104,10 @@ pub struct DaemonInfo {
     /// starts).
     pub cgroup_mode: String,
     pub under_init: bool,
+    /// How `resources.disk` is enforced: `kernel quotas` or `measured (<why not by the
+    /// kernel>)` (empty from an older daemon).
+    #[serde(default)]
+    pub disk_budgets: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

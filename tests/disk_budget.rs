@@ -212,6 +212,14 @@ fn a_task_writing_past_resources_disk_is_stopped_as_disk_within_the_slack() {
         stdout_of(&out)
     );
     stopped_for_disk(d, "writer", 20 * MIB, "over resources.disk (20M)");
+    // Measured, and the daemon says why not by the kernel (this state filesystem, a tmpfs or
+    // a test-made one, has no project quotas enforced).
+    let out = d.keel(&["status"]);
+    assert!(
+        stdout_of(&out).contains("disk budgets: measured ("),
+        "{}",
+        stdout_of(&out)
+    );
     // Not restarted (restart: Always): still failed a look later.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(d.task("writer").unwrap()["state"], "failed");

@@ -14,12 +14,18 @@
 //! of a task's directory depends on what the agent wrote (seconds for 500,000 files): it runs
 //! in a worker, a `TaskDiskUse` job per running task, one at a time per task. The decisions
 //! ([`reserve_hold`], [`over_budget`], [`budget_of`]) are pure.
+//!
+//! Where the state filesystem has project quotas and keel CAP_SYS_RESOURCE, the kernel
+//! enforces the budget instead ([`quota`]): the walk becomes a read of the project's usage,
+//! and a task at its quota is not stopped (its writes fail with EDQUOT).
 
 use crate::fmt::format_bytes;
 use std::path::Path;
 use std::time::Duration;
 
 mod daemon_side;
+pub(crate) mod quota;
+mod quota_side;
 pub(crate) use daemon_side::take_disk_stop;
 
 /// How often the loop looks at the state filesystem and asks for a walk of each running
@@ -80,12 +86,30 @@ pub(crate) struct DiskLook {
     pub(crate) space: Option<FsSpace>,
     /// Whether the last look held new starts (a change re-runs the scheduler).
     pub(crate) held: bool,
+    /// What the last look found of project quotas (`None`: not looked yet).
+    pub(crate) probe: Option<quota::Probe>,
+    /// Why the last attempt's quota could not be set, if it could not (until one is).
+    pub(crate) apply_failed: Option<String>,
 }
 
 impl DiskLook {
-    /// Look at the state filesystem now.
+    /// Look at the state filesystem now: its space, and whether it has project quotas.
     pub(crate) fn look(&mut self, root: &Path) {
         self.space = statvfs(root);
+        let probe = quota_side::probe(root);
+        if self.probe.as_ref() != Some(&probe) {
+            let enforcement = quota::decide(Some(&probe));
+            log::info!("disk budgets: {enforcement}");
+            self.probe = Some(probe);
+        }
+    }
+
+    /// How budgets are enforced now.
+    pub(crate) fn enforcement(&self) -> quota::Enforcement {
+        match (quota::decide(self.probe.as_ref()), &self.apply_failed) {
+            (quota::Enforcement::Kernel, Some(why)) => quota::Enforcement::Measured(why.clone()),
+            (decided, _) => decided,
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use super::{checkouts, id_blocks, liveness, network, Daemon, Task};
 use crate::config::UserNamespaces;
 use crate::sandbox::spec::IdBlock;
 use crate::state::{self, now_ms};
-use crate::worker::protocol::{Job, JobResult, RepoRef, StartPaths};
+use crate::worker::protocol::{Job, JobResult, QuotaAsk, RepoRef, StartPaths};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -192,6 +192,7 @@ impl Daemon {
         }
         // Chosen (and claimed host-wide) once no earlier shim can hold the task's claim.
         let id_block = self.id_block_for(unit);
+        let quota = self.quota_ask_for(unit, unit_def.resources.disk.map(|s| s.0));
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
@@ -248,6 +249,12 @@ impl Daemon {
         task.record.new_attempt_clocks();
         // Persisted with the decision, before the spawn maps it (`None`: user namespaces off).
         task.record.id_block = id_block;
+        // Persisted with the decision, before a worker gives the task's directories the id:
+        // a later daemon never hands it to another task.
+        if let Some(ask) = &quota {
+            task.record.quota_project = Some(ask.project);
+        }
+        task.record.quota_generation = None;
         task.start_retry_at = None;
         let (attempt, generation) = (task.record.attempt, task.record.generation);
         let last_exit = task.record.last_exit.map(|e| e.to_string());
@@ -317,7 +324,12 @@ impl Daemon {
         };
         // What takes time that keel does not control (a checkout, a base tree, the paths the
         // unit names) is a job: the start goes on when it is done (`finish_start`).
-        match preparation_job(unit, &pending.unit_def, pending.spec.sandbox.as_ref()) {
+        match preparation_job(
+            unit,
+            &pending.unit_def,
+            pending.spec.sandbox.as_ref(),
+            quota,
+        ) {
             Ok(None) => self.spawn_attempt(unit, pending),
             Ok(Some(job)) => {
                 log::info!("{unit}: preparing: {}", job.describe());
@@ -367,7 +379,12 @@ impl Daemon {
             Ok(JobResult::Prepared { findings, .. }) if !findings.secrets.is_empty() => {
                 self.defer_prepared_start(unit, *pending, &findings.secrets.join("; "));
             }
-            Ok(JobResult::Prepared { checkout, findings }) => {
+            Ok(JobResult::Prepared {
+                checkout,
+                findings,
+                quota,
+            }) => {
+                self.note_quota_applied(unit, generation, quota);
                 if let Some(sandbox) = pending.spec.sandbox.as_mut() {
                     sandbox.findings = Some(findings);
                 }
@@ -629,11 +646,12 @@ fn preparation_job(
     unit: &str,
     unit_def: &crate::unit::Unit,
     sandbox: Option<&crate::sandbox::spec::SandboxSpec>,
+    quota: Option<QuotaAsk>,
 ) -> Result<Option<Job>, String> {
     let names_paths = !unit_def.sandbox.writable.is_empty()
         || !unit_def.sandbox.hidden.is_empty()
         || unit_def.secrets.values().any(|s| s.file.is_some());
-    if unit_def.repo.is_none() && !(names_paths && sandbox.is_some()) {
+    if unit_def.repo.is_none() && !(names_paths && sandbox.is_some()) && quota.is_none() {
         return Ok(None);
     }
     let owner = match unit_def.repo {
@@ -662,6 +680,7 @@ fn preparation_job(
         }),
         owner,
         paths,
+        quota: quota.map(Box::new),
     }))
 }
 

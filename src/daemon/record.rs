@@ -212,6 +212,14 @@ pub struct TaskRecord {
     /// in words): it ends as `disk`, persisted with the stop (`crate::daemon::disk`).
     #[serde(default)]
     pub disk_stop: Option<String>,
+    /// Kernel quotas: the task's project id (`crate::daemon::disk::quota`), kept for the
+    /// task's life so that no other task is given it.
+    #[serde(default)]
+    pub quota_project: Option<u32>,
+    /// The generation of the attempt whose directories carry the project id and limits: its
+    /// budget is the kernel's to enforce, not measured.
+    #[serde(default)]
+    pub quota_generation: Option<u64>,
 }
 
 /// A stop decided for a time budget (`crate::daemon::runtime_limit`).
@@ -313,6 +321,8 @@ impl TaskRecord {
             timeout: None,
             ran_before_ms: 0,
             disk_stop: None,
+            quota_project: None,
+            quota_generation: None,
         }
     }
 }

@@ -133,6 +133,8 @@ pub(crate) struct Task {
     /// What the task's directory held at the last measurement (`resources.disk`): the
     /// attempt's generation it was made during, and bytes.
     pub disk_written: Option<(u64, u64)>,
+    /// The generation of the attempt whose reaching its quota was journaled (once each).
+    pub quota_reached: Option<u64>,
     /// While the attempt's checkout is prepared (a job): what its start needs to go on.
     pub preparing: Option<Box<PendingStart>>,
     /// An ended attempt whose harvest (a job) runs: how it ended, recorded after.
@@ -204,6 +206,7 @@ impl Task {
             work: None,
             disk_use_asked: None,
             disk_written: None,
+            quota_reached: None,
             preparing: None,
             settling: None,
             cpu_samples: std::cell::Cell::new((None, None)),

@@ -19,6 +19,7 @@ pub mod own_userns;
 pub mod packet;
 pub mod pidns;
 pub mod process;
+pub mod quota;
 pub mod seccomp;
 pub mod splice;
 pub mod term;

@@ -20,6 +20,7 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
             repo,
             owner,
             paths,
+            quota,
         } => {
             let checkout = match repo {
                 Some(repo) => {
@@ -39,7 +40,13 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
             reporter.report("check writable paths", 0, 0);
             let objects = checkout.as_ref().map_or(&[][..], |c| &c.mounts.objects[..]);
             let writable = check_writable_paths(&paths.writable, &paths.keel_dirs, objects);
+            // After the checkout: its directories exist, and get the project id too.
+            let quota = quota.as_ref().map(|ask| {
+                reporter.report("quota", 0, 0);
+                super::quota::apply(&dirs, unit, ask)
+            });
             Ok(JobResult::Prepared {
+                quota,
                 checkout,
                 findings: PathFindings {
                     writable: writable.err(),
@@ -65,9 +72,25 @@ pub(super) fn run(request: &JobRequest, reporter: &Arc<Reporter>) -> Result<JobR
         } => remove(&dirs, unit, *attempt, *force, limits).map(|note| JobResult::Removed { note }),
         Job::Prune { finished, limits } => Ok(prune(&dirs, finished, limits)),
         Job::DiskUse { unit, work } => Ok(disk_use(&dirs, unit, *work)),
-        Job::TaskDiskUse { unit } => Ok(JobResult::TaskDiskUse {
+        Job::TaskDiskUse {
+            unit,
+            project: None,
+        } => Ok(JobResult::TaskDiskUse {
             bytes: checkout::disk_bytes(&dirs.task_dir(unit)),
+            quota_hard: None,
         }),
+        Job::TaskDiskUse {
+            project: Some(project),
+            ..
+        } => super::quota::usage(&dirs, *project)
+            .map(|found| JobResult::TaskDiskUse {
+                bytes: found.used,
+                quota_hard: Some(found.hard),
+            })
+            .map_err(|message| JobFailure {
+                message,
+                unit_mistake: false,
+            }),
         Job::Delete { path } => match std::fs::remove_dir_all(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(JobFailure {
                 message: format!("cannot delete {}: {e}", path.display()),

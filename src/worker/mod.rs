@@ -12,6 +12,7 @@
 
 mod jobs;
 pub mod protocol;
+mod quota;
 
 use protocol::{JobFailure, JobRequest, Progress, WorkerLine};
 use std::io::{Read, Write};

@@ -34,6 +34,9 @@ pub enum Job {
         repo: Option<RepoRef>,
         owner: Option<(u32, u32)>,
         paths: StartPaths,
+        /// Kernel quotas: the project id and limits to give the task's directories.
+        #[serde(default)]
+        quota: Option<Box<QuotaAsk>>,
     },
     /// After an attempt (or `keel harvest`): bring the task's branch home.
     Harvest {
@@ -63,7 +66,13 @@ pub enum Job {
         work: bool,
     },
     /// `resources.disk`: what the task's directory (`tasks/<unit>`) holds on disk.
-    TaskDiskUse { unit: String },
+    TaskDiskUse {
+        unit: String,
+        /// An attempt under kernel quotas: the project's usage is read (`Q_GETQUOTA`), not
+        /// the directory walked.
+        #[serde(default)]
+        project: Option<u32>,
+    },
     /// Delete a tree the daemon renamed into its trash (`keel rm`'s files).
     Delete { path: PathBuf },
 }
@@ -81,6 +90,15 @@ pub struct StartPaths {
     /// (`crate::secrets::check_file`): a file on a disk is read here, never in the loop.
     #[serde(default)]
     pub secret_files: Vec<(String, PathBuf)>,
+}
+
+/// Kernel quotas for a task: its project id, and the block limits in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaAsk {
+    pub project: u32,
+    pub hard: u64,
+    pub soft: u64,
 }
 
 /// A unit's `repo`, as the worker needs it.
@@ -117,7 +135,7 @@ impl Job {
             Job::Remove { unit, .. } => format!("the removal of {unit}'s checkout"),
             Job::Prune { .. } => "keel prune".to_string(),
             Job::DiskUse { unit, .. } => format!("the disk use of {unit}'s checkout"),
-            Job::TaskDiskUse { unit } => format!("the disk use of {unit}'s directory"),
+            Job::TaskDiskUse { unit, .. } => format!("the disk use of {unit}'s directory"),
             Job::Delete { path } => format!("the deletion of {}", path.display()),
         }
     }
@@ -143,6 +161,10 @@ pub enum JobResult {
     Prepared {
         checkout: Option<Box<PreparedCheckout>>,
         findings: PathFindings,
+        /// The job's [`QuotaAsk`], if it had one: `Ok` when the directories carry the project
+        /// id and its limits are set, or why not (the attempt is then measured).
+        #[serde(default)]
+        quota: Option<Result<(), String>>,
     },
     /// The harvest's summary.
     Harvested { detail: String },
@@ -163,7 +185,12 @@ pub enum JobResult {
         work: Option<WorkFacts>,
     },
     /// The task directory's disk use (allocated bytes).
-    TaskDiskUse { bytes: u64 },
+    TaskDiskUse {
+        bytes: u64,
+        /// Read from the kernel's quota: the project's hard limit (bytes; 0: none).
+        #[serde(default)]
+        quota_hard: Option<u64>,
+    },
     /// The tree is gone.
     Deleted,
 }

@@ -28,8 +28,9 @@ pub fn escaped(report: &StatusReport) -> StatusReport {
         units_dir,
         cgroup_mode,
         under_init: _,
+        disk_budgets,
     } = daemon;
-    texts([state_dir, units_dir, cgroup_mode]);
+    texts([state_dir, units_dir, cgroup_mode, disk_budgets]);
     texts(invalid_units.iter_mut());
     tasks.iter_mut().for_each(task);
     report

@@ -30,6 +30,9 @@ pub(super) fn render_table(report: &StatusReport, now: u64, colour: bool) -> Str
         ),
         WIDTH,
     );
+    if !d.disk_budgets.is_empty() {
+        lines.extend(wrap(&format!("disk budgets: {}", d.disk_budgets), WIDTH));
+    }
     if !report.tasks.is_empty() {
         lines.push(summary(&report.tasks, colour));
     }

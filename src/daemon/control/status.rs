@@ -39,6 +39,7 @@ impl Daemon {
                 state_dir: self.store.dirs.root.display().to_string(),
                 units_dir: self.units.dir.display().to_string(),
                 cgroup_mode: self.cgroup_mode(),
+                disk_budgets: self.disk.enforcement().to_string(),
                 under_init: self.instance.under_init.is_some(),
             },
             tasks,

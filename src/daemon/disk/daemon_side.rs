@@ -17,6 +17,13 @@ fn measured(task: &Task) -> bool {
         && task.record.disk_stop.is_none()
 }
 
+/// The project id of `task`'s live attempt when the kernel holds its budget.
+fn kernel_project(task: &Task) -> Option<u32> {
+    (task.record.quota_generation == Some(task.record.generation))
+        .then_some(task.record.quota_project)
+        .flatten()
+}
+
 impl Daemon {
     /// Why new starts wait for disk space now, if they do (keel.ron `disk_reserve`).
     pub(crate) fn disk_reserve_hold(&self) -> Option<String> {
@@ -39,11 +46,11 @@ impl Daemon {
             }
             self.store.queue_changed = true;
         }
-        let due: Vec<(String, u64)> = (self.tasks.values())
+        let due: Vec<(String, u64, Option<u32>)> = (self.tasks.values())
             .filter(|t| measured(t))
-            .map(|t| (t.name.clone(), t.record.generation))
+            .map(|t| (t.name.clone(), t.record.generation, kernel_project(t)))
             .collect();
-        for (unit, generation) in due {
+        for (unit, generation, project) in due {
             let owner = Owner::Task(unit.clone());
             let walking = |p: &Pending| matches!(p.job, Job::TaskDiskUse { .. });
             if self.jobs.has(&owner, walking) {
@@ -51,7 +58,7 @@ impl Daemon {
             }
             let pending = Pending {
                 generation,
-                job: Job::TaskDiskUse { unit },
+                job: Job::TaskDiskUse { unit, project },
                 then: Then::TaskDiskUse,
             };
             self.jobs.submit(owner, pending);
@@ -63,8 +70,8 @@ impl Daemon {
         let Owner::Task(unit) = &finished.owner else {
             return;
         };
-        let bytes = match finished.outcome {
-            Ok(JobResult::TaskDiskUse { bytes }) => bytes,
+        let (bytes, quota_hard) = match finished.outcome {
+            Ok(JobResult::TaskDiskUse { bytes, quota_hard }) => (bytes, quota_hard),
             Ok(_) => return,
             Err(JobError::Failed(failure)) => return log::warn!("{unit}: {}", failure.message),
             Err(JobError::Deadline(why) | JobError::Worker(why)) => {
@@ -80,6 +87,11 @@ impl Daemon {
             return;
         }
         task.disk_written = Some((finished.pending.generation, bytes));
+        // Under kernel quotas: the kernel holds the budget; reaching it is said, not stopped.
+        if let Some(hard) = quota_hard {
+            let unit = unit.clone();
+            return self.judge_quota(&unit, finished.pending.generation, bytes, hard);
+        }
         let Some(def) = task.unit.as_ref().filter(|_| measured(task)) else {
             return;
         };

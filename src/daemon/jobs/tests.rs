@@ -12,6 +12,7 @@ fn prepare(repo: &str) -> Job {
         }),
         owner: None,
         paths: Default::default(),
+        quota: None,
     }
 }
 
@@ -177,6 +178,7 @@ fn a_path_check_past_its_deadline_names_the_path_it_was_at() {
             keel_dirs: Default::default(),
             secret_files: vec![],
         },
+        quota: None,
     };
     let progress = Progress {
         step: "check paths".into(),

@@ -26,7 +26,7 @@ fn a_unit_with_a_secret_file_has_its_file_checked_by_the_preparation_job() {
         network_lists: &Default::default(),
     };
     let spec = spawn::attempt_spec(&dirs, &unit, &ctx);
-    let job = preparation_job("t", &unit, spec.sandbox.as_ref()).unwrap();
+    let job = preparation_job("t", &unit, spec.sandbox.as_ref(), None).unwrap();
     let Some(Job::Prepare { paths, .. }) = job else {
         panic!("expected a preparation job, got {job:?}");
     };
@@ -39,7 +39,10 @@ fn a_unit_with_a_secret_file_has_its_file_checked_by_the_preparation_job() {
         secrets: {"OTHER": Secret(env: "KEEL_SECRET_OTHER", hosts: ["a.com"])})"#;
     let unit = crate::unit::parse_unit(std::path::Path::new("t.ron"), text).unwrap();
     let spec = spawn::attempt_spec(&dirs, &unit, &ctx);
-    assert_eq!(preparation_job("t", &unit, spec.sandbox.as_ref()), Ok(None));
+    assert_eq!(
+        preparation_job("t", &unit, spec.sandbox.as_ref(), None),
+        Ok(None)
+    );
 }
 
 #[test]

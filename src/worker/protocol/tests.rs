@@ -75,6 +75,7 @@ fn every_job_kind_names_itself_for_the_test_hook() {
             repo: None,
             owner: None,
             paths: Default::default(),
+            quota: None,
         },
         Job::Harvest {
             unit: "u".into(),
@@ -95,7 +96,10 @@ fn every_job_kind_names_itself_for_the_test_hook() {
             unit: "u".into(),
             work: true,
         },
-        Job::TaskDiskUse { unit: "u".into() },
+        Job::TaskDiskUse {
+            unit: "u".into(),
+            project: None,
+        },
     ]
     .iter()
     .map(Job::kind)

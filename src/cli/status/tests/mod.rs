@@ -22,6 +22,7 @@ pub(super) fn report(tasks: Vec<TaskInfo>) -> StatusReport {
             state_dir: "/var/lib/keel".into(),
             units_dir: "/var/lib/keel/units".into(),
             cgroup_mode: "v2".into(),
+            disk_budgets: String::new(),
             under_init: false,
         },
         tasks,
