@@ -122,10 +122,13 @@ impl Daemon {
     }
 
     /// Stop `unit` as `keel stop` would; it settles as `disk`, not restarted.
-    fn stop_for_disk(&mut self, unit: &str, why: String) {
+    pub(super) fn stop_for_disk(&mut self, unit: &str, why: String) {
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };
+        if task.record.disk_stop.is_some() {
+            return; // being stopped for it already
+        }
         log::warn!("{unit}: {why}: stopping it (last exit disk)");
         self.store.task_event(task, "disk-budget", &why);
         task.record.disk_stop = Some(why);

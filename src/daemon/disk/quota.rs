@@ -150,5 +150,13 @@ pub(crate) fn at_quota(used: u64, hard: u64) -> bool {
     hard > 0 && used.saturating_add((hard / 16).min(1 << 20)) >= hard
 }
 
+/// Whether a project holds more than its hard limit allows (past the same margin): the kernel
+/// did not refuse the writes — an overlay checkout's upper directory is written with the
+/// credentials of whoever mounted it, and a mounter holding CAP_SYS_RESOURCE passes any
+/// quota. Then the budget is held as a measured one is: the task is stopped.
+pub(crate) fn past_quota(used: u64, hard: u64) -> bool {
+    hard > 0 && used > hard.saturating_add((hard / 16).min(1 << 20))
+}
+
 #[cfg(test)]
 mod tests;

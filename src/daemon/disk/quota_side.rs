@@ -82,8 +82,20 @@ impl Daemon {
     }
 
     /// A figure read from the kernel's quota for `unit`'s attempt `generation`: at its
-    /// quota, journaled (`disk-quota`) once per attempt. The task is not stopped.
+    /// quota, journaled (`disk-quota`) once per attempt; the task is not stopped. Past it
+    /// (the kernel let the writes through: [`super::quota::past_quota`]), stopped as a
+    /// measured budget is.
     pub(crate) fn judge_quota(&mut self, unit: &str, generation: u64, used: u64, hard: u64) {
+        if super::quota::past_quota(used, hard) {
+            let why = format!(
+                "wrote {} on the state filesystem, over resources.disk ({}): the kernel's quota \
+                 did not hold it (an overlay checkout mounted with CAP_SYS_RESOURCE passes it; \
+                 user namespaces on make it hold)",
+                crate::fmt::format_bytes(used, true),
+                crate::fmt::format_bytes(hard, false)
+            );
+            return self.stop_for_disk(unit, why);
+        }
         let Some(task) = self.tasks.get_mut(unit) else {
             return;
         };

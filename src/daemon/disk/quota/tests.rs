@@ -122,6 +122,15 @@ fn each_missing_piece_has_its_reason() {
 }
 
 #[test]
+fn past_quota_only_beyond_the_margin_above_the_hard_limit() {
+    assert!(!past_quota(0, 0));
+    assert!(!past_quota(16 * M, 16 * M));
+    assert!(!past_quota(17 * M, 16 * M)); // within 1 MiB: a write in flight
+    assert!(past_quota(17 * M + 1, 16 * M));
+    assert!(past_quota(40 * M, 16 * M));
+}
+
+#[test]
 fn at_quota_within_a_margin_of_the_hard_limit() {
     assert!(!at_quota(0, 0)); // no limit
     assert!(!at_quota(10 * M, 16 * M));
